@@ -1,0 +1,20 @@
+module github.com/iop-dev/iop
+
+go 1.26.8
+
+require (
+	github.com/alecthomas/kingpin/v2 v2.4.0
+	github.com/quic-go/quic-go v0.65.0
+	go.yaml.in/yaml/v3 v3.0.6
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/alecthomas/units v0.0.0-20211218093645-b94a6e3cc137 // indirect
+	github.com/xhit/go-str2duration/v2 v2.1.0 // indirect
+	golang.org/x/crypto v0.59.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)
+
+tool google.golang.org/protobuf/cmd/protoc-gen-go

@@ -1,0 +1,41 @@
+// Package quicwire is the Edge–Node wire of IOP: the protobuf messages
+// (package wirepb), how they are framed on QUIC streams, the names of the
+// codes that close connections and streams, the liveness profile, the QUIC
+// settings that keep the control stream alive under load, workload identity,
+// and the per-connection session. It knows nothing of scheduling or
+// execution policy: edged and noded build those on top.
+//
+// # The conversation
+//
+// The Node dials the Edge (Nodes sit behind NAT; the Edge is the one
+// reachable address) and the TLS handshake proves both identities (S3). Then:
+//
+//	Node                                           Edge
+//	 │ open control stream (the Node's first bidirectional stream)
+//	 │── RegisterRequest{node_id, version, providers, lease key} ─►│
+//	 │◄─ RegisterResponse{accepted, generation, signing key} ──────│ new generation;
+//	 │                                                             │ an older connection
+//	 │                                                             │ of the node is fenced
+//	 │── NodeReadyRequest{generation, providers} ─────────────────►│
+//	 │◄─ NodeReadyResponse{generation} ────────────────────────────│ now dispatchable (R1)
+//	 │                                                             │
+//	 │◄──────── Heartbeat / HeartbeatAck, both ways, ─────────────►│ every 30 s; an ack
+//	 │          ProviderStatusUpdate, DrainNotice (Node→Edge),     │ later than 45 s closes
+//	 │          CredentialNotice (Edge→Node)                       │ with heartbeat_timeout
+//	 │                                                             │
+//	 │◄─ Edge opens one stream per run, tunnel or command ─────────│
+//	 │   first frame: StreamHeader{generation, run|tunnel|command} │
+//	 │   then RunEvent... | TunnelFrame... | one CommandResult     │
+//
+// Every frame is a varint length followed by one protobuf message (the
+// encoding of google.golang.org/protobuf/encoding/protodelim), with a hard
+// size limit that depends on the stream: MaxControlFrameSize on the control
+// stream, MaxStreamFrameSize on dispatched streams. A frame over the limit,
+// cut short, or unparsable is a *ProtocolError: it ends that stream (the
+// connection, if it was the control stream), never the process.
+//
+// Connections are closed with a CloseCode (heartbeat_timeout, superseded,
+// shutdown, protocol_error, unauthenticated, ...) carried as the QUIC
+// application error code, so the peer learns why. Dispatched streams are
+// cancelled with a StreamCode.
+package quicwire

@@ -1,0 +1,152 @@
+package quicwire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// Frame size limits. A frame is the varint length prefix plus the message;
+// the limits bound the message.
+const (
+	// MaxControlFrameSize bounds frames on the control stream, which carries
+	// only small messages (registration, heartbeats, status).
+	MaxControlFrameSize = 64 << 10
+	// MaxStreamFrameSize bounds frames on dispatched (run, tunnel, command)
+	// streams.
+	MaxStreamFrameSize = 1 << 20
+	// MaxBodyChunkSize is the largest body chunk a sender puts in one tunnel
+	// frame, well below MaxStreamFrameSize so headers and framing never push
+	// a chunk over the limit.
+	MaxBodyChunkSize = 64 << 10
+)
+
+// Sentinel causes of a ProtocolError; test with errors.Is.
+var (
+	// ErrFrameTooLarge: the length prefix announces more than the limit.
+	ErrFrameTooLarge = errors.New("frame exceeds the size limit")
+	// ErrFrameTruncated: the stream ended inside a length prefix or a message.
+	ErrFrameTruncated = errors.New("frame truncated")
+	// ErrFrameGarbled: the length prefix is not a valid varint, or the
+	// message does not parse.
+	ErrFrameGarbled = errors.New("frame does not parse")
+	// ErrUnexpectedFrame: a frame that parses but is not allowed here.
+	ErrUnexpectedFrame = errors.New("unexpected frame")
+)
+
+// ProtocolError is a violation of the wire protocol by the peer. It ends the
+// stream it happened on (or the connection, on the control stream).
+type ProtocolError struct {
+	// Stream says where: "control", "run", "tunnel", "command", "header".
+	Stream string
+	// Err is one of the sentinel causes, possibly wrapped with detail.
+	Err error
+}
+
+func (e *ProtocolError) Error() string {
+	return fmt.Sprintf("protocol error on %s stream: %v", e.Stream, e.Err)
+}
+
+func (e *ProtocolError) Unwrap() error { return e.Err }
+
+// FrameReader reads length-delimited protobuf frames with a size limit.
+// It is not safe for concurrent use.
+type FrameReader struct {
+	r      *bufio.Reader
+	limit  int
+	stream string
+	buf    []byte
+}
+
+// NewFrameReader returns a reader of frames of at most limit bytes from r.
+// stream names the stream in errors.
+func NewFrameReader(r io.Reader, limit int, stream string) *FrameReader {
+	return &FrameReader{r: bufio.NewReaderSize(r, 4096), limit: limit, stream: stream}
+}
+
+// Read reads the next frame into m. At a clean end of stream (between
+// frames) it returns io.EOF. A malformed frame returns a *ProtocolError.
+// Errors of the underlying stream (a reset, a closed connection) are
+// returned as they are.
+func (fr *FrameReader) Read(m proto.Message) error {
+	n, err := binary.ReadUvarint(fr.r)
+	switch {
+	case err == io.EOF:
+		return io.EOF
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fr.protoErr(fmt.Errorf("%w: inside the length prefix", ErrFrameTruncated))
+	case err != nil && isOverflow(err):
+		return fr.protoErr(fmt.Errorf("%w: bad length prefix", ErrFrameGarbled))
+	case err != nil:
+		return err
+	}
+	if n > uint64(fr.limit) {
+		return fr.protoErr(fmt.Errorf("%w: %d bytes announced, limit %d", ErrFrameTooLarge, n, fr.limit))
+	}
+	if cap(fr.buf) < int(n) {
+		fr.buf = make([]byte, n)
+	}
+	buf := fr.buf[:n]
+	if _, err := io.ReadFull(fr.r, buf); err != nil {
+		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fr.protoErr(fmt.Errorf("%w: %d-byte message cut short", ErrFrameTruncated, n))
+		}
+		return err
+	}
+	if err := proto.Unmarshal(buf, m); err != nil {
+		return fr.protoErr(fmt.Errorf("%w: %v", ErrFrameGarbled, err))
+	}
+	// Large frames are rare; do not keep their buffers alive.
+	if cap(fr.buf) > 64<<10 {
+		fr.buf = nil
+	}
+	return nil
+}
+
+func (fr *FrameReader) protoErr(err error) error {
+	return &ProtocolError{Stream: fr.stream, Err: err}
+}
+
+// isOverflow reports whether err is binary.ReadUvarint's overflow error
+// (a prefix longer than ten bytes), which has no exported sentinel.
+func isOverflow(err error) bool {
+	return err != nil && err.Error() == "binary: varint overflows a 64-bit integer"
+}
+
+// FrameWriter writes length-delimited protobuf frames with a size limit.
+// It is not safe for concurrent use; wrap it (see ControlStream) where
+// several goroutines write.
+type FrameWriter struct {
+	w     io.Writer
+	limit int
+	buf   []byte
+}
+
+// NewFrameWriter returns a writer of frames of at most limit bytes to w.
+func NewFrameWriter(w io.Writer, limit int) *FrameWriter {
+	return &FrameWriter{w: w, limit: limit}
+}
+
+// Write marshals m and writes it as one frame with a single Write call. A
+// message over the limit is not written and returns an error wrapping
+// ErrFrameTooLarge: the sender must split it (body chunks) or refuse it.
+func (fw *FrameWriter) Write(m proto.Message) error {
+	size := proto.Size(m)
+	if size > fw.limit {
+		return fmt.Errorf("quicwire: outgoing %T of %d bytes: %w (limit %d)", m, size, ErrFrameTooLarge, fw.limit)
+	}
+	buf := binary.AppendUvarint(fw.buf[:0], uint64(size))
+	buf, err := proto.MarshalOptions{}.MarshalAppend(buf, m)
+	if err != nil {
+		return fmt.Errorf("quicwire: marshal %T: %w", m, err)
+	}
+	_, err = fw.w.Write(buf)
+	if cap(buf) <= 64<<10 {
+		fw.buf = buf
+	}
+	return err
+}

@@ -1,0 +1,60 @@
+package quicwire
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Liveness is a liveness profile: how often each side sends a heartbeat on
+// the control stream, and how long it waits for the answer before it closes
+// the connection with CloseHeartbeatTimeout (R8, R9).
+//
+// These are transport constants, not protobuf fields and not model
+// settings. A long prefill (minutes without a byte) or streaming
+// backpressure never trips them: heartbeats flow on their own stream with
+// their own flow-control credit (see QUICConfig).
+type Liveness struct {
+	// Interval between heartbeats sent by one side.
+	Interval time.Duration
+	// ResponseWait is how long a heartbeat may stay unanswered.
+	ResponseWait time.Duration
+}
+
+// DefaultLiveness is the profile both daemons always run: a 30 s interval and
+// a 45 s response wait.
+var DefaultLiveness = Liveness{Interval: 30 * time.Second, ResponseWait: 45 * time.Second}
+
+// Scaled divides both durations by div, for tests that cannot use a fake
+// clock (real sockets). Daemons never scale.
+func (l Liveness) Scaled(div int) Liveness {
+	if div <= 1 {
+		return l
+	}
+	return Liveness{Interval: l.Interval / time.Duration(div), ResponseWait: l.ResponseWait / time.Duration(div)}
+}
+
+// Validate reports a profile that cannot work.
+func (l Liveness) Validate() error {
+	if l.Interval <= 0 || l.ResponseWait <= 0 {
+		return errors.New("liveness: interval and response wait must be positive")
+	}
+	if l.ResponseWait < l.Interval {
+		return fmt.Errorf("liveness: response wait %v is shorter than the interval %v", l.ResponseWait, l.Interval)
+	}
+	return nil
+}
+
+// KeepAlive is the QUIC keep-alive period: below common NAT binding
+// timeouts, so an idle Node stays reachable.
+func (l Liveness) KeepAlive() time.Duration {
+	return min(15*time.Second, l.Interval/2)
+}
+
+// IdleTimeout is the QUIC idle timeout. The worst case for the heartbeat to
+// notice a dead peer is one interval (the ping goes out just after the peer
+// died) plus the response wait; the idle timeout sits above that, so the
+// application heartbeat, not QUIC, decides liveness and names the reason.
+func (l Liveness) IdleTimeout() time.Duration {
+	return l.Interval + l.ResponseWait + l.Interval/2
+}
