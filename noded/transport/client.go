@@ -245,7 +245,7 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 
 	st, err := qc.OpenStreamSync(ctx)
 	if err != nil {
-		return false, fmt.Errorf("open control stream: %w", err)
+		return false, fmt.Errorf("open control stream: %w", quicwire.DescribeHandshakeError(err))
 	}
 	cs := quicwire.NewControlStream(st)
 	gen, err := c.register(st, cs)
@@ -323,7 +323,9 @@ func (c *Client) register(st *quic.Stream, cs *quicwire.ControlStream) (uint64, 
 		if cc, ok := quicwire.CloseReason(err); ok && cc.Remote {
 			return 0, &RefusedError{Code: cc.Code, Reason: cc.Detail}
 		}
-		return 0, fmt.Errorf("register: %w", err)
+		// TLS 1.3: the Edge verifies this Node's certificate after the
+		// Node's handshake is done, so its refusal surfaces here.
+		return 0, fmt.Errorf("register: %w", quicwire.DescribeHandshakeError(err))
 	}
 	resp := f.GetRegisterResponse()
 	switch {

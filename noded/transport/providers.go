@@ -12,6 +12,6 @@ func StaticProviders(ps []*wirepb.Provider) Providers { return staticProviders(p
 
 type staticProviders []*wirepb.Provider
 
-func (s staticProviders) Snapshot() []*wirepb.Provider      { return s }
+func (s staticProviders) Snapshot() []*wirepb.Provider        { return s }
 func (s staticProviders) WaitReady(ctx context.Context) error { return ctx.Err() }
 func (s staticProviders) Changed() <-chan struct{}            { return nil }
