@@ -257,7 +257,7 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 		quicwire.CloseHeartbeatTimeout.Close(qc, fmt.Sprintf("no heartbeat answer within %v", c.opts.Liveness.ResponseWait))
 	})
 	log := c.log.With("generation", gen)
-	log.Info("registered with edge", "edge", c.opts.EdgeAddr)
+	log.Info("registered with edge", "edge_addr", c.opts.EdgeAddr)
 
 	// Everything below lives as long as the connection: when it ends,
 	// cctx is cancelled and so are the stream handlers (bound lifetimes).

@@ -1,0 +1,82 @@
+package adminapi_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/iop-dev/iop/edged/adminapi"
+	"github.com/iop-dev/iop/edged/nodes"
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+func get(t *testing.T, h http.Handler, path string) (*httptest.ResponseRecorder, map[string]any) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	var body map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatalf("GET %s: body is not JSON: %v\n%s", path, err, rec.Body)
+	}
+	return rec, body
+}
+
+func TestNodesListsStateGenerationRTTAndProviders(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	reg := nodes.New(func() time.Time { return now }, 100)
+	c := reg.Register(nodes.ConnInfo{
+		NodeID: "n1", Identity: "loopback", Version: "1.2.3",
+		Providers: []*wirepb.Provider{{Name: "ollama", Adapter: "ollama", Capacity: 2, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
+			Targets: []*wirepb.Target{{Name: "llama3.2"}, {Name: "qwen3"}}}},
+		RTT: func() (time.Duration, time.Time) { return 1500 * time.Microsecond, now },
+	})
+	if err := reg.MarkReady(c, c.Generation(), nil); err != nil {
+		t.Fatal(err)
+	}
+	old := reg.Register(nodes.ConnInfo{NodeID: "n2", Providers: []*wirepb.Provider{{Name: "sim", State: wirepb.ProviderState_PROVIDER_STATE_ONLINE}}})
+	reg.Fence(old, quicwire.CloseHeartbeatTimeout, "no answer")
+
+	rec, body := get(t, adminapi.Handler(reg, func() error { return nil }), "/admin/v1/nodes")
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("status %d, content type %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	list := body["nodes"].([]any)
+	if len(list) != 2 {
+		t.Fatalf("got %d nodes, want 2: %v", len(list), body)
+	}
+	n1, n2 := list[0].(map[string]any), list[1].(map[string]any)
+	if n1["id"] != "n1" || n1["state"] != "ready" || n1["generation"] != float64(101) || n1["last_heartbeat_rtt_ms"] != 1.5 {
+		t.Errorf("n1 = %v", n1)
+	}
+	p := n1["providers"].([]any)[0].(map[string]any)
+	if p["name"] != "ollama" || p["state"] != "online" || len(p["targets"].([]any)) != 2 {
+		t.Errorf("n1 provider = %v", p)
+	}
+	if n2["state"] != "fenced" || n2["fence_reason"] != "heartbeat_timeout" {
+		t.Errorf("n2 = %v", n2)
+	}
+	if p := n2["providers"].([]any)[0].(map[string]any); p["state"] != "offline" {
+		t.Errorf("a fenced node's provider is %v, want offline (R9)", p["state"])
+	}
+}
+
+func TestReadyzSaysWhyNotReady(t *testing.T) {
+	reg := nodes.New(nil, 0)
+	ready := errors.New("quic listener not started")
+	h := adminapi.Handler(reg, func() error { return ready })
+	rec, body := get(t, h, "/readyz")
+	if rec.Code != http.StatusServiceUnavailable || body["reason"] != ready.Error() {
+		t.Errorf("readyz = %d %v", rec.Code, body)
+	}
+	ready = nil
+	if rec, _ := get(t, h, "/readyz"); rec.Code != http.StatusOK {
+		t.Errorf("readyz when ready = %d", rec.Code)
+	}
+	if rec, _ := get(t, h, "/healthz"); rec.Code != http.StatusOK {
+		t.Errorf("healthz = %d", rec.Code)
+	}
+}

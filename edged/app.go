@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/iop-dev/iop/configs"
+	"github.com/iop-dev/iop/edged/adminapi"
+	"github.com/iop-dev/iop/edged/config"
+	"github.com/iop-dev/iop/edged/nodes"
+	"github.com/iop-dev/iop/edged/transport"
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/pki"
+)
+
+// This file is the Edge's wiring: the only place that imports fx.
+
+// runEdge runs the Edge until SIGINT or SIGTERM.
+func runEdge(configPath string) error {
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return err
+	}
+	return runApp(edgeModule(cfg))
+}
+
+func runApp(opts ...fx.Option) error {
+	app := fx.New(append(opts, fx.StopTimeout(30*time.Second))...)
+	if err := app.Err(); err != nil {
+		return err
+	}
+	app.Run()
+	return nil
+}
+
+// edgeModule is the Edge's dependency graph.
+func edgeModule(cfg *config.Config) fx.Option {
+	return fx.Options(
+		fx.Supply(cfg),
+		fx.Provide(newLogger, newRegistry, newEdgeTLS, newQUICListener, newTransport, newHTTPServer),
+		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
+			l := &fxevent.SlogLogger{Logger: log}
+			l.UseLogLevel(slog.LevelDebug)
+			return l
+		}),
+		fx.Invoke(serveTransport, serveHTTP),
+	)
+}
+
+func newLogger(cfg *config.Config) *slog.Logger {
+	return cfg.Log.NewLogger(os.Stderr).With("edge", cfg.EdgeID)
+}
+
+// newRegistry numbers generations from the start time in Unix
+// milliseconds, so they increase across Edge restarts too.
+func newRegistry() *nodes.Registry {
+	return nodes.New(nil, uint64(time.Now().UnixMilli()))
+}
+
+// newEdgeTLS builds the TLS configuration of the Node-facing listener.
+func newEdgeTLS(cfg *config.Config, log *slog.Logger) (*tls.Config, error) {
+	id := cfg.Identity
+	if id.Mode == configs.ModeLoopback {
+		host, _, err := net.SplitHostPort(cfg.Listen.QUIC)
+		if err != nil || !configs.IsLoopbackHost(host) {
+			return nil, fmt.Errorf("loopback mode accepts unauthenticated Nodes, so it may only listen on a loopback address, not %q", cfg.Listen.QUIC)
+		}
+		log.Warn("identity mode is loopback: Nodes are not authenticated; use mtls for anything beyond one machine")
+		return quicwire.LoopbackEdgeTLSConfig()
+	}
+	pool, err := pki.LoadPool(id.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := pki.LoadKeyPair(id.CertFile, id.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	if cert.Leaf == nil {
+		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("%s: %w", id.CertFile, err)
+		}
+	}
+	want := quicwire.EdgeIdentity(id.TrustDomain, cfg.EdgeID)
+	if got, err := quicwire.IdentityFromCert(cert.Leaf); err != nil {
+		return nil, fmt.Errorf("%s: %w", id.CertFile, err)
+	} else if got != want {
+		return nil, fmt.Errorf("%s names %s, but this Edge is %s (edge_id and trust_domain)", id.CertFile, got, want)
+	}
+	return quicwire.EdgeTLSConfig(pool, cert, id.TrustDomain, nil, func(remote string, err error) {
+		log.Warn("refused node connection", "remote", remote, "err", err)
+	}), nil
+}
+
+// newQUICListener binds the Node-facing QUIC listener at construction, so
+// a taken port fails the start and the bound address is known.
+func newQUICListener(lc fx.Lifecycle, cfg *config.Config, tlsConf *tls.Config) (*quic.Listener, error) {
+	ln, err := quic.ListenAddr(cfg.Listen.QUIC, tlsConf, quicwire.EdgeQUICConfig(quicwire.DefaultLiveness))
+	if err != nil {
+		return nil, fmt.Errorf("listen.quic %s: %w", cfg.Listen.QUIC, err)
+	}
+	lc.Append(fx.StopHook(ln.Close))
+	return ln, nil
+}
+
+func newTransport(cfg *config.Config, reg *nodes.Registry, log *slog.Logger) *transport.Server {
+	return transport.NewServer(transport.Options{
+		EdgeID:      cfg.EdgeID,
+		Liveness:    quicwire.DefaultLiveness,
+		Managed:     cfg.Identity.Mode == configs.ModeMTLS,
+		TrustDomain: cfg.Identity.TrustDomain,
+		Logger:      log,
+	}, reg)
+}
+
+// serveTransport accepts Nodes from start to stop; stopping closes every
+// Node connection with shutdown.
+func serveTransport(lc fx.Lifecycle, srv *transport.Server, ln *quic.Listener, log *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			log.Info("accepting nodes", "quic", ln.Addr().String())
+			go func() {
+				defer close(done)
+				if err := srv.Serve(ctx, ln); err != nil {
+					log.Error("node transport stopped", "err", err)
+				}
+			}()
+			return nil
+		},
+		OnStop: func(stop context.Context) error {
+			err := srv.Shutdown(stop)
+			cancel()
+			ln.Close()
+			<-done
+			return err
+		},
+	})
+}
+
+// httpServer is the Edge's HTTP listener and whether it is serving.
+type httpServer struct {
+	srv     *http.Server
+	addr    string
+	serving atomic.Bool
+	bound   net.Addr
+}
+
+func newHTTPServer(cfg *config.Config, reg *nodes.Registry) *httpServer {
+	h := &httpServer{addr: cfg.Listen.HTTP}
+	h.srv = &http.Server{
+		Handler: adminapi.Handler(reg, func() error {
+			if !h.serving.Load() {
+				return errors.New("starting")
+			}
+			return nil
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	return h
+}
+
+func serveHTTP(lc fx.Lifecycle, h *httpServer, log *slog.Logger) {
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			ln, err := net.Listen("tcp", h.addr)
+			if err != nil {
+				return fmt.Errorf("listen.http %s: %w", h.addr, err)
+			}
+			h.bound = ln.Addr()
+			h.serving.Store(true)
+			log.Info("serving http", "addr", ln.Addr().String())
+			go func() {
+				if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					log.Error("http server failed", "err", err)
+				}
+			}()
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			h.serving.Store(false)
+			return h.srv.Shutdown(ctx)
+		},
+	})
+}

@@ -1,0 +1,124 @@
+// Package config is the Edge daemon's configuration file: its fields, their defaults and the
+// rules a file must satisfy before edged starts. configs/edge-*.yaml are commented examples.
+//
+// Parse and Load decode strictly (see configs.Decode), fill defaults for what the file leaves
+// out, and validate; every problem is a *configs.Error that names the field.
+package config
+
+import (
+	"os"
+	"strings"
+
+	"github.com/iop-dev/iop/configs"
+)
+
+// Defaults for fields the file leaves out.
+const (
+	// DefaultQUICAddr is where the Edge accepts Node connections.
+	DefaultQUICAddr = "0.0.0.0:7443"
+	// DefaultHTTPAddr is where the Edge serves the client APIs (OpenAI and Ollama).
+	DefaultHTTPAddr = "127.0.0.1:8080"
+)
+
+// Config is the whole edged configuration file.
+type Config struct {
+	// EdgeID names this Edge to Nodes and in logs and metrics. Default: the host name, with
+	// characters outside [A-Za-z0-9._-] replaced by '-'.
+	EdgeID   string   `yaml:"edge_id"`
+	Listen   Listen   `yaml:"listen"`
+	Identity Identity `yaml:"identity"`
+	Log      Log      `yaml:"log"`
+}
+
+// Listen is the `listen` section: the Edge's two listening addresses, as host:port.
+type Listen struct {
+	QUIC string `yaml:"quic"` // Node connections (UDP); default DefaultQUICAddr
+	HTTP string `yaml:"http"` // client APIs (TCP); default DefaultHTTPAddr
+}
+
+// Identity is the `identity` section: mtls (managed) or loopback (development). In loopback mode
+// the Edge accepts unauthenticated Nodes, so listen.quic must be a loopback address.
+type Identity = configs.Identity
+
+// Log is the `log` section.
+type Log = configs.Log
+
+// Default returns the configuration of an empty file: mtls identity (whose files still have to
+// be named), default addresses, info-level text logs.
+func Default() *Config {
+	c := &Config{}
+	c.SetDefaults()
+	return c
+}
+
+// SetDefaults fills every unset field with its default; configs.Decode calls it before reading
+// the file, so set fields win.
+func (c *Config) SetDefaults() {
+	if c.EdgeID == "" {
+		c.EdgeID = hostnameID()
+	}
+	if c.Listen.QUIC == "" {
+		c.Listen.QUIC = DefaultQUICAddr
+	}
+	if c.Listen.HTTP == "" {
+		c.Listen.HTTP = DefaultHTTPAddr
+	}
+	c.Identity.SetDefaults()
+	c.Log.SetDefaults()
+}
+
+// hostnameID turns the host name into a valid id, or "edge" when there is none.
+func hostnameID() string {
+	name, err := os.Hostname()
+	if err != nil {
+		return "edge"
+	}
+	id := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
+			return r
+		}
+		return '-'
+	}, name)
+	if len(id) > 128 {
+		id = id[:128]
+	}
+	if id == "" {
+		return "edge"
+	}
+	return id
+}
+
+// Parse decodes an edged configuration file, fills defaults and validates it. The error, when
+// not nil, is a configs.Errors listing every problem.
+func Parse(data []byte) (*Config, error) {
+	c := &Config{}
+	if err := configs.Decode(data, c); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Load reads and parses the file at path; every error names the file
+// ("edge.yaml: identity.ca_file: required in mtls mode").
+func Load(path string) (*Config, error) {
+	return configs.Load(path, Parse)
+}
+
+// Validate reports every problem with c, as a configs.Errors of *configs.Error, or nil. It checks
+// values only; it does not open the certificate files or the listening addresses.
+func (c *Config) Validate() error {
+	var es configs.Errors
+	es.Append(configs.CheckID("edge_id", c.EdgeID))
+	quicHost, _, quicErr := configs.CheckHostPort("listen.quic", c.Listen.QUIC)
+	_, _, httpErr := configs.CheckHostPort("listen.http", c.Listen.HTTP)
+	es.Append(quicErr, httpErr)
+	es.Append(c.Identity.Validate("identity")...)
+	if c.Identity.Mode == configs.ModeLoopback && quicErr == nil && !configs.IsLoopbackHost(quicHost) {
+		es.Add("listen.quic", "loopback mode accepts unauthenticated Nodes, so it may only listen on a loopback address; got %q", c.Listen.QUIC)
+	}
+	es.Append(c.Log.Validate("log")...)
+	return es.Err()
+}

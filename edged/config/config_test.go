@@ -1,0 +1,245 @@
+package config
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/iop-dev/iop/configs"
+)
+
+// loopbackFile is a small valid file that tests change one line of.
+const loopbackFile = `
+edge_id: edge-test
+listen:
+  quic: 127.0.0.1:7443
+identity:
+  mode: loopback
+`
+
+// mtlsConfig is a valid managed configuration for Validate tests.
+func mtlsConfig() *Config {
+	c := Default()
+	c.EdgeID = "edge-1"
+	c.Identity.CAFile = "/etc/iop/ca.pem"
+	c.Identity.CertFile = "/etc/iop/edge.pem"
+	c.Identity.KeyFile = "/etc/iop/edge-key.pem"
+	return c
+}
+
+func TestParseFillsDefaults(t *testing.T) {
+	c, err := Parse([]byte("identity: {mode: loopback}\nlisten: {quic: 'localhost:7443'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{
+		EdgeID:   hostnameID(),
+		Listen:   Listen{QUIC: "localhost:7443", HTTP: DefaultHTTPAddr},
+		Identity: Identity{Mode: "loopback", TrustDomain: "iop.local"},
+		Log:      Log{Level: "info", Format: "text"},
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("Parse:\n got %+v\nwant %+v", c, want)
+	}
+	if c.Log.SlogLevel() != slog.LevelInfo {
+		t.Errorf("SlogLevel = %v", c.Log.SlogLevel())
+	}
+}
+
+func TestDefaultIsManagedAndNeedsCertificates(t *testing.T) {
+	c := Default()
+	if c.Identity.Mode != "mtls" || c.Listen.QUIC != DefaultQUICAddr || c.Listen.HTTP != DefaultHTTPAddr {
+		t.Errorf("Default() = %+v", c)
+	}
+	if configs.CheckID("edge_id", c.EdgeID) != nil {
+		t.Errorf("default edge id %q is not a valid id", c.EdgeID)
+	}
+	got := paths(c.Validate())
+	if want := []string{"identity.ca_file", "identity.cert_file", "identity.key_file"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Default().Validate() paths %q, want %q", got, want)
+	}
+}
+
+func TestHostnameIDIsAlwaysValid(t *testing.T) {
+	if err := configs.CheckID("edge_id", hostnameID()); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestValidateReportsFieldAndReason(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(c *Config)
+		path   string
+		reason string
+	}{
+		{"edge id required", func(c *Config) { c.EdgeID = "" }, "edge_id", "required"},
+		{"edge id charset", func(c *Config) { c.EdgeID = "edge 1" }, "edge_id", `must be 1 to 128 characters of letters, digits, '.', '_' or '-'; got "edge 1"`},
+		{"edge id length", func(c *Config) { c.EdgeID = strings.Repeat("e", 129) }, "edge_id", "must be 1 to 128"},
+		{"quic without port", func(c *Config) { c.Listen.QUIC = "0.0.0.0" }, "listen.quic", "must be host:port"},
+		{"quic port out of range", func(c *Config) { c.Listen.QUIC = "0.0.0.0:70000" }, "listen.quic", `port must be a number from 0 to 65535, got "70000"`},
+		{"http named port", func(c *Config) { c.Listen.HTTP = "127.0.0.1:http" }, "listen.http", "port must be a number"},
+		{"http empty", func(c *Config) { c.Listen.HTTP = "" }, "listen.http", "required, as host:port"},
+		{"unknown mode", func(c *Config) { c.Identity.Mode = "x" }, "identity.mode", `must be "mtls" or "loopback", got "x"`},
+		{"trust domain uppercase", func(c *Config) { c.Identity.TrustDomain = "IOP" }, "identity.trust_domain", "lowercase"},
+		{"mtls needs ca", func(c *Config) { c.Identity.CAFile = "" }, "identity.ca_file", "required in mtls mode"},
+		{"mtls needs cert", func(c *Config) { c.Identity.CertFile = "" }, "identity.cert_file", "required in mtls mode"},
+		{"mtls needs key", func(c *Config) { c.Identity.KeyFile = "" }, "identity.key_file", "required in mtls mode"},
+		{"loopback refuses certificate files", func(c *Config) {
+			c.Identity.Mode = "loopback"
+			c.Listen.QUIC = "127.0.0.1:7443"
+			c.Identity.CAFile, c.Identity.KeyFile = "", ""
+		}, "identity.cert_file", "not used in loopback mode"},
+		{"loopback on every interface", func(c *Config) { toLoopback(c); c.Listen.QUIC = "0.0.0.0:7443" }, "listen.quic",
+			"loopback mode accepts unauthenticated Nodes, so it may only listen on a loopback address"},
+		{"loopback on an empty host", func(c *Config) { toLoopback(c); c.Listen.QUIC = ":7443" }, "listen.quic", "only listen on a loopback address"},
+		{"loopback on a host name", func(c *Config) { toLoopback(c); c.Listen.QUIC = "edge.example.com:7443" }, "listen.quic", "only listen on a loopback address"},
+		{"log level", func(c *Config) { c.Log.Level = "trace" }, "log.level", `must be one of debug, info, warn, error; got "trace"`},
+		{"log format", func(c *Config) { c.Log.Format = "xml" }, "log.format", `must be text or json, got "xml"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mtlsConfig()
+			tt.change(c)
+			err := c.Validate()
+			var es configs.Errors
+			if !errors.As(err, &es) || len(es) != 1 {
+				t.Fatalf("Validate() = %v, want exactly one problem", err)
+			}
+			if es[0].Path != tt.path || !strings.Contains(es[0].Reason, tt.reason) {
+				t.Errorf("got %q: %q\nwant %q: containing %q", es[0].Path, es[0].Reason, tt.path, tt.reason)
+			}
+		})
+	}
+}
+
+func toLoopback(c *Config) {
+	c.Identity = Identity{Mode: "loopback", TrustDomain: "iop.local"}
+}
+
+func TestValidateAcceptsLoopbackAddresses(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:7443", "127.0.0.2:0", "[::1]:7443", "localhost:7443"} {
+		c := mtlsConfig()
+		toLoopback(c)
+		c.Listen.QUIC = addr
+		if err := c.Validate(); err != nil {
+			t.Errorf("loopback on %s: %v", addr, err)
+		}
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	c := &Config{Identity: Identity{Mode: "mtls"}}
+	want := []string{"edge_id", "listen.quic", "listen.http", "identity.trust_domain", "identity.ca_file",
+		"identity.cert_file", "identity.key_file", "log.level", "log.format"}
+	if got := paths(c.Validate()); !reflect.DeepEqual(got, want) {
+		t.Errorf("paths %q\nwant  %q", got, want)
+	}
+}
+
+func TestParseReportsDecodeProblemsWithLines(t *testing.T) {
+	tests := []struct {
+		name   string
+		src    string
+		path   string
+		line   int
+		reason string
+	}{
+		{"unknown field", loopbackFile + "  ca_fil: x\n", "identity.ca_fil", 7, `unknown field; did you mean "ca_file"?`},
+		{"unknown section", loopbackFile + "metrics: {}\n", "metrics", 7, "unknown field"},
+		{"duplicate key", loopbackFile + "  mode: mtls\n", "identity.mode", 7, "duplicate key (first set on line 6)"},
+		{"listen as a string", "listen: 127.0.0.1:7443\n", "listen", 1, "must be a mapping of fields"},
+		{"edge id as a list", "edge_id: [a]\n", "edge_id", 1, "must be a string, got a list"},
+		{"second document", loopbackFile + "---\nedge_id: other\n", "", 8, "second YAML document"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.src))
+			var e *configs.Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Parse error %v is not a *configs.Error", err)
+			}
+			if e.Path != tt.path || e.Line != tt.line || !strings.Contains(e.Reason, tt.reason) {
+				t.Errorf("got %v\nwant path %q line %d reason containing %q", e, tt.path, tt.line, tt.reason)
+			}
+		})
+	}
+}
+
+func TestParseRefusesEmptyFile(t *testing.T) {
+	if _, err := Parse(nil); err == nil || !strings.Contains(err.Error(), "configuration is empty") {
+		t.Errorf("Parse(nil) = %v", err)
+	}
+}
+
+func TestLoadErrorNamesTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "edge.yaml")
+	if err := os.WriteFile(path, []byte("edge_id: e\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if err == nil || !strings.HasPrefix(err.Error(), path+": identity.ca_file: required in mtls mode") {
+		t.Errorf("Load error = %v", err)
+	}
+	missing := filepath.Join(dir, "nope.yaml")
+	if _, err := Load(missing); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("Load of a missing file = %v", err)
+	}
+}
+
+func TestLoadReadsAFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	if err := os.WriteFile(path, []byte(loopbackFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EdgeID != "edge-test" || c.Identity.Mode != "loopback" {
+		t.Errorf("Load = %+v", c)
+	}
+}
+
+func TestMarshalledConfigParsesBack(t *testing.T) {
+	for _, c := range []*Config{mtlsConfig(), mustParse(t, loopbackFile)} {
+		out, err := yaml.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Parse(out)
+		if err != nil {
+			t.Fatalf("Parse(Marshal(c)): %v\n%s", err, out)
+		}
+		if !reflect.DeepEqual(back, c) {
+			t.Errorf("round trip:\n got %+v\nwant %+v", back, c)
+		}
+	}
+}
+
+func mustParse(t *testing.T, src string) *Config {
+	t.Helper()
+	c, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// paths lists the field paths of the problems in err, in order.
+func paths(err error) []string {
+	var es configs.Errors
+	errors.As(err, &es)
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Path)
+	}
+	return out
+}

@@ -1,0 +1,63 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/iop-dev/iop/configs"
+)
+
+// FuzzParse checks that no input panics Parse, that whatever Parse accepts is valid, and that a
+// valid configuration marshals to a file that parses back to the same configuration.
+func FuzzParse(f *testing.F) {
+	examples, _ := filepath.Glob("../../configs/edge*.yaml")
+	for _, name := range examples {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	for _, s := range []string{
+		loopbackFile,
+		loopbackFile + "  ca_fil: x\n",
+		loopbackFile + "  mode: mtls\n",
+		loopbackFile + "---\n",
+		"listen: {quic: '[::1]:7443'}\nidentity: {mode: loopback}\n",
+		"listen: {quic: '0.0.0.0:99999'}\n",
+		"edge_id: &a x\nlog: {level: *a}\n",
+		"identity: !!binary aGVsbG8=\n",
+		"\xff\xfe",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			var e *configs.Error
+			if c != nil || !errors.As(err, &e) {
+				t.Fatalf("Parse = %v, %v; want nil and a *configs.Error", c, err)
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("Parse accepted an invalid config: %v", err)
+		}
+		out, err := yaml.Marshal(c)
+		if err != nil {
+			t.Fatalf("Marshal: %v", err)
+		}
+		back, err := Parse(out)
+		if err != nil {
+			t.Fatalf("Parse(Marshal(c)): %v\n%s", err, out)
+		}
+		if !reflect.DeepEqual(back, c) {
+			t.Fatalf("round trip changed the config:\n got %+v\nwant %+v", back, c)
+		}
+	})
+}

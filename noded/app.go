@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/iop-dev/iop/noded/agent"
+	"github.com/iop-dev/iop/noded/config"
+)
+
+// runFlags are the command-line flags of `noded run`.
+type runFlags struct {
+	configPath string
+	healthAddr string
+}
+
+// checkConfig loads and validates a configuration file.
+func checkConfig(path string) error {
+	_, err := config.Load(path)
+	return err
+}
+
+// runNode runs the Node until SIGINT or SIGTERM, then drains and stops.
+func runNode(flags runFlags) error {
+	cfg, err := config.Load(flags.configPath)
+	if err != nil {
+		return err
+	}
+	app := fx.New(nodeModule(cfg, flags), fx.StopTimeout(time.Duration(cfg.DrainTimeout)+10*time.Second))
+	if err := app.Err(); err != nil {
+		return err
+	}
+	app.Run() // starts, waits for a signal, stops (drains)
+	return nil
+}
+
+// nodeModule is the Node's dependency graph; fx only appears in this file.
+func nodeModule(cfg *config.Config, flags runFlags) fx.Option {
+	return fx.Options(
+		fx.Supply(cfg, flags),
+		fx.Provide(newLogger, newAgent),
+		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
+			l := &fxevent.SlogLogger{Logger: log}
+			l.UseLogLevel(slog.LevelDebug)
+			return l
+		}),
+		fx.Invoke(startAgent, startHealth),
+	)
+}
+
+func newLogger(cfg *config.Config) *slog.Logger {
+	return cfg.Log.NewLogger(os.Stderr).With("node", cfg.NodeID)
+}
+
+func newAgent(cfg *config.Config, log *slog.Logger) (*agent.Agent, error) {
+	return agent.New(cfg, agent.Options{Version: version, Logger: log})
+}
+
+func startAgent(lc fx.Lifecycle, a *agent.Agent) {
+	lc.Append(fx.Hook{OnStart: a.Start, OnStop: a.Stop})
+}
+
+// startHealth serves the Node's health endpoints when --health-addr is set.
+func startHealth(lc fx.Lifecycle, flags runFlags, a *agent.Agent, log *slog.Logger) {
+	if flags.healthAddr == "" {
+		return
+	}
+	srv := &http.Server{Handler: a.HealthHandler(), ReadHeaderTimeout: 10 * time.Second}
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			ln, err := net.Listen("tcp", flags.healthAddr)
+			if err != nil {
+				return err
+			}
+			log.Info("health endpoints listening", "addr", ln.Addr().String())
+			go func() {
+				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					log.Error("health server failed", "err", err)
+				}
+			}()
+			return nil
+		},
+		OnStop: srv.Shutdown,
+	})
+}

@@ -1,0 +1,263 @@
+// Package config is the Node daemon's configuration file: its fields, their defaults and the
+// rules a file must satisfy before noded starts. configs/node-*.yaml are commented examples.
+//
+// Parse and Load decode strictly (see configs.Decode), fill defaults for what the file leaves
+// out, and validate; every problem is a *configs.Error that names the field.
+package config
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/iop-dev/iop/configs"
+)
+
+// Defaults and limits.
+const (
+	// DefaultDrainTimeout is how long a stopping Node lets in-flight runs finish.
+	DefaultDrainTimeout = 30 * time.Second
+	// MaxDrainTimeout is the longest drain_timeout accepted.
+	MaxDrainTimeout = time.Hour
+	// DefaultInitialBackoff is the first wait before redialling the Edge.
+	DefaultInitialBackoff = 500 * time.Millisecond
+	// DefaultMaxBackoff caps the wait between redials as it grows.
+	DefaultMaxBackoff = 30 * time.Second
+	// DefaultCapacity is how many runs a provider executes at once when the file does not say.
+	DefaultCapacity = 4
+	// MaxCapacity is the largest provider capacity accepted.
+	MaxCapacity = 4096
+)
+
+// Adapter kinds a provider may name.
+const (
+	AdapterOllama    = "ollama"    // Ollama's API, shipped with noded
+	AdapterOpenAI    = "openai"    // OpenAI-compatible servers (vLLM, llama.cpp server, LM Studio, hosted APIs), shipped
+	AdapterSimulator = "simulator" // the deterministic model server for demos and tests, shipped
+	AdapterExternal  = "external"  // a third-party plugin binary, pinned by its SHA-256
+)
+
+// Config is the whole noded configuration file.
+type Config struct {
+	// NodeID names this Node to the Edge; required.
+	NodeID   string   `yaml:"node_id"`
+	Edge     Edge     `yaml:"edge"`
+	Identity Identity `yaml:"identity"`
+	// LeaseKeyFile holds the Node's private key that credential leases are sealed to. Empty (the
+	// default) means a key generated in memory at each start; a file keeps it across restarts.
+	LeaseKeyFile string `yaml:"lease_key_file"`
+	// DrainTimeout is how long a stopping Node lets in-flight runs finish before cancelling
+	// them; default 30s, at most 1h.
+	DrainTimeout configs.Duration  `yaml:"drain_timeout"`
+	Reconnect    Reconnect         `yaml:"reconnect"`
+	Providers    []Provider        `yaml:"providers,omitempty"`
+	Labels       map[string]string `yaml:"labels,omitempty"` // free-form tags reported to the Edge
+	Log          Log               `yaml:"log"`
+}
+
+// Edge is the `edge` section: the Edge this Node dials.
+type Edge struct {
+	Address string `yaml:"address"` // host:port of the Edge's QUIC listener; required
+	// ServerName is the TLS server name expected in the Edge's certificate; empty means the host
+	// of Address.
+	ServerName string `yaml:"server_name"`
+}
+
+// Identity is the `identity` section: the shared mode, trust domain and certificate files, plus
+// the Edge's id when the Node should insist on one.
+type Identity struct {
+	configs.Identity `yaml:",inline"`
+	// EdgeID, when set, is the only Edge id this Node accepts; empty accepts any Edge the
+	// identity mode admits.
+	EdgeID string `yaml:"edge_id"`
+}
+
+// Reconnect is the `reconnect` section: the backoff between dials after the connection to the
+// Edge ends. The wait starts at InitialBackoff and grows up to MaxBackoff.
+type Reconnect struct {
+	InitialBackoff configs.Duration `yaml:"initial_backoff"` // default 500ms
+	MaxBackoff     configs.Duration `yaml:"max_backoff"`     // default 30s
+}
+
+// Provider is one entry of `providers`: a model server reached through one adapter.
+type Provider struct {
+	Name    string   `yaml:"name"`              // unique among providers; required
+	Adapter string   `yaml:"adapter"`           // one of the Adapter constants; required
+	Binary  string   `yaml:"binary"`            // the plugin executable; required exactly when Adapter is external
+	SHA256  string   `yaml:"sha256"`            // hex SHA-256 of Binary, checked before it runs; required exactly when external
+	Targets []string `yaml:"targets,omitempty"` // model names served; may be empty, to be discovered from the server
+	// Capacity is how many runs this provider executes at once; default 4, from 1 to 4096.
+	Capacity int `yaml:"capacity"`
+	// Config is the adapter's own settings (such as base_url), handed to it as-is.
+	Config map[string]any `yaml:"config,omitempty"`
+}
+
+// Log is the `log` section.
+type Log = configs.Log
+
+// Default returns the configuration of a file that sets nothing: no node_id and no Edge address
+// yet (Validate reports both), mtls identity, default timings and info-level text logs.
+func Default() *Config {
+	c := &Config{}
+	c.SetDefaults()
+	return c
+}
+
+// SetDefaults fills every unset field with its default; configs.Decode calls it before reading
+// the file, so set fields win.
+func (c *Config) SetDefaults() {
+	c.Identity.SetDefaults()
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = configs.Duration(DefaultDrainTimeout)
+	}
+	c.Reconnect.SetDefaults()
+	for i := range c.Providers {
+		c.Providers[i].SetDefaults()
+	}
+	c.Log.SetDefaults()
+}
+
+// SetDefaults fills unset backoffs.
+func (r *Reconnect) SetDefaults() {
+	if r.InitialBackoff == 0 {
+		r.InitialBackoff = configs.Duration(DefaultInitialBackoff)
+	}
+	if r.MaxBackoff == 0 {
+		r.MaxBackoff = configs.Duration(DefaultMaxBackoff)
+	}
+}
+
+// SetDefaults fills an unset capacity. configs.Decode calls it for each provider in the file
+// before reading its fields, so `capacity: 0` stays 0 and is refused.
+func (p *Provider) SetDefaults() {
+	if p.Capacity == 0 {
+		p.Capacity = DefaultCapacity
+	}
+}
+
+// Parse decodes a noded configuration file, fills defaults and validates it. The error, when
+// not nil, is a configs.Errors listing every problem.
+func Parse(data []byte) (*Config, error) {
+	c := &Config{}
+	if err := configs.Decode(data, c); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Load reads and parses the file at path; every error names the file
+// ("node.yaml: node_id: required").
+func Load(path string) (*Config, error) {
+	return configs.Load(path, Parse)
+}
+
+// Validate reports every problem with c, as a configs.Errors of *configs.Error, or nil. It checks
+// values only; it opens no files and dials nothing.
+func (c *Config) Validate() error {
+	var es configs.Errors
+	es.Append(configs.CheckID("node_id", c.NodeID))
+	host, port, addrErr := configs.CheckHostPort("edge.address", c.Edge.Address)
+	switch {
+	case addrErr != nil:
+		es.Append(addrErr)
+	case host == "":
+		es.Add("edge.address", "needs a host to dial, got %q", c.Edge.Address)
+	case port == 0:
+		es.Add("edge.address", "needs a port from 1 to 65535, got %q", c.Edge.Address)
+	case c.Identity.Mode == configs.ModeLoopback && !configs.IsLoopbackHost(host):
+		es.Add("edge.address", "loopback mode does not authenticate the Edge, so the Node may only dial a loopback address; got %q", c.Edge.Address)
+	}
+	es.Append(c.Identity.Validate("identity")...)
+	if c.Identity.EdgeID != "" {
+		es.Append(configs.CheckID("identity.edge_id", c.Identity.EdgeID))
+	}
+	if d := time.Duration(c.DrainTimeout); d <= 0 || d > MaxDrainTimeout {
+		es.Add("drain_timeout", "must be more than 0s and at most %s, got %s", MaxDrainTimeout, d)
+	}
+	es.Append(c.Reconnect.validate()...)
+	names := make(map[string]int, len(c.Providers))
+	for i, p := range c.Providers {
+		path := "providers[" + strconv.Itoa(i) + "]"
+		if first, dup := names[p.Name]; dup && p.Name != "" {
+			es.Add(path+".name", "duplicate provider name %q (also providers[%d])", p.Name, first)
+		}
+		names[p.Name] = i
+		es.Append(p.validate(path)...)
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Labels)) {
+		if configs.CheckID("", k) != nil {
+			es.Add(fmt.Sprintf("labels[%q]", k), "a label name must be 1 to 128 characters of letters, digits, '.', '_' or '-'")
+		}
+	}
+	es.Append(c.Log.Validate("log")...)
+	return es.Err()
+}
+
+func (r Reconnect) validate() []*configs.Error {
+	var es configs.Errors
+	initial, maxB := time.Duration(r.InitialBackoff), time.Duration(r.MaxBackoff)
+	if initial <= 0 {
+		es.Add("reconnect.initial_backoff", "must be more than 0s, got %s", initial)
+	}
+	if maxB <= 0 {
+		es.Add("reconnect.max_backoff", "must be more than 0s, got %s", maxB)
+	}
+	if initial > 0 && maxB > 0 && initial > maxB {
+		es.Add("reconnect.initial_backoff", "must not exceed reconnect.max_backoff (%s), got %s", maxB, initial)
+	}
+	return es
+}
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+
+func (p Provider) validate(path string) []*configs.Error {
+	var es configs.Errors
+	es.Append(configs.CheckID(path+".name", p.Name))
+	switch p.Adapter {
+	case "":
+		es.Add(path+".adapter", "required: one of %s", adapterList)
+	case AdapterOllama, AdapterOpenAI, AdapterSimulator, AdapterExternal:
+	default:
+		es.Add(path+".adapter", "must be one of %s; got %q", adapterList, p.Adapter)
+	}
+	if p.Adapter == AdapterExternal {
+		if p.Binary == "" {
+			es.Add(path+".binary", "required when adapter is %q", AdapterExternal)
+		}
+		if p.SHA256 == "" {
+			es.Add(path+".sha256", "required when adapter is %q, to pin the binary", AdapterExternal)
+		} else if !sha256Hex.MatchString(p.SHA256) {
+			es.Add(path+".sha256", "must be 64 hexadecimal digits, got %q", p.SHA256)
+		}
+	} else {
+		if p.Binary != "" {
+			es.Add(path+".binary", "only used when adapter is %q; remove it", AdapterExternal)
+		}
+		if p.SHA256 != "" {
+			es.Add(path+".sha256", "only used when adapter is %q; remove it", AdapterExternal)
+		}
+	}
+	seen := make(map[string]bool, len(p.Targets))
+	for i, t := range p.Targets {
+		tp := fmt.Sprintf("%s.targets[%d]", path, i)
+		switch {
+		case t == "":
+			es.Add(tp, "must not be empty")
+		case seen[t]:
+			es.Add(tp, "duplicate target %q", t)
+		}
+		seen[t] = true
+	}
+	if p.Capacity < 1 || p.Capacity > MaxCapacity {
+		es.Add(path+".capacity", "must be from 1 to %d, got %d", MaxCapacity, p.Capacity)
+	}
+	return es
+}
+
+var adapterList = fmt.Sprintf("%q, %q, %q, %q", AdapterOllama, AdapterOpenAI, AdapterSimulator, AdapterExternal)

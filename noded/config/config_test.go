@@ -1,0 +1,285 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/iop-dev/iop/configs"
+)
+
+// loopbackFile is a small valid file that tests append lines to.
+const loopbackFile = `node_id: node-test
+edge:
+  address: 127.0.0.1:7443
+identity:
+  mode: loopback
+providers:
+  - name: sim
+    adapter: simulator
+    targets: [sim-small]
+  - name: llm
+    adapter: ollama
+`
+
+// mtlsConfig is a valid managed configuration for Validate tests.
+func mtlsConfig() *Config {
+	c := Default()
+	c.NodeID = "gpu-01"
+	c.Edge.Address = "edge.example.com:7443"
+	c.Identity.CAFile = "/etc/iop/ca.pem"
+	c.Identity.CertFile = "/etc/iop/node.pem"
+	c.Identity.KeyFile = "/etc/iop/node-key.pem"
+	c.Providers = []Provider{
+		{Name: "ollama", Adapter: AdapterOllama, Targets: []string{"llama3.1:8b"}, Capacity: 2},
+		{Name: "custom", Adapter: AdapterExternal, Binary: "/opt/iop/adapter", SHA256: strings.Repeat("ab", 32), Capacity: 1},
+	}
+	return c
+}
+
+func TestParseFillsDefaults(t *testing.T) {
+	c, err := Parse([]byte(loopbackFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{
+		NodeID:       "node-test",
+		Edge:         Edge{Address: "127.0.0.1:7443"},
+		Identity:     Identity{Identity: configs.Identity{Mode: "loopback", TrustDomain: "iop.local"}},
+		DrainTimeout: configs.Duration(30 * time.Second),
+		Reconnect:    Reconnect{InitialBackoff: configs.Duration(500 * time.Millisecond), MaxBackoff: configs.Duration(30 * time.Second)},
+		Providers: []Provider{
+			{Name: "sim", Adapter: "simulator", Targets: []string{"sim-small"}, Capacity: 4},
+			{Name: "llm", Adapter: "ollama", Capacity: 4},
+		},
+		Log: Log{Level: "info", Format: "text"},
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("Parse:\n got %+v\nwant %+v", c, want)
+	}
+}
+
+func TestDefaultNeedsNodeEdgeAndCertificates(t *testing.T) {
+	got := paths(Default().Validate())
+	want := []string{"node_id", "edge.address", "identity.ca_file", "identity.cert_file", "identity.key_file"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Default().Validate() paths %q, want %q", got, want)
+	}
+}
+
+func TestParsePassesAdapterConfigThrough(t *testing.T) {
+	c, err := Parse([]byte(loopbackFile + `    config:
+      base_url: http://127.0.0.1:11434
+      keep_alive: 5m
+      options: {num_ctx: 8192, stop: ["</s>"], temperature: 0.2, stream: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"base_url":   "http://127.0.0.1:11434",
+		"keep_alive": "5m",
+		"options":    map[string]any{"num_ctx": 8192, "stop": []any{"</s>"}, "temperature": 0.2, "stream": true},
+	}
+	if got := c.Providers[1].Config; !reflect.DeepEqual(got, want) {
+		t.Errorf("config = %#v\nwant %#v", got, want)
+	}
+}
+
+func TestValidateReportsFieldAndReason(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(c *Config)
+		path   string
+		reason string
+	}{
+		{"node id required", func(c *Config) { c.NodeID = "" }, "node_id", "required"},
+		{"node id charset", func(c *Config) { c.NodeID = "gpu/01" }, "node_id", `got "gpu/01"`},
+		{"edge address required", func(c *Config) { c.Edge.Address = "" }, "edge.address", "required, as host:port"},
+		{"edge address without port", func(c *Config) { c.Edge.Address = "edge.example.com" }, "edge.address", "must be host:port"},
+		{"edge address without host", func(c *Config) { c.Edge.Address = ":7443" }, "edge.address", `needs a host to dial, got ":7443"`},
+		{"edge address port zero", func(c *Config) { c.Edge.Address = "edge:0" }, "edge.address", "needs a port from 1 to 65535"},
+		{"edge address port too big", func(c *Config) { c.Edge.Address = "edge:65536" }, "edge.address", "port must be a number from 0 to 65535"},
+		{"loopback dials a remote edge", func(c *Config) { toLoopback(c) }, "edge.address",
+			"loopback mode does not authenticate the Edge, so the Node may only dial a loopback address"},
+		{"unknown mode", func(c *Config) { c.Identity.Mode = "none" }, "identity.mode", `must be "mtls" or "loopback", got "none"`},
+		{"mtls needs ca", func(c *Config) { c.Identity.CAFile = "" }, "identity.ca_file", "required in mtls mode"},
+		{"mtls needs cert", func(c *Config) { c.Identity.CertFile = "" }, "identity.cert_file", "required in mtls mode"},
+		{"mtls needs key", func(c *Config) { c.Identity.KeyFile = "" }, "identity.key_file", "required in mtls mode"},
+		{"expected edge id charset", func(c *Config) { c.Identity.EdgeID = "edge one" }, "identity.edge_id", "must be 1 to 128"},
+		{"trust domain", func(c *Config) { c.Identity.TrustDomain = "Iop" }, "identity.trust_domain", "lowercase"},
+		{"drain timeout zero", func(c *Config) { c.DrainTimeout = 0 }, "drain_timeout", "must be more than 0s and at most 1h0m0s, got 0s"},
+		{"drain timeout over an hour", func(c *Config) { c.DrainTimeout = configs.Duration(61 * time.Minute) }, "drain_timeout", "got 1h1m0s"},
+		{"initial backoff zero", func(c *Config) { c.Reconnect.InitialBackoff = 0 }, "reconnect.initial_backoff", "must be more than 0s, got 0s"},
+		{"max backoff negative", func(c *Config) { c.Reconnect.MaxBackoff = configs.Duration(-time.Second) }, "reconnect.max_backoff", "must be more than 0s, got -1s"},
+		{"initial above max", func(c *Config) { c.Reconnect.InitialBackoff = configs.Duration(time.Minute) }, "reconnect.initial_backoff",
+			"must not exceed reconnect.max_backoff (30s), got 1m0s"},
+		{"provider name required", func(c *Config) { c.Providers[1].Name = "" }, "providers[1].name", "required"},
+		{"provider name charset", func(c *Config) { c.Providers[1].Name = "my model" }, "providers[1].name", "must be 1 to 128"},
+		{"provider name unique", func(c *Config) { c.Providers[1].Name = "ollama" }, "providers[1].name", `duplicate provider name "ollama" (also providers[0])`},
+		{"adapter required", func(c *Config) { c.Providers[0].Adapter = "" }, "providers[0].adapter", `required: one of "ollama", "openai", "simulator", "external"`},
+		{"adapter unknown", func(c *Config) { c.Providers[0].Adapter = "vllm" }, "providers[0].adapter", `must be one of "ollama", "openai", "simulator", "external"; got "vllm"`},
+		{"external needs binary", func(c *Config) { c.Providers[1].Binary = "" }, "providers[1].binary", `required when adapter is "external"`},
+		{"external needs sha256", func(c *Config) { c.Providers[1].SHA256 = "" }, "providers[1].sha256", `required when adapter is "external"`},
+		{"sha256 is hex", func(c *Config) { c.Providers[1].SHA256 = strings.Repeat("z", 64) }, "providers[1].sha256", "must be 64 hexadecimal digits"},
+		{"sha256 length", func(c *Config) { c.Providers[1].SHA256 = "abcd" }, "providers[1].sha256", "must be 64 hexadecimal digits"},
+		{"binary only for external", func(c *Config) { c.Providers[0].Binary = "/bin/x" }, "providers[0].binary", `only used when adapter is "external"`},
+		{"sha256 only for external", func(c *Config) { c.Providers[0].SHA256 = strings.Repeat("0", 64) }, "providers[0].sha256", `only used when adapter is "external"`},
+		{"empty target", func(c *Config) { c.Providers[0].Targets = []string{"a", ""} }, "providers[0].targets[1]", "must not be empty"},
+		{"duplicate target", func(c *Config) { c.Providers[0].Targets = []string{"a", "a"} }, "providers[0].targets[1]", `duplicate target "a"`},
+		{"capacity zero", func(c *Config) { c.Providers[0].Capacity = 0 }, "providers[0].capacity", "must be from 1 to 4096, got 0"},
+		{"capacity too big", func(c *Config) { c.Providers[1].Capacity = 4097 }, "providers[1].capacity", "got 4097"},
+		{"label name", func(c *Config) { c.Labels = map[string]string{"ok": "1", "a b": "2"} }, `labels["a b"]`, "a label name must be"},
+		{"log level", func(c *Config) { c.Log.Level = "INFO" }, "log.level", `got "INFO"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mtlsConfig()
+			tt.change(c)
+			err := c.Validate()
+			var es configs.Errors
+			if !errors.As(err, &es) || len(es) != 1 {
+				t.Fatalf("Validate() = %v, want exactly one problem", err)
+			}
+			if es[0].Path != tt.path || !strings.Contains(es[0].Reason, tt.reason) {
+				t.Errorf("got %q: %q\nwant %q: containing %q", es[0].Path, es[0].Reason, tt.path, tt.reason)
+			}
+		})
+	}
+}
+
+func toLoopback(c *Config) {
+	c.Identity.Identity = configs.Identity{Mode: "loopback", TrustDomain: "iop.local"}
+}
+
+func TestValidateAcceptsValidConfigs(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(c *Config)
+	}{
+		{"managed", func(*Config) {}},
+		{"no providers yet", func(c *Config) { c.Providers = nil }},
+		{"targets discovered later", func(c *Config) { c.Providers[0].Targets = nil }},
+		{"uppercase sha256", func(c *Config) { c.Providers[1].SHA256 = strings.Repeat("AB", 32) }},
+		{"loopback on localhost", func(c *Config) { toLoopback(c); c.Edge.Address = "localhost:7443" }},
+		{"loopback on ::1", func(c *Config) { toLoopback(c); c.Edge.Address = "[::1]:7443" }},
+		{"equal backoffs", func(c *Config) { c.Reconnect.InitialBackoff = c.Reconnect.MaxBackoff }},
+		{"drain timeout of an hour", func(c *Config) { c.DrainTimeout = configs.Duration(time.Hour) }},
+		{"capacity bounds", func(c *Config) { c.Providers[0].Capacity, c.Providers[1].Capacity = 1, MaxCapacity }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mtlsConfig()
+			tt.change(c)
+			if err := c.Validate(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestParseReportsDecodeProblemsWithLines(t *testing.T) {
+	tests := []struct {
+		name   string
+		src    string
+		path   string
+		line   int
+		reason string
+	}{
+		{"unknown provider field", loopbackFile + "    capcity: 3\n", "providers[1].capcity", 12, `unknown field; did you mean "capacity"?`},
+		{"unknown top-level field", loopbackFile + "drain: 1s\n", "drain", 12, "unknown field"},
+		{"duplicate provider key", loopbackFile + "    adapter: openai\n", "providers[1].adapter", 12, "duplicate key (first set on line 11)"},
+		{"duplicate top-level key", loopbackFile + "node_id: again\n", "node_id", 12, "duplicate key (first set on line 1)"},
+		{"capacity as text", loopbackFile + "    capacity: lots\n", "providers[1].capacity", 12, `must be an integer, got "lots"`},
+		{"targets as a string", loopbackFile + "    targets: sim-small\n", "providers[1].targets", 12, `must be a list, got "sim-small"`},
+		{"providers as a mapping", "providers: {name: a}\n", "providers", 1, "must be a list, got a mapping"},
+		{"labels as a list", "labels: [a]\n", "labels", 1, "must be a mapping, got a list"},
+		{"label value as a mapping", "labels: {zone: {a: 1}}\n", "labels.zone", 1, "must be a string, got a mapping"},
+		{"bare number drain timeout", loopbackFile + "drain_timeout: 30\n", "drain_timeout", 12, `must be a duration with a unit, such as "30s" or "1m30s"; got the bare number 30`},
+		{"bad drain timeout", loopbackFile + "drain_timeout: 30 seconds\n", "drain_timeout", 12, `got "30 seconds"`},
+		{"bad backoff", loopbackFile + "reconnect: {max_backoff: 1.5}\n", "reconnect.max_backoff", 12, "bare number 1.5"},
+		{"unknown identity field inline", "identity: {edgeid: x}\n", "identity.edgeid", 1, `did you mean "edge_id"?`},
+		{"duplicate key in adapter config", loopbackFile + "    config: {a: 1, a: 2}\n", "providers[1].config.a", 12, "duplicate key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.src))
+			var e *configs.Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Parse error %v is not a *configs.Error", err)
+			}
+			if e.Path != tt.path || e.Line != tt.line || !strings.Contains(e.Reason, tt.reason) {
+				t.Errorf("got %v\nwant path %q line %d reason containing %q", e, tt.path, tt.line, tt.reason)
+			}
+		})
+	}
+}
+
+func TestExplicitZeroIsRefusedNotDefaulted(t *testing.T) {
+	tests := []struct{ src, path string }{
+		{loopbackFile + "    capacity: 0\n", "providers[1].capacity"},
+		{loopbackFile + "drain_timeout: 0s\n", "drain_timeout"},
+		{loopbackFile + "reconnect: {initial_backoff: 0s}\n", "reconnect.initial_backoff"},
+	}
+	for _, tt := range tests {
+		if got := paths(func() error { _, err := Parse([]byte(tt.src)); return err }()); !reflect.DeepEqual(got, []string{tt.path}) {
+			t.Errorf("Parse(... %s: 0) problems %q, want [%q]", tt.path, got, tt.path)
+		}
+	}
+}
+
+func TestLoadErrorNamesTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "node.yaml")
+	if err := os.WriteFile(path, []byte(loopbackFile+"    capcity: 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if want := path + `: providers[1].capcity (line 12): unknown field; did you mean "capacity"?`; err == nil || err.Error() != want {
+		t.Errorf("Load error = %v\nwant %s", err, want)
+	}
+	if err := os.WriteFile(path, []byte("edge: {address: 'e:1'}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(path)
+	if err == nil || !strings.HasPrefix(err.Error(), path+": node_id: required\n") {
+		t.Errorf("Load error = %v", err)
+	}
+	if _, err := Load(filepath.Join(dir, "nope.yaml")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load of a missing file = %v", err)
+	}
+}
+
+func TestMarshalledConfigParsesBack(t *testing.T) {
+	c := mtlsConfig()
+	c.Labels = map[string]string{"zone": "eu"}
+	c.Providers[0].Config = map[string]any{"base_url": "http://x", "opts": map[string]any{"n": 1}}
+	out, err := yaml.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(out)
+	if err != nil {
+		t.Fatalf("Parse(Marshal(c)): %v\n%s", err, out)
+	}
+	if !reflect.DeepEqual(back, c) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", back, c)
+	}
+}
+
+// paths lists the field paths of the problems in err, in order.
+func paths(err error) []string {
+	var es configs.Errors
+	errors.As(err, &es)
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Path)
+	}
+	return out
+}
