@@ -87,11 +87,8 @@ func (fr *FrameReader) Read(m proto.Message) error {
 	if n > uint64(fr.limit) {
 		return fr.protoErr(fmt.Errorf("%w: %d bytes announced, limit %d", ErrFrameTooLarge, n, fr.limit))
 	}
-	if cap(fr.buf) < int(n) {
-		fr.buf = make([]byte, n)
-	}
-	buf := fr.buf[:n]
-	if _, err := io.ReadFull(fr.r, buf); err != nil {
+	buf, err := fr.readBody(int(n))
+	if err != nil {
 		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
 			return fr.protoErr(fmt.Errorf("%w: %d-byte message cut short", ErrFrameTruncated, n))
 		}
@@ -105,6 +102,29 @@ func (fr *FrameReader) Read(m proto.Message) error {
 		fr.buf = nil
 	}
 	return nil
+}
+
+// growStep bounds how far the body buffer grows ahead of the bytes that
+// actually arrived: a peer that announces a 1 MiB frame on every stream and
+// sends nothing more costs a chunk per stream, not the whole announcement.
+const growStep = 64 << 10
+
+// readBody reads an n-byte message into the reader's buffer.
+func (fr *FrameReader) readBody(n int) ([]byte, error) {
+	buf := fr.buf[:0]
+	for have := 0; have < n; {
+		want := min(n, have+growStep)
+		if cap(buf) < want {
+			buf = append(buf[:have], make([]byte, want-have)...)
+		}
+		buf = buf[:want]
+		if _, err := io.ReadFull(fr.r, buf[have:want]); err != nil {
+			return nil, err
+		}
+		have = want
+	}
+	fr.buf = buf
+	return buf, nil
 }
 
 func (fr *FrameReader) protoErr(err error) error {

@@ -86,6 +86,11 @@ func (h *Heartbeat) ping() bool {
 func (h *Heartbeat) Acked(seq uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if seq == 0 || seq > h.seq {
+		// Never sent: settling anything on its account would let a peer
+		// that answers nothing postpone the verdict forever.
+		return
+	}
 	now := time.Now()
 	i := 0
 	for i < len(h.pending) && h.pending[i].seq <= seq {
