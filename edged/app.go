@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"go.uber.org/dig"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
@@ -39,11 +40,24 @@ func runEdge(configPath string) error {
 
 func runApp(opts ...fx.Option) error {
 	app := fx.New(append(opts, fx.StopTimeout(30*time.Second))...)
+	return runUntilSignal(app, 30*time.Second)
+}
+
+// runUntilSignal starts app, waits for SIGINT or SIGTERM, and stops it. A
+// failed start is returned with its root cause, not fx's whole chain.
+func runUntilSignal(app *fx.App, stopTimeout time.Duration) error {
 	if err := app.Err(); err != nil {
-		return err
+		return dig.RootCause(err)
 	}
-	app.Run()
-	return nil
+	ctx, cancel := context.WithTimeout(context.Background(), app.StartTimeout())
+	defer cancel()
+	if err := app.Start(ctx); err != nil {
+		return dig.RootCause(err)
+	}
+	<-app.Wait()
+	ctx, cancel = context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	return app.Stop(ctx)
 }
 
 // edgeModule is the Edge's dependency graph.
@@ -53,7 +67,10 @@ func edgeModule(cfg *config.Config) fx.Option {
 		fx.Provide(newLogger, newRegistry, newEdgeTLS, newQUICListener, newTransport, newHTTPServer),
 		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: log}
+			// fx's own events are debugging detail; a failed start is
+			// reported once, by the caller, with its root cause.
 			l.UseLogLevel(slog.LevelDebug)
+			l.UseErrorLevel(slog.LevelDebug)
 			return l
 		}),
 		fx.Invoke(serveTransport, serveHTTP),

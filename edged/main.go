@@ -11,7 +11,9 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"os"
+	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 
@@ -42,6 +44,9 @@ func main() {
 
 	versionCmd := app.Command("version", "Print the version.")
 
+	health := app.Command("healthcheck", "Probe a health endpoint and exit 0 if it answers 2xx (for container health checks; the image has no curl).")
+	healthURL := health.Flag("url", "Endpoint to probe.").Default("http://127.0.0.1:8080/readyz").String()
+
 	cmd, err := app.Parse(os.Args[1:])
 	if err != nil {
 		app.FatalUsage("%v", err)
@@ -55,6 +60,8 @@ func main() {
 		if _, err = config.Load(*checkPath); err == nil {
 			fmt.Printf("%s: ok\n", *checkPath)
 		}
+	case health.FullCommand():
+		err = healthcheck(*healthURL)
 	case versionCmd.FullCommand():
 		fmt.Println("edged", version)
 	}
@@ -62,4 +69,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "edged:", err)
 		os.Exit(1)
 	}
+}
+
+// healthcheck GETs url and fails unless it answers 2xx within 5 s.
+func healthcheck(url string) error {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
 }

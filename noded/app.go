@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"go.uber.org/dig"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
@@ -34,12 +35,20 @@ func runNode(flags runFlags) error {
 	if err != nil {
 		return err
 	}
-	app := fx.New(nodeModule(cfg, flags), fx.StopTimeout(time.Duration(cfg.DrainTimeout)+10*time.Second))
+	stopTimeout := time.Duration(cfg.DrainTimeout) + 10*time.Second
+	app := fx.New(nodeModule(cfg, flags), fx.StopTimeout(stopTimeout))
 	if err := app.Err(); err != nil {
-		return err
+		return dig.RootCause(err)
 	}
-	app.Run() // starts, waits for a signal, stops (drains)
-	return nil
+	ctx, cancel := context.WithTimeout(context.Background(), app.StartTimeout())
+	defer cancel()
+	if err := app.Start(ctx); err != nil {
+		return dig.RootCause(err)
+	}
+	<-app.Wait() // SIGINT or SIGTERM
+	ctx, cancel = context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	return app.Stop(ctx) // drains
 }
 
 // nodeModule is the Node's dependency graph; fx only appears in this file.
@@ -49,7 +58,10 @@ func nodeModule(cfg *config.Config, flags runFlags) fx.Option {
 		fx.Provide(newLogger, newAgent),
 		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: log}
+			// fx's own events are debugging detail; a failed start is
+			// reported once, by the caller, with its root cause.
 			l.UseLogLevel(slog.LevelDebug)
+			l.UseErrorLevel(slog.LevelDebug)
 			return l
 		}),
 		fx.Invoke(startAgent, startHealth),

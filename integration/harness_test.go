@@ -1,0 +1,236 @@
+// Package integration runs the real daemons as separate processes over real
+// QUIC on 127.0.0.1: the binaries are built once per test run.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var bin struct {
+	dir          string
+	edged, noded string
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "iop-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin.dir = dir
+	bin.edged, bin.noded = filepath.Join(dir, "edged"), filepath.Join(dir, "noded")
+	for _, b := range []struct{ out, pkg string }{{bin.edged, "../edged"}, {bin.noded, "../noded"}} {
+		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building", b.pkg, ":", err)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a daemon started by a test.
+type proc struct {
+	t       *testing.T
+	name    string
+	cmd     *exec.Cmd
+	out     *lockedBuffer
+	done    chan struct{}
+	waitErr error
+}
+
+// start runs a daemon; it is killed at the end of the test if still running.
+func start(t *testing.T, name, path string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, cmd: exec.Command(path, args...), out: new(lockedBuffer), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, p.out)
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *proc) stop() {
+	p.t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.t.Fatalf("%s did not exit 30s after SIGTERM", p.name)
+	}
+	if p.waitErr != nil {
+		p.t.Fatalf("%s exited with %v after SIGTERM:\n%s", p.name, p.waitErr, p.out)
+	}
+}
+
+// waitOutput waits until the process output matches re and returns the
+// first submatch.
+func (p *proc) waitOutput(re *regexp.Regexp) string {
+	p.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := re.FindStringSubmatch(p.out.String()); m != nil {
+			if len(m) > 1 {
+				return m[1]
+			}
+			return m[0]
+		}
+		select {
+		case <-p.done:
+			p.t.Fatalf("%s exited (%v) before printing %s:\n%s", p.name, p.waitErr, re, p.out)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	p.t.Fatalf("%s did not print %s within 30s:\n%s", p.name, re, p.out)
+	return ""
+}
+
+// freePort returns a port free on 127.0.0.1 for network ("tcp" or "udp").
+func freePort(t *testing.T, network string) int {
+	t.Helper()
+	if network == "udp" {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.LocalAddr().(*net.UDPAddr).Port
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// nodeView is the part of /admin/v1/nodes the tests read.
+type nodeView struct {
+	ID          string   `json:"id"`
+	Generation  uint64   `json:"generation"`
+	State       string   `json:"state"`
+	Identity    string   `json:"identity"`
+	FenceReason string   `json:"fence_reason"`
+	RTT         *float64 `json:"last_heartbeat_rtt_ms"`
+	Providers   []struct {
+		Name    string   `json:"name"`
+		State   string   `json:"state"`
+		Targets []string `json:"targets"`
+	} `json:"providers"`
+}
+
+func adminNodes(t *testing.T, base string) []nodeView {
+	t.Helper()
+	resp, err := http.Get(base + "/admin/v1/nodes")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Nodes []nodeView `json:"nodes"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("decode /admin/v1/nodes: %v", err)
+	}
+	return body.Nodes
+}
+
+// waitNode polls the admin API until node id satisfies cond.
+func waitNode(t *testing.T, base, id string, what string, cond func(nodeView) bool) nodeView {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last []nodeView
+	for time.Now().Before(deadline) {
+		last = adminNodes(t, base)
+		for _, n := range last {
+			if n.ID == id && cond(n) {
+				return n
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("node %s never became %s; last view: %+v", id, what, last)
+	return nodeView{}
+}
+
+func httpStatus(t *testing.T, url string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// run runs a command to completion and returns its combined output.
+func run(t *testing.T, dir, path string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(path, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitFor polls cond for up to 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
