@@ -50,6 +50,10 @@ type harness struct {
 	edgeAddr string
 	edgeLog  *syncBuffer
 
+	// edgeQUIC overrides the Edge's QUIC configuration (for the control
+	// experiment that shows why windows are fixed).
+	edgeQUIC *quic.Config
+
 	// managed-mode material (nil in loopback mode)
 	ca          *pki.CA
 	trustDomain string
@@ -164,7 +168,11 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 			h.t.Fatal(err)
 		}
 	}
-	ln, err := quic.Listen(pc, tlsConf, quicwire.EdgeQUICConfig(h.live))
+	qconf := quicwire.EdgeQUICConfig(h.live)
+	if h.edgeQUIC != nil {
+		qconf = h.edgeQUIC
+	}
+	ln, err := quic.Listen(pc, tlsConf, qconf)
 	if err != nil {
 		h.t.Fatal(err)
 	}
