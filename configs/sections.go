@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -65,12 +66,38 @@ const (
 )
 
 // Identity is the `identity` section: how a daemon proves who it is and checks its peer.
+//
+// The three files may be named by relative paths: a daemon's Load resolves them against the
+// directory of the configuration file (see ResolvePaths), so `ca_file: iop-ca.pem` means the
+// iop-ca.pem next to edge.yaml whatever the working directory.
 type Identity struct {
 	Mode        string `yaml:"mode"`         // ModeMTLS (default) or ModeLoopback
 	TrustDomain string `yaml:"trust_domain"` // the domain workload identities belong to; default DefaultTrustDomain
-	CAFile      string `yaml:"ca_file"`      // PEM CA bundle that issues peer certificates; mtls only
-	CertFile    string `yaml:"cert_file"`    // PEM certificate of this daemon; mtls only
-	KeyFile     string `yaml:"key_file"`     // PEM private key of cert_file; mtls only
+	CAFile      string `yaml:"ca_file"`      // PEM CA bundle that issues peer certificates; mtls only; relative to the config file
+	CertFile    string `yaml:"cert_file"`    // PEM certificate of this daemon; mtls only; relative to the config file
+	KeyFile     string `yaml:"key_file"`     // PEM private key of cert_file; mtls only; relative to the config file
+}
+
+// ResolvePaths makes the relative CAFile, CertFile and KeyFile relative to dir instead (see
+// ResolvePath). A daemon's Load calls it with the configuration file's directory.
+func (id *Identity) ResolvePaths(dir string) {
+	for _, p := range []*string{&id.CAFile, &id.CertFile, &id.KeyFile} {
+		*p = ResolvePath(dir, *p)
+	}
+}
+
+// ResolvePath returns the file path p, written in a configuration file in directory dir, as a
+// path that names the same file from anywhere: p itself when it is absolute or empty (a field
+// left unset), otherwise p joined to dir, made absolute when the working directory is known so
+// that it stays right if the process changes directory later.
+func ResolvePath(dir, p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return filepath.Join(dir, p)
 }
 
 // SetDefaults fills an unset mode with mtls and an unset trust domain with DefaultTrustDomain.

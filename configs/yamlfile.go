@@ -172,8 +172,13 @@ type Defaulter interface {
 // Fields are matched by their `yaml:"name"` tags (`,inline` embeds a struct's fields; other
 // options are ignored). Anchors and aliases work; merge keys (`<<`) do not. A null value, such
 // as `key:` with nothing after it, leaves the field as it was, which is its default. The error,
-// when not nil, is an Errors.
+// when not nil, is an Errors. DecodeWithLines also reports the line of every field it read.
 func Decode(data []byte, out any) error {
+	return decode(data, out, nil)
+}
+
+// decode is Decode, recording in lines, when not nil, the line of every field it reads.
+func decode(data []byte, out any, lines Lines) error {
 	v := reflect.ValueOf(out)
 	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
 		return Errors{Errorf("", "cannot decode into %T: need a non-nil pointer to a struct", out)}
@@ -201,7 +206,7 @@ func Decode(data []byte, out any) error {
 		e.Line = extra.Content[0].Line
 		return Errors{e}
 	}
-	d := &decoder{}
+	d := &decoder{lines: lines}
 	root := &doc
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
 		root = doc.Content[0]
@@ -228,8 +233,9 @@ func syntaxError(err error) *Error {
 // decoder walks a yaml.Node tree alongside a Go value, collecting every problem.
 type decoder struct {
 	errs   Errors
-	values int  // values visited, counting alias expansions
-	stop   bool // a limit was hit: report nothing more
+	values int   // values visited, counting alias expansions
+	stop   bool  // a limit was hit: report nothing more
+	lines  Lines // when not nil, where each field read was written (see record)
 }
 
 func (d *decoder) fail(n *yaml.Node, path, format string, args ...any) {
@@ -312,7 +318,9 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string, depth int) {
 		}
 		s := reflect.MakeSlice(t, len(n.Content), len(n.Content))
 		for i, item := range n.Content {
-			d.value(item, s.Index(i), path+"["+strconv.Itoa(i)+"]", depth+1)
+			p := path + "[" + strconv.Itoa(i) + "]"
+			d.record(p, item.Line)
+			d.value(item, s.Index(i), p, depth+1)
 		}
 		v.Set(s)
 	case reflect.Map:
@@ -325,9 +333,10 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string, depth int) {
 			return
 		}
 		m := reflect.MakeMapWithSize(t, len(n.Content)/2)
-		d.pairs(n, path, depth, func(key string, val *yaml.Node) {
-			elem := reflect.New(t.Elem()).Elem()
-			d.value(val, elem, keyPath(path, key), depth+1)
+		d.pairs(n, path, depth, func(key string, line int, val *yaml.Node) {
+			elem, p := reflect.New(t.Elem()).Elem(), keyPath(path, key)
+			d.record(p, line)
+			d.value(val, elem, p, depth+1)
 			m.SetMapIndex(reflect.ValueOf(key).Convert(t.Key()), elem)
 		})
 		v.Set(m)
@@ -397,10 +406,12 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string, depth in
 		}
 	}
 	fields := fieldsOf(v.Type(), nil)
-	d.pairs(n, path, depth, func(key string, val *yaml.Node) {
+	d.pairs(n, path, depth, func(key string, line int, val *yaml.Node) {
 		for _, f := range fields {
 			if f.name == key {
-				d.value(val, v.FieldByIndex(f.index), keyPath(path, key), depth+1)
+				p := keyPath(path, key)
+				d.record(p, line)
+				d.value(val, v.FieldByIndex(f.index), p, depth+1)
 				return
 			}
 		}
@@ -418,7 +429,7 @@ func (d *decoder) generic(n *yaml.Node, path string, depth int) any {
 	switch n.Kind {
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
-		d.pairs(n, path, depth, func(key string, val *yaml.Node) {
+		d.pairs(n, path, depth, func(key string, _ int, val *yaml.Node) {
 			if val = d.enter(val, keyPath(path, key), depth+1); val != nil {
 				m[key] = d.generic(val, keyPath(path, key), depth+1)
 			}
@@ -447,9 +458,12 @@ func (d *decoder) generic(n *yaml.Node, path string, depth int) any {
 	return nil
 }
 
-// pairs calls fn for each key and value of the mapping n, after refusing keys that are not
-// plain scalars, merge keys and duplicates.
-func (d *decoder) pairs(n *yaml.Node, path string, depth int, fn func(key string, val *yaml.Node)) {
+// pairs calls fn for each key, the line it is written on, and value of the mapping n, after
+// refusing keys that are not plain scalars, merge keys and duplicates.
+// maxKeyLen bounds one mapping key.
+const maxKeyLen = 1024
+
+func (d *decoder) pairs(n *yaml.Node, path string, depth int, fn func(key string, line int, val *yaml.Node)) {
 	seen := make(map[string]int, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content) && !d.stop; i += 2 {
 		k := d.enter(n.Content[i], path, depth+1)
@@ -466,13 +480,19 @@ func (d *decoder) pairs(n *yaml.Node, path string, depth int, fn func(key string
 		case k.ShortTag() == "!!null":
 			d.fail(k, path, "a key must not be null")
 			continue
+		case len(k.Value) > maxKeyLen:
+			// Plain keys are capped by the YAML parser; explicit "? key"
+			// ones are not, and a long key repeated through aliases would
+			// make every path built under it long too.
+			d.fail(k, path, "a key longer than %d bytes", maxKeyLen)
+			continue
 		}
 		if first, dup := seen[k.Value]; dup {
 			d.fail(k, keyPath(path, k.Value), "duplicate key (first set on line %d)", first)
 			continue
 		}
 		seen[k.Value] = k.Line
-		fn(k.Value, n.Content[i+1])
+		fn(k.Value, n.Content[i].Line, n.Content[i+1])
 	}
 }
 

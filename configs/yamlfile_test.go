@@ -1,6 +1,7 @@
 package configs_test
 
 import (
+	"bytes"
 	"errors"
 	"net/netip"
 	"os"
@@ -459,6 +460,198 @@ func TestCheckID(t *testing.T) {
 	}
 }
 
+func TestDecodeWithLinesRecordsWhereEachFieldIsWritten(t *testing.T) {
+	src := `name: svc
+inner:
+  value: a
+items:
+  - name: first
+  -
+    name: second
+    capacity: 9
+tags:
+  zone: eu
+  "a b": c
+  a.b: d
+extra:
+  base_url: http://x
+  nested: {list: [1, 2]}
+timeout:
+ptr: {value: p}
+`
+	var s sample
+	lines, err := configs.DecodeWithLines([]byte(src), &s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := configs.Lines{
+		"name": 1, "inner": 2, "inner.value": 3,
+		"items": 4, "items[0]": 5, "items[0].name": 5,
+		"items[1]": 7, "items[1].name": 7, "items[1].capacity": 8, // the item starts with its first field
+		"tags": 9, "tags.zone": 10, `tags["a b"]`: 11, `tags["a.b"]`: 12,
+		"extra": 13, "extra.base_url": 14, "extra.nested": 15, // but not what is inside a value of type any
+		"timeout": 16, // null, but named
+		"ptr":     17, "ptr.value": 17,
+	}
+	if !reflect.DeepEqual(lines, want) {
+		t.Errorf("DecodeWithLines lines:\n got %v\nwant %v", lines, want)
+	}
+	var plain sample
+	if err := configs.Decode([]byte(src), &plain); err != nil || !reflect.DeepEqual(plain, s) {
+		t.Errorf("Decode disagrees with DecodeWithLines: %+v, %v", plain, err)
+	}
+}
+
+func TestDecodeWithLinesFollowsAliasesToTheAnchor(t *testing.T) {
+	src := "inner: &in\n  value: shared\nitems: [{name: a}]\nptr: *in\n"
+	var s sample
+	lines, err := configs.DecodeWithLines([]byte(src), &s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ptr is named on line 4; the value it shares is written on line 2.
+	for path, want := range map[string]int{"inner": 1, "inner.value": 2, "items[0].name": 3, "ptr": 4, "ptr.value": 2} {
+		if got := lines[path]; got != want {
+			t.Errorf("line of %s = %d, want %d", path, got, want)
+		}
+	}
+}
+
+func TestDecodeWithLinesOnError(t *testing.T) {
+	tests := []struct {
+		name, src string
+		want      configs.Lines
+	}{
+		{"syntax error", "name: a\n]]]\n", configs.Lines{}},
+		{"empty", "", configs.Lines{}},
+		{"lines before and after a bad field", "name: a\ncount: x\nsmall: 1\n", configs.Lines{"name": 1, "count": 2, "small": 3}},
+		{"unknown field is not recorded", "nmae: a\n", configs.Lines{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s sample
+			lines, err := configs.DecodeWithLines([]byte(tt.src), &s)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !reflect.DeepEqual(lines, tt.want) {
+				t.Errorf("lines %v, want %v", lines, tt.want)
+			}
+		})
+	}
+}
+
+func TestLinesLineFallsBackToTheNearestEnclosingField(t *testing.T) {
+	lines := configs.Lines{
+		"identity": 4, "identity.mode": 5, "providers": 10, "providers[1]": 14, "providers[1].capacity": 16,
+		"labels": 20, `labels["a.b[0]"]`: 21, `labels["q\"].x"]`: 22,
+	}
+	tests := []struct {
+		path string
+		want int
+	}{
+		{"identity.mode", 5},
+		{"identity.ca_file", 4},         // left out: its section
+		{"providers[1].capacity", 16},   // exact
+		{"providers[1].adapter", 14},    // left out: its list item
+		{"providers[1].targets[3]", 14}, // two levels up
+		{"providers[7].name", 10},       // no such item: the list
+		{`labels["a.b[0]"]`, 21},        // a quoted key holding '.' and '['
+		{`labels["a.b[0]"].x`, 21},      // below a quoted key
+		{`labels["q\"].x"].y`, 22},      // an escaped quote inside the key
+		{`labels["never closed`, 20},    // malformed: still its parent
+		{"log.level", 0},                // a whole section left out
+		{"node_id", 0},                  // a top-level field left out
+		{"", 0},                         // the whole file
+		{"identityx.mode", 0},           // a prefix that is not a segment does not count
+	}
+	for _, tt := range tests {
+		if got := lines.Line(tt.path); got != tt.want {
+			t.Errorf("Line(%q) = %d, want %d", tt.path, got, tt.want)
+		}
+	}
+	if got := configs.Lines(nil).Line("identity.mode"); got != 0 {
+		t.Errorf("nil Lines: Line = %d, want 0", got)
+	}
+}
+
+func TestLinesAnnotate(t *testing.T) {
+	lines := configs.Lines{"identity": 1, "identity.mode": 2, "log": 7}
+	plain := errors.New("boom")
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"field in the file", configs.Errors{configs.Errorf("identity.mode", "bad")}, "identity.mode (line 2): bad"},
+		{"field left out of its section", configs.Errors{configs.Errorf("identity.ca_file", "required")}, "identity.ca_file (line 1): required"},
+		{"section left out", configs.Errors{configs.Errorf("edge.address", "required")}, "edge.address: required"},
+		{"known line kept", configs.Errors{{Path: "identity.mode", Line: 9, Reason: "r"}}, "identity.mode (line 9): r"},
+		{"whole-file problem", configs.Errors{configs.Errorf("", "r")}, "r"},
+		{"several", configs.Errors{configs.Errorf("log.level", "a"), configs.Errorf("node_id", "b")}, "log.level (line 7): a\nnode_id: b"},
+		{"a single *Error", configs.Errorf("identity.mode", "bad"), "identity.mode (line 2): bad"},
+		{"another error", plain, "boom"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := tt.err.Error()
+			got := lines.Annotate(tt.err)
+			if got == nil || got.Error() != tt.want {
+				t.Errorf("Annotate = %v, want %q", got, tt.want)
+			}
+			if tt.err.Error() != before {
+				t.Errorf("Annotate changed its argument: %q, was %q", tt.err, before)
+			}
+			if reflect.TypeOf(got) != reflect.TypeOf(tt.err) {
+				t.Errorf("Annotate returned a %T for a %T", got, tt.err)
+			}
+		})
+	}
+	if got := lines.Annotate(nil); got != nil {
+		t.Errorf("Annotate(nil) = %v", got)
+	}
+	if got := lines.Annotate(configs.Errors{nil}); got.(configs.Errors)[0] != nil {
+		t.Errorf("Annotate of a nil *Error = %v", got)
+	}
+}
+
+func TestResolvePath(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs := filepath.Join(t.TempDir(), "etc")
+	tests := []struct {
+		name, dir, path, want string
+	}{
+		{"empty stays empty", abs, "", ""},
+		{"absolute is kept", abs, "/etc/iop/ca.pem", "/etc/iop/ca.pem"},
+		{"absolute is kept as written", abs, "/etc/iop/../iop/ca.pem", "/etc/iop/../iop/ca.pem"},
+		{"relative joins the directory", abs, "ca.pem", filepath.Join(abs, "ca.pem")},
+		{"relative with a subdirectory", abs, "tls/ca.pem", filepath.Join(abs, "tls", "ca.pem")},
+		{"relative going up", abs, "../ca.pem", filepath.Join(filepath.Dir(abs), "ca.pem")},
+		{"dot directory is made absolute", ".", "ca.pem", filepath.Join(wd, "ca.pem")},
+		{"relative directory is made absolute", "conf", "ca.pem", filepath.Join(wd, "conf", "ca.pem")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := configs.ResolvePath(tt.dir, tt.path); got != tt.want {
+				t.Errorf("ResolvePath(%q, %q) = %q, want %q", tt.dir, tt.path, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestIdentityResolvePaths(t *testing.T) {
+	dir := t.TempDir()
+	id := configs.Identity{Mode: "mtls", TrustDomain: "iop.local", CAFile: "ca.pem", CertFile: "/abs/cert.pem"}
+	id.ResolvePaths(dir)
+	want := configs.Identity{Mode: "mtls", TrustDomain: "iop.local", CAFile: filepath.Join(dir, "ca.pem"), CertFile: "/abs/cert.pem"}
+	if id != want {
+		t.Errorf("ResolvePaths: %+v, want %+v", id, want)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	examples, _ := filepath.Glob("*.yaml")
 	for _, name := range examples {
@@ -477,9 +670,28 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var s sample
-		err := configs.Decode(data, &s)
+		lines, err := configs.DecodeWithLines(data, &s)
+		last := lastLine(data)
+		for path, line := range lines {
+			if path == "" || line < 1 || line > last || lines.Line(path) != line {
+				t.Fatalf("recorded %q on line %d of %d (Line gives %d)", path, line, last, lines.Line(path))
+			}
+		}
+		var again sample
+		if plainErr := configs.Decode(data, &again); (plainErr == nil) != (err == nil) ||
+			(err != nil && plainErr.Error() != err.Error()) || (err == nil && !reflect.DeepEqual(again, s)) {
+			t.Fatalf("Decode and DecodeWithLines disagree: %v; %v", plainErr, err)
+		}
 		if err == nil {
 			return
+		}
+		if annotated := lines.Annotate(err); annotated.Error() != err.Error() {
+			t.Fatalf("Annotate changed decode errors, which have lines already:\n%v\n%v", annotated, err)
+		}
+		for _, e := range err.(configs.Errors) {
+			if l := lines.Line(e.Path); l < 0 || l > last {
+				t.Fatalf("Line(%q) = %d, outside the file's %d lines", e.Path, l, last)
+			}
 		}
 		var es configs.Errors
 		if !errors.As(err, &es) || len(es) == 0 {
@@ -491,4 +703,27 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// lastLine bounds the line numbers in data: one more than its line breaks, counting every byte
+// sequence YAML parsers may take for one.
+func lastLine(data []byte) int {
+	n := 1
+	for _, sep := range []string{"\n", "\r", "\u0085", "\u2028", "\u2029"} {
+		n += bytes.Count(data, []byte(sep))
+	}
+	return n
+}
+
+// An explicit key longer than any real field name is refused, so a hostile
+// file cannot make every path built under it expensive.
+func TestLongExplicitKeysAreRefused(t *testing.T) {
+	type cfg struct {
+		Labels map[string]any `yaml:"labels"`
+	}
+	data := "labels:\n  ? " + strings.Repeat("k", 2000) + "\n  : v\n"
+	err := configs.Decode([]byte(data), &cfg{})
+	if err == nil || !strings.Contains(err.Error(), "a key longer than 1024 bytes") {
+		t.Fatalf("Decode of a 2000-byte key: %v", err)
+	}
 }

@@ -2,11 +2,13 @@
 // rules a file must satisfy before edged starts. configs/edge-*.yaml are commented examples.
 //
 // Parse and Load decode strictly (see configs.Decode), fill defaults for what the file leaves
-// out, and validate; every problem is a *configs.Error that names the field.
+// out, and validate; every problem is a *configs.Error that names the field and, when the file
+// sets that field or its section, the line.
 package config
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/iop-dev/iop/configs"
@@ -37,7 +39,8 @@ type Listen struct {
 }
 
 // Identity is the `identity` section: mtls (managed) or loopback (development). In loopback mode
-// the Edge accepts unauthenticated Nodes, so listen.quic must be a loopback address.
+// the Edge accepts unauthenticated Nodes, so listen.quic must be a loopback address. Load
+// resolves relative ca_file, cert_file and key_file against the configuration file's directory.
 type Identity = configs.Identity
 
 // Log is the `log` section.
@@ -89,22 +92,36 @@ func hostnameID() string {
 }
 
 // Parse decodes an edged configuration file, fills defaults and validates it. The error, when
-// not nil, is a configs.Errors listing every problem.
+// not nil, is a configs.Errors listing every problem, each with the line of its field or, for a
+// field the file leaves out, of the section it belongs in (`identity.mode (line 2): ...`).
+//
+// Parse has no file to resolve paths against, so it leaves relative paths as written; Load
+// resolves them.
 func Parse(data []byte) (*Config, error) {
 	c := &Config{}
-	if err := configs.Decode(data, c); err != nil {
+	lines, err := configs.DecodeWithLines(data, c)
+	if err != nil {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
-		return nil, err
+		return nil, lines.Annotate(err)
 	}
 	return c, nil
 }
 
 // Load reads and parses the file at path; every error names the file
-// ("edge.yaml: identity.ca_file: required in mtls mode").
+// ("edge.yaml: identity.ca_file (line 4): required in mtls mode").
+//
+// Relative identity.ca_file, cert_file and key_file are resolved against the directory of path,
+// not the working directory, and made absolute: `ca_file: iop-ca.pem` is the iop-ca.pem next to
+// the configuration file. Absolute paths and empty fields are kept as they are.
 func Load(path string) (*Config, error) {
-	return configs.Load(path, Parse)
+	c, err := configs.Load(path, Parse)
+	if err != nil {
+		return nil, err
+	}
+	c.Identity.ResolvePaths(filepath.Dir(path))
+	return c, nil
 }
 
 // Validate reports every problem with c, as a configs.Errors of *configs.Error, or nil. It checks

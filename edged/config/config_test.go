@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -172,6 +173,53 @@ func TestParseReportsDecodeProblemsWithLines(t *testing.T) {
 	}
 }
 
+func TestParseReportsValidationProblemsWithLines(t *testing.T) {
+	type problem struct {
+		path string
+		line int
+	}
+	tests := []struct {
+		name  string
+		src   string
+		want  []problem
+		first string // the first problem as printed, when checked
+	}{
+		{"bad value in a block section", "identity:\n  mode: plaintext\n", []problem{{"identity.mode", 2}},
+			`identity.mode (line 2): must be "mtls" or "loopback", got "plaintext"`},
+		{"bad value in a flow section", "identity: {mode: loopback}\nlisten: {quic: '0.0.0.0:7443'}\n", []problem{{"listen.quic", 2}},
+			`listen.quic (line 2): loopback mode accepts unauthenticated Nodes`},
+		{"bad top-level value", "identity: {mode: loopback}\nlisten: {quic: '127.0.0.1:1'}\nedge_id: 'edge 1'\n", []problem{{"edge_id", 3}}, ""},
+		{"required field missing from its section", "edge_id: e\nidentity:\n  mode: mtls\n  ca_file: ca.pem\n",
+			[]problem{{"identity.cert_file", 2}, {"identity.key_file", 2}}, "identity.cert_file (line 2): required in mtls mode"},
+		{"section given as null", "identity:\nedge_id: e\n", []problem{{"identity.ca_file", 1}, {"identity.cert_file", 1}, {"identity.key_file", 1}}, ""},
+		{"section left out", "edge_id: e\n", []problem{{"identity.ca_file", 0}, {"identity.cert_file", 0}, {"identity.key_file", 0}},
+			"identity.ca_file: required in mtls mode"},
+		{"field set to an empty value", "identity: {mode: loopback}\nlisten:\n  quic: 127.0.0.1:1\n  http: ''\n", []problem{{"listen.http", 4}},
+			"listen.http (line 4): required, as host:port"},
+		{"every problem gets its own line", "log:\n  format: xml\n  level: trace\nidentity:\n  mode: loopback\n  key_file: k\nlisten: {quic: '127.0.0.1:1', http: ''}\n",
+			[]problem{{"listen.http", 7}, {"identity.key_file", 6}, {"log.level", 3}, {"log.format", 2}}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.src))
+			var es configs.Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("Parse error %v is not a configs.Errors", err)
+			}
+			var got []problem
+			for _, e := range es {
+				got = append(got, problem{e.Path, e.Line})
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("problems %v\nwant     %v\n%v", got, tt.want, err)
+			}
+			if tt.first != "" && !strings.HasPrefix(es[0].Error(), tt.first) {
+				t.Errorf("first problem %q, want it to start %q", es[0], tt.first)
+			}
+		})
+	}
+}
+
 func TestParseRefusesEmptyFile(t *testing.T) {
 	if _, err := Parse(nil); err == nil || !strings.Contains(err.Error(), "configuration is empty") {
 		t.Errorf("Parse(nil) = %v", err)
@@ -205,6 +253,83 @@ func TestLoadReadsAFile(t *testing.T) {
 	}
 	if c.EdgeID != "edge-test" || c.Identity.Mode != "loopback" {
 		t.Errorf("Load = %+v", c)
+	}
+}
+
+func TestLoadErrorNamesTheFileAndLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	if err := os.WriteFile(path, []byte("identity:\n  mode: plaintext\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if want := path + `: identity.mode (line 2): must be "mtls" or "loopback", got "plaintext"`; err == nil || err.Error() != want {
+		t.Errorf("Load error = %v\nwant %s", err, want)
+	}
+}
+
+func TestLoadResolvesRelativePathsAgainstTheFile(t *testing.T) {
+	dir := t.TempDir()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same file, named absolutely and relative to the working directory (the package
+	// directory, which is not dir): relative fields resolve against dir either way.
+	relDir, err := filepath.Rel(wd, dir)
+	if err != nil {
+		t.Skipf("temp dir %s not reachable from %s: %v", dir, wd, err)
+	}
+	tests := []struct {
+		name, value, want string
+	}{
+		{"file next to the config", "iop-ca.pem", filepath.Join(dir, "iop-ca.pem")},
+		{"dot prefix", "./iop-ca.pem", filepath.Join(dir, "iop-ca.pem")},
+		{"subdirectory", "tls/iop-ca.pem", filepath.Join(dir, "tls", "iop-ca.pem")},
+		{"parent directory", "../iop-ca.pem", filepath.Join(filepath.Dir(dir), "iop-ca.pem")},
+		{"absolute kept", "/etc/iop/ca.pem", "/etc/iop/ca.pem"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name := fmt.Sprintf("edge-%d.yaml", i)
+			src := fmt.Sprintf("identity:\n  ca_file: %s\n  cert_file: edge.pem\n  key_file: /abs/edge-key.pem\n", tt.value)
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, path := range []string{filepath.Join(dir, name), filepath.Join(relDir, name)} {
+				c, err := Load(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := Identity{Mode: "mtls", TrustDomain: "iop.local", CAFile: tt.want, CertFile: filepath.Join(dir, "edge.pem"), KeyFile: "/abs/edge-key.pem"}
+				if c.Identity != want {
+					t.Errorf("Load(%s) identity %+v\nwant %+v", path, c.Identity, want)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadLeavesEmptyPathsEmpty(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	if err := os.WriteFile(path, []byte(loopbackFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := c.Identity; id.CAFile != "" || id.CertFile != "" || id.KeyFile != "" {
+		t.Errorf("loopback identity gained files: %+v", id)
+	}
+}
+
+func TestParseLeavesRelativePathsAsWritten(t *testing.T) {
+	c, err := Parse([]byte("identity: {ca_file: iop-ca.pem, cert_file: ./edge.pem, key_file: ../edge-key.pem}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := c.Identity; id.CAFile != "iop-ca.pem" || id.CertFile != "./edge.pem" || id.KeyFile != "../edge-key.pem" {
+		t.Errorf("Parse changed the paths: %+v", id)
 	}
 }
 

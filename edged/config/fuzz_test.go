@@ -12,8 +12,9 @@ import (
 	"github.com/iop-dev/iop/configs"
 )
 
-// FuzzParse checks that no input panics Parse, that whatever Parse accepts is valid, and that a
-// valid configuration marshals to a file that parses back to the same configuration.
+// FuzzParse checks that no input panics Parse, that validation problems carry the line of their
+// field (see configs.Lines), that whatever Parse accepts is valid, and that a valid
+// configuration marshals to a file that parses back to the same configuration.
 func FuzzParse(f *testing.F) {
 	examples, _ := filepath.Glob("../../configs/edge*.yaml")
 	for _, name := range examples {
@@ -33,6 +34,8 @@ func FuzzParse(f *testing.F) {
 		"edge_id: &a x\nlog: {level: *a}\n",
 		"identity: !!binary aGVsbG8=\n",
 		"\xff\xfe",
+		"identity:\n  mode: plaintext\n",
+		"identity:\nedge_id: 'a b'\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -42,6 +45,17 @@ func FuzzParse(f *testing.F) {
 			var e *configs.Error
 			if c != nil || !errors.As(err, &e) {
 				t.Fatalf("Parse = %v, %v; want nil and a *configs.Error", c, err)
+			}
+			// When the file decodes, the problems are Validate's: each must point at the line
+			// of its field, or of the nearest enclosing field the file sets.
+			if lines, decodeErr := configs.DecodeWithLines(data, &Config{}); decodeErr == nil {
+				var es configs.Errors
+				errors.As(err, &es)
+				for _, e := range es {
+					if want := lines.Line(e.Path); e.Line != want {
+						t.Fatalf("%v: want line %d", e, want)
+					}
+				}
 			}
 			return
 		}

@@ -89,6 +89,40 @@ type Conn struct {
 	fenceDetail string
 	fencedAt    time.Time
 	fenced      chan struct{}
+
+	streams streamCount // dispatched streams not yet finished
+}
+
+// streamCount counts a generation's open dispatched streams and tells when
+// none are left.
+type streamCount struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed while n == 0; nil until first needed
+}
+
+func (s *streamCount) add(d int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == 0 && d > 0 && s.idle != nil {
+		s.idle = nil
+	}
+	s.n += d
+	if s.n == 0 && s.idle != nil {
+		close(s.idle)
+	}
+}
+
+func (s *streamCount) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.idle == nil {
+		s.idle = make(chan struct{})
+		if s.n == 0 {
+			close(s.idle)
+		}
+	}
+	return s.idle
 }
 
 // NodeID is the Node this connection belongs to.
@@ -112,6 +146,16 @@ func (c *Conn) LeaseKey() []byte { return c.info.LeaseKey }
 
 // OpenStream opens a dispatched stream on this generation's connection.
 func (c *Conn) OpenStream(ctx context.Context) (*quic.Stream, error) { return c.info.OpenStream(ctx) }
+
+// StreamOpened counts a dispatched stream against the generation until the
+// matching StreamDone. The Edge finishes a drain when the count is zero.
+func (c *Conn) StreamOpened() { c.streams.add(1) }
+
+// StreamDone ends what StreamOpened started.
+func (c *Conn) StreamDone() { c.streams.add(-1) }
+
+// StreamsIdle is closed when no dispatched stream of the generation is open.
+func (c *Conn) StreamsIdle() <-chan struct{} { return c.streams.wait() }
 
 // Fenced is closed when the generation is fenced.
 func (c *Conn) Fenced() <-chan struct{} { return c.fenced }

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/iop-dev/iop/edged/nodes"
 	"github.com/iop-dev/iop/quicwire"
@@ -13,10 +14,31 @@ import (
 // command. When the Node's generation is fenced, its reads and writes fail
 // with an error that matches quicwire.ErrDisconnected: the disconnect
 // outcome of R9.
+//
+// The caller must end every Dispatched with Finish (after reading its
+// outcome) or Cancel: both halves of the stream are then finished, and a
+// draining Node's connection can close once all of them are.
 type Dispatched struct {
 	*quicwire.Stream
 	// Conn is the generation the stream was opened on.
 	Conn *nodes.Conn
+	done sync.Once
+}
+
+// Finish ends the stream after its outcome was read: this side's half is
+// closed and nothing more is read.
+func (d *Dispatched) Finish() {
+	d.done.Do(func() {
+		_ = d.CloseSend()
+		d.StopReading()
+		d.Conn.StreamDone()
+	})
+}
+
+// Cancel abandons the stream with code (R10: the work on it is cancelled).
+func (d *Dispatched) Cancel(code quicwire.StreamCode) {
+	d.Stream.Cancel(code)
+	d.done.Do(d.Conn.StreamDone)
 }
 
 // Dispatch opens a stream to nodeID's current generation, which must be
@@ -36,10 +58,11 @@ func (s *Server) Dispatch(ctx context.Context, nodeID string, hdr *wirepb.Stream
 		return nil, fmt.Errorf("dispatch to %s: open stream: %w", nodeID, err)
 	}
 	hdr.Generation = conn.Generation()
-	ds := quicwire.NewStream(st, quicwire.HeaderKind(hdr))
-	if err := ds.Send(hdr); err != nil {
-		ds.Cancel(quicwire.StreamCancelled)
+	conn.StreamOpened()
+	d := &Dispatched{Stream: quicwire.NewStream(st, quicwire.HeaderKind(hdr)), Conn: conn}
+	if err := d.Send(hdr); err != nil {
+		d.Cancel(quicwire.StreamCancelled)
 		return nil, fmt.Errorf("dispatch to %s: %w", nodeID, err)
 	}
-	return &Dispatched{Stream: ds, Conn: conn}, nil
+	return d, nil
 }

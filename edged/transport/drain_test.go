@@ -27,8 +27,9 @@ func slowRun(d time.Duration, started chan<- struct{}) handlerFunc {
 	}
 }
 
-// A draining Node tells the Edge (which stops dispatching to it), finishes
-// its in-flight work, then closes with shutdown.
+// A draining Node tells the Edge, which stops dispatching to it, lets the
+// in-flight work finish, reads its outcome, and then closes the connection
+// with shutdown: nothing in flight is lost to the close.
 func TestDrainFinishesInFlightWorkThenClosesWithShutdown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newSimHarness(t)
@@ -58,6 +59,7 @@ func TestDrainFinishesInFlightWorkThenClosesWithShutdown(t *testing.T) {
 		if err := ds.Recv(ev); err != nil || ev.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
 			t.Fatalf("in-flight run during the drain: %v %v, want completed", ev, err)
 		}
+		ds.Finish() // the Edge has read the outcome: now the connection may close
 		if err := <-drained; err != nil {
 			t.Errorf("drain: %v", err)
 		}

@@ -293,6 +293,7 @@ func (s *Server) controlLoop(conn *nodes.Conn, cs *quicwire.ControlStream, hb *q
 		case *wirepb.ControlFrame_Drain:
 			s.reg.MarkDraining(conn)
 			s.log.Info("node draining", "node", conn.NodeID(), "generation", conn.Generation(), "reason", m.Drain.GetReason())
+			go s.closeWhenDrained(conn)
 		default:
 			return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T from a node", quicwire.ErrUnexpectedFrame, m)}
 		}
@@ -317,5 +318,17 @@ func (s *Server) fenceFor(conn *nodes.Conn, err error) {
 			return
 		}
 		s.reg.Fence(conn, quicwire.CloseInternal, err.Error())
+	}
+}
+
+// closeWhenDrained closes a draining generation with shutdown once every
+// stream dispatched on it is finished. The Edge closes, not the Node,
+// because the Edge is the side that has read every last frame: a close by
+// the Node could discard results still in flight.
+func (s *Server) closeWhenDrained(conn *nodes.Conn) {
+	select {
+	case <-conn.StreamsIdle():
+		s.reg.Fence(conn, quicwire.CloseShutdown, "drained")
+	case <-conn.Fenced():
 	}
 }

@@ -2,12 +2,14 @@
 // rules a file must satisfy before noded starts. configs/node-*.yaml are commented examples.
 //
 // Parse and Load decode strictly (see configs.Decode), fill defaults for what the file leaves
-// out, and validate; every problem is a *configs.Error that names the field.
+// out, and validate; every problem is a *configs.Error that names the field and, when the file
+// sets that field or its section, the line.
 package config
 
 import (
 	"fmt"
 	"maps"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -48,6 +50,7 @@ type Config struct {
 	Identity Identity `yaml:"identity"`
 	// LeaseKeyFile holds the Node's private key that credential leases are sealed to. Empty (the
 	// default) means a key generated in memory at each start; a file keeps it across restarts.
+	// Load resolves a relative path against the configuration file's directory.
 	LeaseKeyFile string `yaml:"lease_key_file"`
 	// DrainTimeout is how long a stopping Node lets in-flight runs finish before cancelling
 	// them; default 30s, at most 1h.
@@ -67,7 +70,8 @@ type Edge struct {
 }
 
 // Identity is the `identity` section: the shared mode, trust domain and certificate files, plus
-// the Edge's id when the Node should insist on one.
+// the Edge's id when the Node should insist on one. Load resolves relative ca_file, cert_file and
+// key_file against the configuration file's directory.
 type Identity struct {
 	configs.Identity `yaml:",inline"`
 	// EdgeID, when set, is the only Edge id this Node accepts; empty accepts any Edge the
@@ -82,7 +86,8 @@ type Reconnect struct {
 	MaxBackoff     configs.Duration `yaml:"max_backoff"`     // default 30s
 }
 
-// Provider is one entry of `providers`: a model server reached through one adapter.
+// Provider is one entry of `providers`: a model server reached through one adapter. Load resolves
+// a relative Binary against the configuration file's directory; it is never looked up in $PATH.
 type Provider struct {
 	Name    string   `yaml:"name"`              // unique among providers; required
 	Adapter string   `yaml:"adapter"`           // one of the Adapter constants; required
@@ -139,22 +144,43 @@ func (p *Provider) SetDefaults() {
 }
 
 // Parse decodes a noded configuration file, fills defaults and validates it. The error, when
-// not nil, is a configs.Errors listing every problem.
+// not nil, is a configs.Errors listing every problem, each with the line of its field or, for a
+// field the file leaves out, of the section or list item it belongs in
+// (`providers[1].capacity (line 12): ...`).
+//
+// Parse has no file to resolve paths against, so it leaves relative paths as written; Load
+// resolves them.
 func Parse(data []byte) (*Config, error) {
 	c := &Config{}
-	if err := configs.Decode(data, c); err != nil {
+	lines, err := configs.DecodeWithLines(data, c)
+	if err != nil {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
-		return nil, err
+		return nil, lines.Annotate(err)
 	}
 	return c, nil
 }
 
 // Load reads and parses the file at path; every error names the file
 // ("node.yaml: node_id: required").
+//
+// Relative identity.ca_file, cert_file, key_file, lease_key_file and providers[i].binary are
+// resolved against the directory of path, not the working directory, and made absolute:
+// `lease_key_file: lease.key` is the lease.key next to the configuration file. Absolute paths
+// and empty fields are kept as they are.
 func Load(path string) (*Config, error) {
-	return configs.Load(path, Parse)
+	c, err := configs.Load(path, Parse)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(path)
+	c.Identity.ResolvePaths(dir)
+	c.LeaseKeyFile = configs.ResolvePath(dir, c.LeaseKeyFile)
+	for i := range c.Providers {
+		c.Providers[i].Binary = configs.ResolvePath(dir, c.Providers[i].Binary)
+	}
+	return c, nil
 }
 
 // Validate reports every problem with c, as a configs.Errors of *configs.Error, or nil. It checks

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -221,6 +222,59 @@ func TestParseReportsDecodeProblemsWithLines(t *testing.T) {
 	}
 }
 
+func TestParseReportsValidationProblemsWithLines(t *testing.T) {
+	type problem struct {
+		path string
+		line int
+	}
+	tests := []struct {
+		name  string
+		src   string
+		want  []problem
+		first string // the first problem as printed, when checked
+	}{
+		{"bad mode", "node_id: n\nedge: {address: 'e:1'}\nidentity:\n  mode: plaintext\n", []problem{{"identity.mode", 4}},
+			`identity.mode (line 4): must be "mtls" or "loopback", got "plaintext"`},
+		{"explicit zero capacity", loopbackFile + "    capacity: 0\n", []problem{{"providers[1].capacity", 12}},
+			"providers[1].capacity (line 12): must be from 1 to 4096, got 0"},
+		{"adapter left out of a list item", loopbackFile + "  - name: third\n", []problem{{"providers[2].adapter", 12}}, ""},
+		{"list item written from the next line", loopbackFile + "  -\n    name: third\n", []problem{{"providers[2].adapter", 13}}, ""},
+		{"duplicate provider name", loopbackFile + "  - name: sim\n    adapter: openai\n", []problem{{"providers[2].name", 12}},
+			`providers[2].name (line 12): duplicate provider name "sim" (also providers[0])`},
+		{"bad target", loopbackFile + "    targets:\n      - a\n      - ''\n", []problem{{"providers[1].targets[1]", 14}}, ""},
+		{"external without its binary", loopbackFile + "  - name: ext\n    adapter: external\n    sha256: " + strings.Repeat("0", 64) + "\n",
+			[]problem{{"providers[2].binary", 12}}, ""},
+		{"bad label name", loopbackFile + "labels:\n  zone: eu\n  \"a b\": x\n", []problem{{`labels["a b"]`, 14}}, ""},
+		{"backoffs in the wrong order", loopbackFile + "reconnect:\n  max_backoff: 1s\n  initial_backoff: 2s\n",
+			[]problem{{"reconnect.initial_backoff", 14}}, "reconnect.initial_backoff (line 14): must not exceed"},
+		{"drain timeout too long", loopbackFile + "drain_timeout: 2h\n", []problem{{"drain_timeout", 12}}, ""},
+		{"edge address missing from its section", "node_id: n\nidentity: {mode: loopback}\nedge:\n  server_name: e\n", []problem{{"edge.address", 3}}, ""},
+		{"remote edge in loopback mode", "node_id: n\nidentity: {mode: loopback}\nedge:\n  address: edge.example.com:7443\n",
+			[]problem{{"edge.address", 4}}, ""},
+		{"top-level fields left out", "edge: {address: '127.0.0.1:1'}\nidentity: {mode: loopback, edge_id: 'a b'}\n",
+			[]problem{{"node_id", 0}, {"identity.edge_id", 2}}, "node_id: required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.src))
+			var es configs.Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("Parse error %v is not a configs.Errors", err)
+			}
+			var got []problem
+			for _, e := range es {
+				got = append(got, problem{e.Path, e.Line})
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("problems %v\nwant     %v\n%v", got, tt.want, err)
+			}
+			if tt.first != "" && !strings.HasPrefix(es[0].Error(), tt.first) {
+				t.Errorf("first problem %q, want it to start %q", es[0], tt.first)
+			}
+		})
+	}
+}
+
 func TestExplicitZeroIsRefusedNotDefaulted(t *testing.T) {
 	tests := []struct{ src, path string }{
 		{loopbackFile + "    capacity: 0\n", "providers[1].capacity"},
@@ -253,6 +307,106 @@ func TestLoadErrorNamesTheFile(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(dir, "nope.yaml")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Load of a missing file = %v", err)
+	}
+}
+
+func TestLoadErrorNamesTheFileAndLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(path, []byte(loopbackFile+"    capacity: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if want := path + ": providers[1].capacity (line 12): must be from 1 to 4096, got 0"; err == nil || err.Error() != want {
+		t.Errorf("Load error = %v\nwant %s", err, want)
+	}
+}
+
+func TestLoadResolvesRelativePathsAgainstTheFile(t *testing.T) {
+	dir := t.TempDir()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	relDir, err := filepath.Rel(wd, dir)
+	if err != nil {
+		t.Skipf("temp dir %s not reachable from %s: %v", dir, wd, err)
+	}
+	const src = `node_id: n1
+edge: {address: "edge.example.com:7443"}
+identity:
+  ca_file: iop-ca.pem
+  cert_file: tls/node.pem
+  key_file: /etc/iop/node-key.pem
+lease_key_file: ../state/lease.key
+providers:
+  - {name: a, adapter: external, binary: plugins/iop-adapter-a, sha256: %[1]s}
+  - {name: b, adapter: external, binary: /opt/iop/iop-adapter-b, sha256: %[1]s}
+  - {name: c, adapter: external, binary: ./iop-adapter-c, sha256: %[1]s}
+  - {name: d, adapter: ollama}
+`
+	path := filepath.Join(dir, "node.yaml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(src, strings.Repeat("ab", 32))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The file is named absolutely and relative to the working directory (the package directory,
+	// which is not dir): relative fields resolve against dir either way.
+	for _, name := range []string{path, filepath.Join(relDir, "node.yaml")} {
+		c, err := Load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tests := []struct{ field, got, want string }{
+			{"identity.ca_file", c.Identity.CAFile, filepath.Join(dir, "iop-ca.pem")},
+			{"identity.cert_file", c.Identity.CertFile, filepath.Join(dir, "tls", "node.pem")},
+			{"identity.key_file", c.Identity.KeyFile, "/etc/iop/node-key.pem"},
+			{"lease_key_file", c.LeaseKeyFile, filepath.Join(filepath.Dir(dir), "state", "lease.key")},
+			{"providers[0].binary", c.Providers[0].Binary, filepath.Join(dir, "plugins", "iop-adapter-a")},
+			{"providers[1].binary", c.Providers[1].Binary, "/opt/iop/iop-adapter-b"},
+			{"providers[2].binary", c.Providers[2].Binary, filepath.Join(dir, "iop-adapter-c")},
+			{"providers[3].binary", c.Providers[3].Binary, ""},
+		}
+		for _, tt := range tests {
+			if tt.got != tt.want {
+				t.Errorf("Load(%s): %s = %q, want %q", name, tt.field, tt.got, tt.want)
+			}
+		}
+	}
+}
+
+func TestLoadLeavesEmptyPathsEmpty(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(path, []byte(loopbackFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := c.Identity; id.CAFile != "" || id.CertFile != "" || id.KeyFile != "" || c.LeaseKeyFile != "" {
+		t.Errorf("unset paths gained a directory: %+v, lease_key_file %q", id, c.LeaseKeyFile)
+	}
+	for i, p := range c.Providers {
+		if p.Binary != "" {
+			t.Errorf("providers[%d].binary = %q, want empty", i, p.Binary)
+		}
+	}
+}
+
+func TestParseLeavesRelativePathsAsWritten(t *testing.T) {
+	c, err := Parse([]byte(loopbackFile + "lease_key_file: lease.key\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LeaseKeyFile != "lease.key" {
+		t.Errorf("lease_key_file = %q, want it as written", c.LeaseKeyFile)
+	}
+	c, err = Parse([]byte("node_id: n\nedge: {address: 'e:1'}\nidentity: {ca_file: ca.pem, cert_file: n.pem, key_file: k.pem}\n" +
+		"providers: [{name: x, adapter: external, binary: ./x, sha256: " + strings.Repeat("0", 64) + "}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := c.Identity; id.CAFile != "ca.pem" || id.CertFile != "n.pem" || id.KeyFile != "k.pem" || c.Providers[0].Binary != "./x" {
+		t.Errorf("Parse changed the paths: %+v, binary %q", id, c.Providers[0].Binary)
 	}
 }
 

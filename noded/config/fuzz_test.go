@@ -11,9 +11,10 @@ import (
 	"github.com/iop-dev/iop/configs"
 )
 
-// FuzzParse checks that no input panics Parse, that whatever Parse accepts is valid, and that a
-// valid configuration marshals to a file that parses again. (Equality after the round trip is
-// not checked: free-form adapter config may hold values such as NaN that compare unequal.)
+// FuzzParse checks that no input panics Parse, that validation problems carry the line of their
+// field (see configs.Lines), that whatever Parse accepts is valid, and that a valid
+// configuration marshals to a file that parses again. (Equality after the round trip is not
+// checked: free-form adapter config may hold values such as NaN that compare unequal.)
 func FuzzParse(f *testing.F) {
 	examples, _ := filepath.Glob("../../configs/node*.yaml")
 	for _, name := range examples {
@@ -35,6 +36,8 @@ func FuzzParse(f *testing.F) {
 		"node_id: n\nedge: {address: '127.0.0.1:1'}\nidentity: {mode: loopback}\nproviders: [{name: x, adapter: external, binary: /x, sha256: " +
 			"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef}]\n",
 		"providers:\n- <<: {name: a}\n",
+		loopbackFile + "  -\n    name: third\n",
+		loopbackFile + "labels: {\"a b\": x, \"q[\\\"].x\": y}\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -44,6 +47,17 @@ func FuzzParse(f *testing.F) {
 			var e *configs.Error
 			if c != nil || !errors.As(err, &e) {
 				t.Fatalf("Parse = %v, %v; want nil and a *configs.Error", c, err)
+			}
+			// When the file decodes, the problems are Validate's: each must point at the line
+			// of its field, or of the nearest enclosing field the file sets.
+			if lines, decodeErr := configs.DecodeWithLines(data, &Config{}); decodeErr == nil {
+				var es configs.Errors
+				errors.As(err, &es)
+				for _, e := range es {
+					if want := lines.Line(e.Path); e.Line != want {
+						t.Fatalf("%v: want line %d", e, want)
+					}
+				}
 			}
 			return
 		}

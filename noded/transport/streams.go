@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -73,9 +73,11 @@ func (c *Client) serveStream(ctx context.Context, conn *connection, raw *quic.St
 	c.opts.Handler.ServeStream(ctx, conn.sess, hdr, st)
 }
 
-// Drain stops taking new work, tells the Edge, waits for in-flight streams
-// until ctx is done, and closes the connection with CloseShutdown. Run
-// returns afterwards once its context is cancelled; Drain does not reconnect.
+// Drain stops taking new work and tells the Edge, which stops dispatching
+// and closes the connection with shutdown once it has read the outcome of
+// every in-flight stream. If ctx ends first, Drain closes the connection
+// itself (cutting what still runs) and says so. Run then returns once its
+// context is cancelled; it does not reconnect.
 func (c *Client) Drain(ctx context.Context, reason string) error {
 	c.draining.Store(true)
 	c.mu.Lock()
@@ -86,15 +88,17 @@ func (c *Client) Drain(ctx context.Context, reason string) error {
 		return nil
 	}
 	deadline, _ := ctx.Deadline()
-	_ = conn.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_Drain{Drain: &wirepb.DrainNotice{
+	c.log.Info("draining", "in_flight", c.inflight.count(), "deadline", deadline)
+	err := conn.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_Drain{Drain: &wirepb.DrainNotice{
 		Reason: reason, DeadlineUnixMs: deadline.UnixMilli(),
 	}}})
-	c.log.Info("draining", "in_flight", c.inflight.count(), "deadline", deadline)
-	var err error
-	select {
-	case <-c.inflight.idle():
-	case <-ctx.Done():
-		err = fmt.Errorf("drain: %d streams still in flight: %w", c.inflight.count(), ctx.Err())
+	if err == nil {
+		select {
+		case <-conn.qc.Context().Done():
+			return nil
+		case <-ctx.Done():
+			err = fmt.Errorf("drain: %d streams still in flight: %w", c.inflight.count(), ctx.Err())
+		}
 	}
 	quicwire.CloseShutdown.Close(conn.qc, "node shutting down")
 	return err
@@ -103,39 +107,8 @@ func (c *Client) Drain(ctx context.Context, reason string) error {
 // InFlight is the number of dispatched streams being served.
 func (c *Client) InFlight() int { return c.inflight.count() }
 
-// inflight counts served streams and tells when none are left.
-type inflight struct {
-	mu     sync.Mutex
-	n      int
-	idleCh chan struct{} // closed while n == 0; nil means "idle, no channel yet"
-}
+// inflight counts the streams being served.
+type inflight struct{ n atomic.Int64 }
 
-func (f *inflight) add(d int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n == 0 && d > 0 {
-		f.idleCh = make(chan struct{})
-	}
-	f.n += d
-	if f.n == 0 && d < 0 {
-		close(f.idleCh)
-	}
-}
-
-func (f *inflight) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.n
-}
-
-// idle returns a channel that is closed when no stream is in flight.
-func (f *inflight) idle() <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n == 0 {
-		ch := make(chan struct{})
-		close(ch)
-		return ch
-	}
-	return f.idleCh
-}
+func (f *inflight) add(d int)  { f.n.Add(int64(d)) }
+func (f *inflight) count() int { return int(f.n.Load()) }
