@@ -233,3 +233,35 @@ func mustFrame(t *testing.T, f *wirepb.ControlFrame) []byte {
 type bytesWriter []byte
 
 func (b *bytesWriter) Write(p []byte) (int, error) { *b = append(*b, p...); return len(p), nil }
+
+// Decision 6: a stream bound to another generation is refused by the Node
+// before any handler sees it.
+func TestStreamOfAnotherGenerationIsRefused(t *testing.T) {
+	forEachNetwork(t, func(t *testing.T, h *harness) {
+		h.startEdge(0)
+		served := make(chan struct{}, 1)
+		h.startNode("n1", withHandler(handlerFunc(func(context.Context, *quicwire.Session, *wirepb.StreamHeader, *quicwire.Stream) {
+			served <- struct{}{}
+		})))
+		conn := h.waitReady("n1")
+		raw, err := conn.OpenStream(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := quicwire.NewStream(raw, "run")
+		hdr := runHeader("stale")
+		hdr.Generation = conn.Generation() - 1
+		if err := st.Send(hdr); err != nil {
+			t.Fatal(err)
+		}
+		var sc *quicwire.StreamCancelledError
+		if err := st.Recv(new(wirepb.RunEvent)); !errors.As(err, &sc) || sc.Code != quicwire.StreamRefused {
+			t.Errorf("stale-generation stream: %v, want refused", err)
+		}
+		select {
+		case <-served:
+			t.Error("a handler served a stream of another generation")
+		default:
+		}
+	})
+}
