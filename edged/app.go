@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -98,24 +97,9 @@ func newEdgeTLS(cfg *config.Config, log *slog.Logger) (*tls.Config, error) {
 		log.Warn("identity mode is loopback: Nodes are not authenticated; use mtls for anything beyond one machine")
 		return quicwire.LoopbackEdgeTLSConfig()
 	}
-	pool, err := pki.LoadPool(id.CAFile)
+	pool, cert, err := pki.LoadIdentity(id.CAFile, id.CertFile, id.KeyFile, quicwire.EdgeIdentity(id.TrustDomain, cfg.EdgeID))
 	if err != nil {
 		return nil, err
-	}
-	cert, err := pki.LoadKeyPair(id.CertFile, id.KeyFile)
-	if err != nil {
-		return nil, err
-	}
-	if cert.Leaf == nil {
-		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
-			return nil, fmt.Errorf("%s: %w", id.CertFile, err)
-		}
-	}
-	want := quicwire.EdgeIdentity(id.TrustDomain, cfg.EdgeID)
-	if got, err := quicwire.IdentityFromCert(cert.Leaf); err != nil {
-		return nil, fmt.Errorf("%s: %w", id.CertFile, err)
-	} else if got != want {
-		return nil, fmt.Errorf("%s names %s, but this Edge is %s (edge_id and trust_domain)", id.CertFile, got, want)
 	}
 	return quicwire.EdgeTLSConfig(pool, cert, id.TrustDomain, nil, func(remote string, err error) {
 		log.Warn("refused node connection", "remote", remote, "err", err)

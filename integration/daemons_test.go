@@ -135,7 +135,7 @@ identity: {mode: mtls, trust_domain: iop.test, ca_file: iop-ca.pem, cert_file: n
 reconnect: {initial_backoff: 50ms, max_backoff: 200ms}
 `, quic))
 	out, err := run(t, dir, bin.noded, "run", "--config", impostor)
-	if err == nil || !strings.Contains(out, "names spiffe://iop.test/node/n1, but this Node is spiffe://iop.test/node/n2") {
+	if err == nil || !strings.Contains(out, "names spiffe://iop.test/node/n1, but this node is spiffe://iop.test/node/n2") {
 		t.Errorf("noded with another node's certificate: err=%v\n%s", err, out)
 	}
 	if nodes := adminNodes(t, base); len(nodes) != 0 {

@@ -6,7 +6,6 @@ package agent
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -91,24 +90,9 @@ func nodeTLS(cfg *config.Config) (*tls.Config, error) {
 		}
 		return quicwire.LoopbackNodeTLSConfig(), nil
 	}
-	pool, err := pki.LoadPool(id.CAFile)
+	pool, cert, err := pki.LoadIdentity(id.CAFile, id.CertFile, id.KeyFile, quicwire.NodeIdentity(id.TrustDomain, cfg.NodeID))
 	if err != nil {
 		return nil, err
-	}
-	cert, err := pki.LoadKeyPair(id.CertFile, id.KeyFile)
-	if err != nil {
-		return nil, err
-	}
-	if cert.Leaf == nil {
-		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
-			return nil, fmt.Errorf("%s: %w", id.CertFile, err)
-		}
-	}
-	if leaf, err := quicwire.IdentityFromCert(cert.Leaf); err != nil {
-		return nil, fmt.Errorf("%s: %w", id.CertFile, err)
-	} else if leaf != quicwire.NodeIdentity(id.TrustDomain, cfg.NodeID) {
-		return nil, fmt.Errorf("%s names %s, but this Node is %s: the Edge would refuse it",
-			id.CertFile, leaf, quicwire.NodeIdentity(id.TrustDomain, cfg.NodeID))
 	}
 	return quicwire.NodeTLSConfig(pool, cert, id.TrustDomain, id.EdgeID, nil), nil
 }

@@ -278,6 +278,34 @@ func LoadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
 	return c, nil
 }
 
+// LoadIdentity reads what a daemon needs for managed mode: the CA pool it
+// trusts and its own certificate and key, and checks that the certificate
+// names want. A daemon that would present the wrong identity fails at
+// start, with the files named, rather than being refused by its peer.
+func LoadIdentity(caFile, certFile, keyFile string, want quicwire.Identity) (*x509.CertPool, tls.Certificate, error) {
+	pool, err := LoadPool(caFile)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	cert, err := LoadKeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	if cert.Leaf == nil {
+		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return nil, tls.Certificate{}, fmt.Errorf("%s: %w", certFile, err)
+		}
+	}
+	got, err := quicwire.IdentityFromCert(cert.Leaf)
+	if err != nil {
+		return nil, tls.Certificate{}, fmt.Errorf("%s: %w", certFile, err)
+	}
+	if got != want {
+		return nil, tls.Certificate{}, fmt.Errorf("%s names %s, but this %s is %s", certFile, got, want.Kind, want)
+	}
+	return pool, cert, nil
+}
+
 // WriteFiles writes a certificate (mode 0644) and its key (mode 0600). It
 // never overwrites: if either file exists it writes nothing and the error
 // names the file, so re-running a command cannot destroy a CA key. If the
