@@ -1,0 +1,55 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+)
+
+// Adapter is the interface every adapter implements.
+type Adapter interface {
+	// Info describes the adapter. It must not fail or block.
+	Info() Info
+	// Configure receives the provider's configuration before any run,
+	// and again after every restart of the process. Reject unknown keys
+	// (DecodeConfig does).
+	Configure(ctx context.Context, cfg Config) error
+	// Execute runs one normalized run, sending its progress to out, and
+	// returns its outcome: a Result, or an error (preferably an *Error
+	// with a Kind). It is called concurrently for different runs.
+	Execute(ctx context.Context, req *Request, out EventSink) (*Result, error)
+}
+
+// EventSink receives a run's events.
+type EventSink interface {
+	// Send delivers ev to the host, in order. It returns ErrHostGone once
+	// the run is cancelled or the host has gone; the adapter must then
+	// stop and return.
+	Send(ctx context.Context, ev Event) error
+}
+
+// ErrHostGone is returned by EventSink.Send and TunnelResponse when the run
+// or tunnel was cancelled or the host is gone.
+var ErrHostGone = errors.New("sdk: host gone or run cancelled")
+
+// TargetLister is implemented by adapters that can list the server's models.
+type TargetLister interface {
+	ListTargets(ctx context.Context) ([]Target, error)
+}
+
+// Tunneler is implemented by adapters that relay the server's own HTTP API.
+type Tunneler interface {
+	// Tunnel sends req to the server and streams its answer to resp,
+	// returning when the answer is complete (nil) or failed.
+	Tunnel(ctx context.Context, req *TunnelRequest, resp TunnelResponse) error
+}
+
+// Prober is implemented by adapters that can check one exact target: is
+// this model there and answering? Probe has its own short deadline in ctx.
+type Prober interface {
+	Probe(ctx context.Context, target string) (Health, error)
+}
+
+// Closer is implemented by adapters that hold resources to release.
+type Closer interface {
+	Close(ctx context.Context) error
+}
