@@ -17,7 +17,7 @@ func TestEdgeGraphIsValid(t *testing.T) {
 	if err := fx.ValidateApp(edgeModule(cfg)); err != nil {
 		t.Fatalf("edge graph: %v", err)
 	}
-	if err := fx.ValidateApp(edgeModule(cfg), fx.Provide(newDevAgent), fx.Invoke(startDevAgent, printDevBanner)); err != nil {
+	if err := fx.ValidateApp(edgeModule(cfg), fx.Supply(devFlags{}), fx.Provide(newDevAgent), fx.Invoke(startDevAgent, printDevBanner)); err != nil {
 		t.Fatalf("dev graph: %v", err)
 	}
 }

@@ -17,9 +17,10 @@ import (
 
 // devFlags are the flags of `edged dev`.
 type devFlags struct {
-	httpAddr string
-	quicAddr string
-	logLevel string
+	httpAddr  string
+	quicAddr  string
+	logLevel  string
+	ollamaURL string
 }
 
 // devNodeID names the Node that `edged dev` runs.
@@ -39,18 +40,25 @@ func runDev(flags devFlags) error {
 	}
 	return runApp(
 		edgeModule(cfg),
+		fx.Supply(flags),
 		fx.Provide(newDevAgent),
 		fx.Invoke(startDevAgent, printDevBanner),
 	)
 }
 
 // newDevAgent is a Node that dials the Edge's bound QUIC address.
-func newDevAgent(ln *quic.Listener, cfg *config.Config) (*agent.Agent, error) {
+// Its provider is the simulator, plus a local Ollama when --ollama is given.
+func newDevAgent(ln *quic.Listener, cfg *config.Config, flags devFlags) (*agent.Agent, error) {
 	nc := nodeconfig.Default()
 	nc.NodeID = devNodeID
 	nc.Edge.Address = ln.Addr().String()
 	nc.Identity.Mode = configs.ModeLoopback
 	nc.DrainTimeout = configs.Duration(5 * time.Second)
+	nc.Providers = []nodeconfig.Provider{{Name: "sim", Adapter: "simulator", Capacity: 8}}
+	if flags.ollamaURL != "" {
+		nc.Providers = append(nc.Providers, nodeconfig.Provider{Name: "ollama", Adapter: "ollama", Capacity: 4,
+			Config: map[string]any{"base_url": flags.ollamaURL}})
+	}
 	if err := nc.Validate(); err != nil {
 		return nil, fmt.Errorf("dev node: %w", err)
 	}
@@ -62,7 +70,7 @@ func startDevAgent(lc fx.Lifecycle, a *agent.Agent) {
 }
 
 // printDevBanner tells the user what runs and what to do next.
-func printDevBanner(lc fx.Lifecycle, h *httpServer, ln *quic.Listener) {
+func printDevBanner(lc fx.Lifecycle, h *httpServer, ln *quic.Listener, flags devFlags) {
 	lc.Append(fx.StartHook(func(context.Context) {
 		base := "http://" + h.bound.String()
 		fmt.Fprintf(os.Stdout, `
@@ -70,7 +78,7 @@ IOP dev is running on this machine.
   Edge HTTP API  %[1]s
   Edge QUIC      %[2]s  (loopback mode: no certificates, this machine only)
   Node           %[3]s, connected to the Edge over loopback QUIC
-  Providers      none yet: model adapters arrive in a later version
+  Providers      sim (the simulator adapter, model sim-small)%[4]s
 
 Try:
   curl -s %[1]s/admin/v1/nodes     # the Node, its generation, state and heartbeat
@@ -80,6 +88,13 @@ Connect another Node on this machine:
   go run ./noded run --config configs/node-dev.yaml   # after setting edge.address: %[2]s
 
 Stop with Ctrl-C.
-`, base, ln.Addr(), devNodeID)
+`, base, ln.Addr(), devNodeID, ollamaLine(flags))
 	}))
+}
+
+func ollamaLine(flags devFlags) string {
+	if flags.ollamaURL == "" {
+		return "\n                 (add --ollama http://127.0.0.1:11434 to serve a local Ollama too)"
+	}
+	return ", and ollama at " + flags.ollamaURL
 }

@@ -13,9 +13,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/iop-dev/iop/plugins/builtin"
 
 	"github.com/iop-dev/iop/edged/config"
 	"github.com/iop-dev/iop/edged/tlscli"
@@ -36,6 +39,7 @@ func main() {
 	dev.Flag("http-addr", "Address of the Edge's HTTP API.").Default("127.0.0.1:8080").StringVar(&devFlags.httpAddr)
 	dev.Flag("quic-addr", "Address of the Edge's QUIC listener (loopback only; port 0 picks one).").Default("127.0.0.1:0").StringVar(&devFlags.quicAddr)
 	dev.Flag("log-level", "debug, info, warn or error.").Default("info").EnumVar(&devFlags.logLevel, "debug", "info", "warn", "error")
+	dev.Flag("ollama", "Also serve the Ollama server at this URL (e.g. http://127.0.0.1:11434).").StringVar(&devFlags.ollamaURL)
 
 	tlscli.Register(app)
 
@@ -43,6 +47,9 @@ func main() {
 	checkPath := check.Arg("file", "Edge configuration file.").Required().String()
 
 	versionCmd := app.Command("version", "Print the version.")
+
+	plugin := app.Command("plugin", "Serve a built-in adapter as a plugin process (the Node starts these itself).").Hidden()
+	pluginName := plugin.Arg("adapter", "Built-in adapter: "+strings.Join(builtin.Names(), ", ")+".").Required().String()
 
 	health := app.Command("healthcheck", "Probe a health endpoint and exit 0 if it answers 2xx (for container health checks; the image has no curl).")
 	healthURL := health.Flag("url", "Endpoint to probe.").Default("http://127.0.0.1:8080/readyz").String()
@@ -62,6 +69,8 @@ func main() {
 		}
 	case health.FullCommand():
 		err = healthcheck(*healthURL)
+	case plugin.FullCommand():
+		err = builtin.Serve(*pluginName)
 	case versionCmd.FullCommand():
 		fmt.Println("edged", version)
 	}

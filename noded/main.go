@@ -11,9 +11,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/iop-dev/iop/plugins/builtin"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -33,6 +36,9 @@ func main() {
 
 	versionCmd := app.Command("version", "Print the version.")
 
+	plugin := app.Command("plugin", "Serve a built-in adapter as a plugin process (the Node starts these itself).").Hidden()
+	pluginName := plugin.Arg("adapter", "Built-in adapter: "+strings.Join(builtin.Names(), ", ")+".").Required().String()
+
 	health := app.Command("healthcheck", "Probe a health endpoint and exit 0 if it answers 2xx (for container health checks; the image has no curl).")
 	healthURL := health.Flag("url", "Endpoint to probe.").Default("http://127.0.0.1:9090/readyz").String()
 
@@ -49,6 +55,8 @@ func main() {
 		}
 	case health.FullCommand():
 		err = healthcheck(*healthURL)
+	case plugin.FullCommand():
+		err = builtin.Serve(*pluginName)
 	case versionCmd.FullCommand():
 		fmt.Println("noded", version)
 	}

@@ -6,20 +6,28 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"os/exec"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/iop-dev/iop/configs"
 	"github.com/iop-dev/iop/noded/config"
 	"github.com/iop-dev/iop/noded/leasekey"
+	"github.com/iop-dev/iop/noded/runtime"
 	"github.com/iop-dev/iop/noded/transport"
+	"github.com/iop-dev/iop/plugins/builtin"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/pki"
-	"github.com/iop-dev/iop/quicwire/wirepb"
+	"github.com/iop-dev/iop/sdk"
+	"github.com/iop-dev/iop/sdk/pluginhost"
 )
 
 // Options are what the daemon adds to the configuration file.
@@ -29,14 +37,21 @@ type Options struct {
 	// Liveness defaults to quicwire.DefaultLiveness: the daemons always
 	// run the real profile.
 	Liveness quicwire.Liveness
+	// Self is the command that serves a built-in adapter when NAME is
+	// appended: by default this executable with "plugin" (`noded plugin
+	// ollama`).
+	Self []string
+	// Supervision defaults to runtime.DefaultSupervision.
+	Supervision *runtime.Supervision
 }
 
 // Agent is a running Node.
 type Agent struct {
-	cfg    *config.Config
-	log    *slog.Logger
-	client *transport.Client
-	key    *leasekey.Key
+	cfg       *config.Config
+	log       *slog.Logger
+	client    *transport.Client
+	key       *leasekey.Key
+	providers *runtime.Set
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -60,7 +75,31 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: opts.Logger, key: key}
+	if opts.Self == nil {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own executable to start built-in adapters: %w", err)
+		}
+		opts.Self = []string{exe, "plugin"}
+	}
+	sup := runtime.DefaultSupervision
+	if opts.Supervision != nil {
+		sup = *opts.Supervision
+	}
+	a := &Agent{cfg: cfg, log: opts.Logger, key: key, providers: runtime.NewSet()}
+	for _, p := range cfg.Providers {
+		launch, err := launcher(p, opts.Self, opts.Logger)
+		if err != nil {
+			return nil, err
+		}
+		conf, err := json.Marshal(p.Config)
+		if err != nil {
+			return nil, fmt.Errorf("providers %s: config: %w", p.Name, err)
+		}
+		a.providers.Add(runtime.NewProvider(runtime.ProviderConfig{
+			Name: p.Name, Adapter: p.Adapter, Targets: p.Targets, Capacity: p.Capacity, Config: sdk.Config(conf), Launch: launch,
+		}, sup, opts.Logger, a.providers.Notify))
+	}
 	a.client, err = transport.New(transport.Options{
 		NodeID:         cfg.NodeID,
 		Version:        opts.Version,
@@ -70,14 +109,36 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 		Backoff:        transport.Backoff{Initial: time.Duration(cfg.Reconnect.InitialBackoff), Max: time.Duration(cfg.Reconnect.MaxBackoff)},
 		LeasePublicKey: key.Public[:],
 		Labels:         cfg.Labels,
-		Providers:      transport.StaticProviders(configuredProviders(cfg)),
-		Handler:        &handler{agent: a},
+		Providers:      a.providers,
+		Handler:        runtime.NewHandler(a.providers, opts.Logger, func() transport.Status { return a.client.Status() }),
 		Logger:         opts.Logger,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// launcher returns how to start provider p's plugin: a built-in adapter by
+// re-executing self, a third-party one from its binary, pinned by SHA-256.
+func launcher(p config.Provider, self []string, log *slog.Logger) (runtime.Launcher, error) {
+	var sum []byte
+	if p.Adapter == config.AdapterExternal {
+		var err error
+		if sum, err = hex.DecodeString(p.SHA256); err != nil {
+			return nil, fmt.Errorf("providers %s: sha256: %w", p.Name, err)
+		}
+	} else if !builtin.Has(p.Adapter) {
+		return nil, fmt.Errorf("providers %s: no built-in adapter %q", p.Name, p.Adapter)
+	}
+	log = log.With("provider", p.Name)
+	return func(ctx context.Context) (runtime.Plugin, error) {
+		cmd := exec.Command(p.Binary)
+		if p.Adapter != config.AdapterExternal {
+			cmd = exec.Command(self[0], append(slices.Clone(self[1:]), p.Adapter)...)
+		}
+		return pluginhost.Start(ctx, pluginhost.Options{Cmd: cmd, SHA256: sum, Logger: log})
+	}, nil
 }
 
 // nodeTLS builds the Node's TLS configuration for its identity mode.
@@ -97,25 +158,8 @@ func nodeTLS(cfg *config.Config) (*tls.Config, error) {
 	return quicwire.NodeTLSConfig(pool, cert, id.TrustDomain, id.EdgeID, nil), nil
 }
 
-// configuredProviders reports the configured providers. Adapters do not run
-// in this version yet, so they are offline and have no capacity: the Edge
-// sends them nothing.
-func configuredProviders(cfg *config.Config) []*wirepb.Provider {
-	var ps []*wirepb.Provider
-	for _, p := range cfg.Providers {
-		wp := &wirepb.Provider{
-			Name:    p.Name,
-			Adapter: p.Adapter,
-			State:   wirepb.ProviderState_PROVIDER_STATE_OFFLINE,
-			Detail:  "adapter runtime not available in this version",
-		}
-		for _, t := range p.Targets {
-			wp.Targets = append(wp.Targets, &wirepb.Target{Name: t})
-		}
-		ps = append(ps, wp)
-	}
-	return ps
-}
+// Providers are the Node's providers.
+func (a *Agent) Providers() *runtime.Set { return a.providers }
 
 // Client is the transport client, for status.
 func (a *Agent) Client() *transport.Client { return a.client }
@@ -130,6 +174,7 @@ func (a *Agent) Start(context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel, a.done = cancel, make(chan struct{})
+	a.providers.Start()
 	go func() {
 		defer close(a.done)
 		a.client.Run(ctx)
@@ -157,6 +202,7 @@ func (a *Agent) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	a.providers.Stop()
 	a.log.Info("node stopped")
 	return err
 }

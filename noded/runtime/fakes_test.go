@@ -1,0 +1,86 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+	"github.com/iop-dev/iop/sdk"
+)
+
+// fakeStream is an in-memory run stream: what the Node sends is recorded;
+// cancel() makes the Edge's side look reset.
+type fakeStream struct {
+	mu        sync.Mutex
+	sent      []*wirepb.RunEvent
+	cancelled chan struct{}
+	once      sync.Once
+}
+
+func newFakeStream() *fakeStream { return &fakeStream{cancelled: make(chan struct{})} }
+
+func (f *fakeStream) Send(m proto.Message) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.cancelled:
+		return &quicwire.StreamCancelledError{Code: quicwire.StreamCancelled, Remote: true}
+	default:
+	}
+	f.sent = append(f.sent, proto.Clone(m).(*wirepb.RunEvent))
+	return nil
+}
+
+func (f *fakeStream) Recv(proto.Message) error {
+	<-f.cancelled
+	return &quicwire.StreamCancelledError{Code: quicwire.StreamCancelled, Remote: true}
+}
+
+func (f *fakeStream) cancel() { f.once.Do(func() { close(f.cancelled) }) }
+
+func (f *fakeStream) events() []*wirepb.RunEvent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*wirepb.RunEvent(nil), f.sent...)
+}
+
+// fakePlugin runs exec for each Execute.
+type fakePlugin struct {
+	exec     func(ctx context.Context, req *wirepb.RunRequest, emit func(*wirepb.RunEvent) error) (*sdk.Result, error)
+	calls    atomic.Int32
+	exited   chan struct{}
+	exitOnce sync.Once
+	closed   atomic.Bool
+}
+
+func newFakePlugin(exec func(ctx context.Context, req *wirepb.RunRequest, emit func(*wirepb.RunEvent) error) (*sdk.Result, error)) *fakePlugin {
+	return &fakePlugin{exec: exec, exited: make(chan struct{})}
+}
+
+func (p *fakePlugin) Capabilities() []string                      { return nil }
+func (p *fakePlugin) Configure(context.Context, sdk.Config) error { return nil }
+func (p *fakePlugin) Execute(ctx context.Context, req *wirepb.RunRequest, _ *sdk.Credential, emit func(*wirepb.RunEvent) error) (*sdk.Result, error) {
+	p.calls.Add(1)
+	return p.exec(ctx, req, emit)
+}
+func (p *fakePlugin) ListTargets(context.Context) ([]sdk.Target, error) { return nil, sdk.ErrUnsupported }
+func (p *fakePlugin) Probe(context.Context, string) (sdk.Health, error) {
+	return sdk.Health{}, sdk.ErrUnsupported
+}
+func (p *fakePlugin) Tunnel(context.Context, *wirepb.TunnelRequest, *sdk.Credential, io.Reader, func(*wirepb.TunnelFrame) error) error {
+	return sdk.ErrUnsupported
+}
+func (p *fakePlugin) Close(context.Context) error { p.closed.Store(true); p.exit(); return nil }
+func (p *fakePlugin) Exited() <-chan struct{}     { return p.exited }
+func (p *fakePlugin) exit()                       { p.exitOnce.Do(func() { close(p.exited) }) }
+
+var errTest = errors.New("test")
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,70 @@
+// Package runtime is the Node's execution side: its providers (adapter
+// plugins under supervision, with capacity), and the handler that serves
+// the streams the Edge dispatches: normalized runs, tunnels and the closed
+// set of commands.
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/iop-dev/iop/noded/transport"
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// Handler serves dispatched streams. It implements transport.Handler.
+type Handler struct {
+	set    *Set
+	log    *slog.Logger
+	status func() transport.Status
+}
+
+var _ transport.Handler = (*Handler)(nil)
+
+// NewHandler returns a handler for the providers in set. status reports
+// the transport's state for the transport_status command.
+func NewHandler(set *Set, log *slog.Logger, status func() transport.Status) *Handler {
+	return &Handler{set: set, log: log, status: status}
+}
+
+// ServeStream implements transport.Handler.
+func (h *Handler) ServeStream(ctx context.Context, sess *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
+	switch k := hdr.GetKind().(type) {
+	case *wirepb.StreamHeader_Run:
+		h.serveRun(ctx, k.Run, st)
+	case *wirepb.StreamHeader_Command:
+		_ = st.Send(h.command(sess, k.Command))
+	case *wirepb.StreamHeader_Tunnel:
+		_ = st.Send(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Terminal{Terminal: &wirepb.TunnelTerminal{
+			Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED,
+			Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED, Message: "raw provider tunnels are not served by this node version"},
+		}}})
+	}
+}
+
+// command answers one command. Commands are a closed set (R10).
+func (h *Handler) command(sess *quicwire.Session, c *wirepb.CommandRequest) *wirepb.CommandResult {
+	res := &wirepb.CommandResult{CommandId: c.GetCommandId(), SessionId: c.GetSessionId()}
+	switch c.GetKind() {
+	case wirepb.CommandKind_COMMAND_KIND_CAPABILITIES:
+		res.Providers = h.set.Snapshot()
+	case wirepb.CommandKind_COMMAND_KIND_TRANSPORT_STATUS:
+		st := h.status()
+		res.TransportStatus = &wirepb.TransportStatus{
+			NodeId:               sess.NodeID(),
+			Generation:           sess.Generation(),
+			State:                string(st.State),
+			LastHeartbeatRttUs:   st.LastRTT.Microseconds(),
+			HealthObservationSeq: sess.HealthObservationSeq(),
+			ConnectedUnixMs:      sess.ConnectedAt().UnixMilli(),
+		}
+	case wirepb.CommandKind_COMMAND_KIND_OLLAMA_API_TUNNEL:
+		res.Failure = &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED, Message: "the Ollama API tunnel is not served by this node version"}
+	default:
+		res.Failure = &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED,
+			Message: fmt.Sprintf("unknown command kind %d: commands are capabilities, transport_status and ollama_api_tunnel", c.GetKind())}
+	}
+	return res
+}

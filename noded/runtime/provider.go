@@ -1,0 +1,243 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/iop-dev/iop/noded/transport"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+	"github.com/iop-dev/iop/sdk"
+)
+
+// ProviderConfig is one provider: an adapter process with one
+// configuration, its targets and its capacity.
+type ProviderConfig struct {
+	Name    string
+	Adapter string
+	// Targets are the models served; empty means ask the adapter
+	// (list_targets) once it is up.
+	Targets  []string
+	Capacity int
+	Config   sdk.Config
+	Launch   Launcher
+}
+
+// Supervision policy: restart with backoff; after BreakerThreshold failures
+// in a row the circuit opens for BreakerCooldown, then one attempt is made
+// (half-open). A plugin that ran for StableAfter counts as healthy again.
+type Supervision struct {
+	Backoff          transport.Backoff
+	BreakerThreshold int
+	BreakerCooldown  time.Duration
+	StableAfter      time.Duration
+	// StartTimeout bounds launching and configuring one plugin.
+	StartTimeout time.Duration
+}
+
+// DefaultSupervision is the daemon's policy.
+var DefaultSupervision = Supervision{
+	Backoff:          transport.Backoff{Initial: 500 * time.Millisecond, Max: 30 * time.Second},
+	BreakerThreshold: 5,
+	BreakerCooldown:  5 * time.Minute,
+	StableAfter:      time.Minute,
+	StartTimeout:     30 * time.Second,
+}
+
+// Errors of admission, before any adapter is called.
+var (
+	// ErrCapacityExhausted: every slot of the provider is busy.
+	ErrCapacityExhausted = errors.New("capacity exhausted")
+	// ErrProviderOffline: the provider's plugin is not running.
+	ErrProviderOffline = errors.New("provider offline")
+)
+
+// Provider keeps one adapter plugin running and admits runs against its
+// capacity. Its zero value is not usable; see NewProvider.
+type Provider struct {
+	cfg   ProviderConfig
+	sup   Supervision
+	log   *slog.Logger
+	slots chan struct{}
+	// changed is called (without locks held) after every state change.
+	changed func()
+
+	mu        sync.Mutex
+	state     wirepb.ProviderState
+	detail    string
+	plugin    Plugin
+	targets   []string
+	caps      []string
+	attempted chan struct{} // closed after the first start attempt ended
+	once      sync.Once
+}
+
+// NewProvider returns a provider in the starting state; Supervise runs it.
+func NewProvider(cfg ProviderConfig, sup Supervision, log *slog.Logger, changed func()) *Provider {
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = 1
+	}
+	return &Provider{
+		cfg:       cfg,
+		sup:       sup,
+		log:       log.With("provider", cfg.Name, "adapter", cfg.Adapter),
+		slots:     make(chan struct{}, cfg.Capacity),
+		changed:   changed,
+		state:     wirepb.ProviderState_PROVIDER_STATE_STARTING,
+		targets:   slices.Clone(cfg.Targets),
+		attempted: make(chan struct{}),
+	}
+}
+
+// Name is the provider's name.
+func (p *Provider) Name() string { return p.cfg.Name }
+
+// Wire is the provider as the Edge sees it.
+func (p *Provider) Wire() *wirepb.Provider {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := &wirepb.Provider{
+		Name:         p.cfg.Name,
+		Adapter:      p.cfg.Adapter,
+		Capacity:     uint32(p.cfg.Capacity),
+		State:        p.state,
+		Detail:       p.detail,
+		Capabilities: slices.Clone(p.caps),
+	}
+	for _, t := range p.targets {
+		w.Targets = append(w.Targets, &wirepb.Target{Name: t})
+	}
+	return w
+}
+
+// Serves reports whether the provider offers target.
+func (p *Provider) Serves(target string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Contains(p.targets, target)
+}
+
+// Acquire admits one run: it takes a capacity slot of an online provider
+// without waiting (over capacity is refused at once). release gives the
+// slot back.
+func (p *Provider) Acquire() (pl Plugin, release func(), err error) {
+	p.mu.Lock()
+	pl, state, detail := p.plugin, p.state, p.detail
+	p.mu.Unlock()
+	if state != wirepb.ProviderState_PROVIDER_STATE_ONLINE || pl == nil {
+		if detail == "" {
+			detail = "starting"
+		}
+		return nil, nil, fmt.Errorf("provider %s: %w (%s)", p.cfg.Name, ErrProviderOffline, detail)
+	}
+	select {
+	case p.slots <- struct{}{}:
+	default:
+		return nil, nil, fmt.Errorf("provider %s: %w: all %d slots busy", p.cfg.Name, ErrCapacityExhausted, p.cfg.Capacity)
+	}
+	var once sync.Once
+	return pl, func() { once.Do(func() { <-p.slots }) }, nil
+}
+
+// InUse is the number of busy slots.
+func (p *Provider) InUse() int { return len(p.slots) }
+
+func (p *Provider) set(state wirepb.ProviderState, detail string, pl Plugin) {
+	p.mu.Lock()
+	p.state, p.detail, p.plugin = state, detail, pl
+	p.mu.Unlock()
+	if p.changed != nil {
+		p.changed()
+	}
+}
+
+// Supervise keeps the plugin running until ctx is done, then stops it. A
+// crash takes the provider offline (its in-flight runs fail with
+// provider_unavailable, reported by the run path) and the plugin is
+// restarted with backoff behind a circuit breaker. go-plugin restarts
+// nothing and its clients cannot be reused, so every start is a new launch,
+// configured again.
+func (p *Provider) Supervise(ctx context.Context) {
+	failures := 0
+	for ctx.Err() == nil {
+		pl, err := p.start(ctx)
+		p.once.Do(func() { close(p.attempted) })
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			failures++
+			p.log.Warn("adapter plugin failed to start", "err", err, "failures", failures)
+			p.set(wirepb.ProviderState_PROVIDER_STATE_OFFLINE, "plugin failed to start: "+err.Error(), nil)
+		} else {
+			began := time.Now()
+			p.set(wirepb.ProviderState_PROVIDER_STATE_ONLINE, "", pl)
+			p.log.Info("adapter plugin online", "targets", p.Wire().GetTargets())
+			select {
+			case <-ctx.Done():
+				p.set(wirepb.ProviderState_PROVIDER_STATE_OFFLINE, "node stopping", nil)
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				_ = pl.Close(cctx)
+				cancel()
+				return
+			case <-pl.Exited():
+			}
+			if time.Since(began) >= p.sup.StableAfter {
+				failures = 0
+			}
+			failures++
+			p.log.Warn("adapter plugin exited; restarting", "failures", failures)
+			p.set(wirepb.ProviderState_PROVIDER_STATE_OFFLINE, "plugin exited; restarting", nil)
+			_ = pl.Close(context.WithoutCancel(ctx))
+		}
+		wait := p.sup.Backoff.Delay(failures - 1)
+		if failures >= p.sup.BreakerThreshold {
+			wait = p.sup.BreakerCooldown
+			detail := fmt.Sprintf("circuit open after %d failures in a row; next attempt in %v", failures, wait)
+			p.log.Error("adapter plugin keeps failing", "failures", failures, "cooldown", wait)
+			p.set(wirepb.ProviderState_PROVIDER_STATE_OFFLINE, detail, nil)
+			failures = p.sup.BreakerThreshold - 1 // half-open: one attempt decides
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	p.set(wirepb.ProviderState_PROVIDER_STATE_OFFLINE, "node stopping", nil)
+}
+
+// start launches and configures one plugin, and learns its targets.
+func (p *Provider) start(ctx context.Context) (Plugin, error) {
+	sctx, cancel := context.WithTimeout(ctx, p.sup.StartTimeout)
+	defer cancel()
+	pl, err := p.cfg.Launch(sctx)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (Plugin, error) {
+		_ = pl.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if err := pl.Configure(sctx, p.cfg.Config); err != nil {
+		return fail(fmt.Errorf("configure: %w", err))
+	}
+	caps := pl.Capabilities()
+	targets := slices.Clone(p.cfg.Targets)
+	if len(targets) == 0 && slices.Contains(caps, sdk.CapListTargets) {
+		ts, err := pl.ListTargets(sctx)
+		if err != nil {
+			return fail(fmt.Errorf("list targets: %w", err))
+		}
+		for _, t := range ts {
+			targets = append(targets, t.Name)
+		}
+	}
+	p.mu.Lock()
+	p.caps, p.targets = caps, targets
+	p.mu.Unlock()
+	return pl, nil
+}
