@@ -21,8 +21,8 @@ import (
 )
 
 var bin struct {
-	dir          string
-	edged, noded string
+	dir                       string
+	edged, noded, testadapter string
 }
 
 func TestMain(m *testing.M) {
@@ -32,8 +32,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin.dir = dir
-	bin.edged, bin.noded = filepath.Join(dir, "edged"), filepath.Join(dir, "noded")
-	for _, b := range []struct{ out, pkg string }{{bin.edged, "../edged"}, {bin.noded, "../noded"}} {
+	bin.edged, bin.noded, bin.testadapter = filepath.Join(dir, "edged"), filepath.Join(dir, "noded"), filepath.Join(dir, "testadapter")
+	for _, b := range []struct{ out, pkg string }{
+		{bin.edged, "../edged"}, {bin.noded, "../noded"}, {bin.testadapter, "../sdk/internal/testadapter/cmd/testadapter"},
+	} {
 		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {

@@ -38,6 +38,7 @@ func main() {
 
 	plugin := app.Command("plugin", "Serve a built-in adapter as a plugin process (the Node starts these itself).").Hidden()
 	pluginName := plugin.Arg("adapter", "Built-in adapter: "+strings.Join(builtin.Names(), ", ")+".").Required().String()
+	pluginDescribe := plugin.Flag("describe", "Print the adapter's info and capabilities as JSON and exit.").Bool()
 
 	health := app.Command("healthcheck", "Probe a health endpoint and exit 0 if it answers 2xx (for container health checks; the image has no curl).")
 	healthURL := health.Flag("url", "Endpoint to probe.").Default("http://127.0.0.1:9090/readyz").String()
@@ -56,7 +57,7 @@ func main() {
 	case health.FullCommand():
 		err = healthcheck(*healthURL)
 	case plugin.FullCommand():
-		err = builtin.Serve(*pluginName)
+		err = builtin.Serve(*pluginName, *pluginDescribe)
 	case versionCmd.FullCommand():
 		fmt.Println("noded", version)
 	}

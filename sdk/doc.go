@@ -36,6 +36,18 @@
 // detects them and reports them, so an adapter cannot claim what it does not
 // implement.
 //
+// # Logging and output
+//
+// Log with log/slog: while serving, slog's default logger writes JSON lines
+// to stderr, which the Node reads into its own log with the adapter's name.
+// Never write to stdout: the plugin handshake owns it (the Node logs
+// anything else that appears there as a mistake).
+//
+// # Testing
+//
+// pluginhost.StartInProcess runs an adapter value over the same gRPC path
+// the Node uses for a plugin process; the package example shows it.
+//
 // This package imports no networking or wiring library of the Node or the
 // Edge; adapters stay small.
 package sdk

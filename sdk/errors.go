@@ -11,14 +11,14 @@ type Kind int
 
 // Failure kinds. The values travel between processes; never renumber.
 const (
-	KindInternal       Kind = iota + 1 // a bug or an unexpected state in the adapter
-	KindInvalidRequest                 // the request cannot be served as asked
-	KindUnauthenticated                // the server refused the credential
-	KindRateLimited                    // the server asks to slow down
-	KindModelNotFound                  // the target does not exist on the server
-	KindUnavailable                    // the server cannot be reached or is down
-	KindUpstream                       // the server failed in another way
-	KindUnsupported                    // the adapter does not implement this
+	KindInternal        Kind = iota + 1 // a bug or an unexpected state in the adapter
+	KindInvalidRequest                  // the request cannot be served as asked
+	KindUnauthenticated                 // the server refused the credential
+	KindRateLimited                     // the server asks to slow down
+	KindModelNotFound                   // the target does not exist on the server
+	KindUnavailable                     // the server cannot be reached or is down
+	KindUpstream                        // the server failed in another way
+	KindUnsupported                     // the adapter does not implement this
 )
 
 var kindNames = map[Kind]string{

@@ -70,7 +70,9 @@ func (p *fakePlugin) Execute(ctx context.Context, req *wirepb.RunRequest, _ *sdk
 	p.calls.Add(1)
 	return p.exec(ctx, req, emit)
 }
-func (p *fakePlugin) ListTargets(context.Context) ([]sdk.Target, error) { return nil, sdk.ErrUnsupported }
+func (p *fakePlugin) ListTargets(context.Context) ([]sdk.Target, error) {
+	return nil, sdk.ErrUnsupported
+}
 func (p *fakePlugin) Probe(context.Context, string) (sdk.Health, error) {
 	return sdk.Health{}, sdk.ErrUnsupported
 }

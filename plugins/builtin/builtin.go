@@ -6,6 +6,7 @@ package builtin
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -44,11 +45,16 @@ func New(name string) (sdk.Adapter, error) {
 }
 
 // Serve serves the built-in adapter name as a plugin process; it is what
-// `noded plugin NAME` runs. It does not return on success.
-func Serve(name string) error {
+// `noded plugin NAME` runs. It does not return on success. With describe,
+// it prints the adapter's info and capabilities as JSON instead, as a
+// third-party adapter does when run with `describe`.
+func Serve(name string, describe bool) error {
 	a, err := New(name)
 	if err != nil {
 		return err
+	}
+	if describe {
+		return sdk.Describe(os.Stdout, a)
 	}
 	sdk.Serve(a)
 	return nil

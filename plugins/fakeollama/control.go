@@ -1,0 +1,60 @@
+package fakeollama
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// The control API steers a fake that runs as its own process. It answers in
+// every mode but ModeRefuse (then nothing listens), and its requests are not
+// recorded.
+//
+//	GET    /_fake/requests       the recorded requests, as JSON (see Request)
+//	POST   /_fake/reset          forget the recorded requests
+//	PUT    /_fake/models         add or replace a model (a Model as JSON)
+//	DELETE /_fake/models/{name}  remove a model
+//	PUT    /_fake/mode           {"mode": "up" | "unavailable" | "reset" | "hang"}
+const controlPrefix = "/_fake/"
+
+func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
+	path := strings.TrimPrefix(r.URL.Path, controlPrefix)
+	switch {
+	case r.Method == http.MethodGet && path == "requests":
+		writeJSON(w, http.StatusOK, s.Requests())
+	case r.Method == http.MethodPost && path == "reset":
+		s.Reset()
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodPut && path == "models":
+		var m Model
+		if err := json.NewDecoder(r.Body).Decode(&m); err != nil || m.Name == "" {
+			writeError(w, http.StatusBadRequest, "fakeollama: body must be a Model with a name")
+			return
+		}
+		s.SetModel(m)
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodDelete && strings.HasPrefix(path, "models/"):
+		s.RemoveModel(strings.TrimPrefix(path, "models/"))
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodPut && path == "mode":
+		var body struct {
+			Mode Mode `json:"mode"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if body.Mode == ModeRefuse {
+			// Nothing would be left listening to turn it back on.
+			writeError(w, http.StatusBadRequest, "fakeollama: refuse cannot be set remotely")
+			return
+		}
+		if err := s.SetMode(body.Mode); err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		writeError(w, http.StatusNotFound, "fakeollama: no such control endpoint")
+	}
+}

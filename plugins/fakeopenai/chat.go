@@ -1,0 +1,382 @@
+package fakeopenai
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// created is the fixed "created" timestamp of every object, so that answers
+// are reproducible.
+const created = 1700000000
+
+// chatRequest is the part of a chat request the fake reads.
+type chatRequest struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	Stream        bool `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+// Wire shapes of the answers.
+type (
+	wireToolFunction struct {
+		Name      string `json:"name,omitempty"`
+		Arguments string `json:"arguments"`
+	}
+	wireToolCall struct {
+		Index    *int             `json:"index,omitempty"`
+		ID       string           `json:"id,omitempty"`
+		Type     string           `json:"type,omitempty"`
+		Function wireToolFunction `json:"function"`
+	}
+	wireDelta struct {
+		Role             string         `json:"role,omitempty"`
+		Content          *string        `json:"content,omitempty"`
+		ReasoningContent *string        `json:"reasoning_content,omitempty"`
+		ToolCalls        []wireToolCall `json:"tool_calls,omitempty"`
+	}
+	wireChunkChoice struct {
+		Index        int       `json:"index"`
+		Delta        wireDelta `json:"delta"`
+		Logprobs     *struct{} `json:"logprobs"`
+		FinishReason *string   `json:"finish_reason"`
+	}
+	wireUsage struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		TotalTokens      int `json:"total_tokens"`
+	}
+	wireChunk struct {
+		ID      string            `json:"id"`
+		Object  string            `json:"object"`
+		Created int64             `json:"created"`
+		Model   string            `json:"model"`
+		Choices []wireChunkChoice `json:"choices"`
+		// Usage is null on every chunk but the last when usage was asked
+		// for, and absent otherwise, as OpenAI sends it.
+		Usage *json.RawMessage `json:"usage,omitempty"`
+	}
+	wireMessage struct {
+		Role             string         `json:"role"`
+		Content          *string        `json:"content"`
+		ReasoningContent string         `json:"reasoning_content,omitempty"`
+		ToolCalls        []wireToolCall `json:"tool_calls,omitempty"`
+	}
+	wireCompletion struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		Model   string `json:"model"`
+		Choices []struct {
+			Index        int         `json:"index"`
+			Message      wireMessage `json:"message"`
+			Logprobs     *struct{}   `json:"logprobs"`
+			FinishReason string      `json:"finish_reason"`
+		} `json:"choices"`
+		Usage wireUsage `json:"usage"`
+	}
+)
+
+var vocabulary = []string{"The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "again"}
+
+// tokens returns the content pieces of m.
+func (m Model) tokens() []string {
+	if m.Tokens != nil {
+		return m.Tokens
+	}
+	n := m.TokenCount
+	if n == 0 {
+		n = 5
+	}
+	out := make([]string, n)
+	for i := range out {
+		w := vocabulary[i%len(vocabulary)]
+		if i > 0 {
+			w = " " + w
+		}
+		out[i] = w
+	}
+	return out
+}
+
+// deltas returns the delta chunks of m's answer, in order: reasoning,
+// content, then tool-call fragments.
+func (m Model) deltas() []wireDelta {
+	var out []wireDelta
+	for _, r := range m.Reasoning {
+		out = append(out, wireDelta{ReasoningContent: &r})
+	}
+	for _, t := range m.tokens() {
+		out = append(out, wireDelta{Content: &t})
+	}
+	for i, tc := range m.ToolCalls {
+		out = append(out, wireDelta{ToolCalls: []wireToolCall{{
+			Index: &i, ID: tc.id(i), Type: "function",
+			Function: wireToolFunction{Name: tc.Name},
+		}}})
+		size := tc.FragmentSize
+		if size <= 0 {
+			size = 7
+		}
+		for args := tc.Arguments; args != ""; {
+			n := min(size, len(args))
+			out = append(out, wireDelta{ToolCalls: []wireToolCall{{
+				Index: &i, Function: wireToolFunction{Arguments: args[:n]},
+			}}})
+			args = args[n:]
+		}
+	}
+	return out
+}
+
+func (tc ToolCall) id(i int) string {
+	if tc.ID != "" {
+		return tc.ID
+	}
+	return fmt.Sprintf("call_%d", i)
+}
+
+func (m Model) finishReason() string {
+	switch {
+	case m.FinishReason != "":
+		return m.FinishReason
+	case len(m.ToolCalls) > 0:
+		return "tool_calls"
+	}
+	return "stop"
+}
+
+func (m Model) usage(req chatRequest) wireUsage {
+	u := wireUsage{PromptTokens: promptWords(req), CompletionTokens: len(m.deltas())}
+	if m.Usage != nil {
+		u = wireUsage{PromptTokens: m.Usage.PromptTokens, CompletionTokens: m.Usage.CompletionTokens}
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
+}
+
+// promptWords counts the words of the request's messages: their string
+// content, or the text of their content parts.
+func promptWords(req chatRequest) int {
+	n := 0
+	for _, msg := range req.Messages {
+		var text string
+		if json.Unmarshal(msg.Content, &text) == nil {
+			n += len(strings.Fields(text))
+			continue
+		}
+		var parts []struct {
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(msg.Content, &parts) == nil {
+			for _, p := range parts {
+				n += len(strings.Fields(p.Text))
+			}
+		}
+	}
+	return n
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record, cfg Config) {
+	var req chatRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, Failure{
+			Message: "We could not parse the JSON body of your request.",
+			Type:    "invalid_request_error",
+		})
+		return
+	}
+	if len(req.Messages) == 0 {
+		writeError(w, http.StatusBadRequest, Failure{
+			Message: "[] is too short - 'messages'",
+			Type:    "invalid_request_error",
+		})
+		return
+	}
+	m, ok := cfg.model(req.Model)
+	if !ok {
+		writeError(w, http.StatusNotFound, Failure{
+			Message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", req.Model),
+			Type:    "invalid_request_error",
+			Code:    "model_not_found",
+		})
+		return
+	}
+	if !sleep(r, m.HeaderDelay) {
+		return
+	}
+	if m.Fail != nil && (!m.Fail.MidStream || !req.Stream) {
+		writeError(w, failStatus(*m.Fail), *m.Fail)
+		return
+	}
+	if req.Stream {
+		s.stream(w, r, rec, m, req)
+		return
+	}
+	s.complete(w, r, m, req)
+}
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, m Model, req chatRequest) {
+	if m.Stall {
+		<-r.Context().Done()
+		return
+	}
+	if !sleep(r, m.PrefillDelay) {
+		return
+	}
+	var out wireCompletion
+	out.ID, out.Object, out.Created, out.Model = "chatcmpl-fake", "chat.completion", created, m.Name
+	out.Choices = make([]struct {
+		Index        int         `json:"index"`
+		Message      wireMessage `json:"message"`
+		Logprobs     *struct{}   `json:"logprobs"`
+		FinishReason string      `json:"finish_reason"`
+	}, 1)
+	c := &out.Choices[0]
+	c.Message.Role = "assistant"
+	c.FinishReason = m.finishReason()
+	if text := strings.Join(m.tokens(), ""); text != "" || len(m.ToolCalls) == 0 {
+		c.Message.Content = &text
+	}
+	c.Message.ReasoningContent = strings.Join(m.Reasoning, "")
+	for i, tc := range m.ToolCalls {
+		c.Message.ToolCalls = append(c.Message.ToolCalls, wireToolCall{
+			ID: tc.id(i), Type: "function",
+			Function: wireToolFunction{Name: tc.Name, Arguments: tc.Arguments},
+		})
+	}
+	out.Usage = m.usage(req)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// stream writes m's answer as server-sent events. Chunk i of the deltas is
+// preceded by the delay (except the first), and the stall and mid-stream
+// failure knobs are checked before each chunk and before the final one.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, m Model, req chatRequest) {
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	if flusher != nil {
+		flusher.Flush()
+	}
+	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	sent := 0
+	send := func(v any) bool {
+		if sent > 0 && !sleep(r, m.Delay) {
+			return false
+		}
+		b, _ := json.Marshal(v)
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		sent++
+		return r.Context().Err() == nil
+	}
+	chunk := func(d wireDelta, finish *string) wireChunk {
+		if sent == 0 {
+			d.Role = "assistant"
+		}
+		c := wireChunk{
+			ID: "chatcmpl-fake", Object: "chat.completion.chunk", Created: created, Model: m.Name,
+			Choices: []wireChunkChoice{{Delta: d, FinishReason: finish}},
+		}
+		if includeUsage {
+			null := json.RawMessage("null")
+			c.Usage = &null
+		}
+		return c
+	}
+	if !sleep(r, m.PrefillDelay) {
+		return
+	}
+	deltas := m.deltas()
+	for i := 0; ; i++ {
+		if f := m.Fail; f != nil && f.MidStream && i == f.AfterChunks {
+			b, _ := json.Marshal(errorBody(*f))
+			fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", b)
+			s.markComplete(rec)
+			return
+		}
+		if m.Stall && i == m.StallAfter {
+			<-r.Context().Done()
+			return
+		}
+		if i == len(deltas) {
+			break
+		}
+		if !send(chunk(deltas[i], nil)) {
+			return
+		}
+	}
+	finish := m.finishReason()
+	if !send(chunk(wireDelta{}, &finish)) {
+		return
+	}
+	if includeUsage && !m.NoUsage {
+		u, _ := json.Marshal(m.usage(req))
+		raw := json.RawMessage(u)
+		last := wireChunk{
+			ID: "chatcmpl-fake", Object: "chat.completion.chunk", Created: created, Model: m.Name,
+			Choices: []wireChunkChoice{}, Usage: &raw,
+		}
+		b, _ := json.Marshal(last)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+	}
+	if _, err := fmt.Fprint(w, "data: [DONE]\n\n"); err != nil {
+		return
+	}
+	if flusher != nil {
+		flusher.Flush()
+	}
+	if r.Context().Err() == nil {
+		s.markComplete(rec)
+	}
+}
+
+func failStatus(f Failure) int {
+	if f.Status == 0 {
+		return http.StatusInternalServerError
+	}
+	return f.Status
+}
+
+func errorBody(f Failure) any {
+	type body struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	}
+	b := body{Message: f.Message, Type: f.Type}
+	if b.Type == "" {
+		b.Type = "server_error"
+	}
+	if f.Code != "" {
+		b.Code = &f.Code
+	}
+	return struct {
+		Error body `json:"error"`
+	}{b}
+}
+
+func writeError(w http.ResponseWriter, status int, f Failure) {
+	writeJSON(w, status, errorBody(f))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}

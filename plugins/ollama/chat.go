@@ -1,0 +1,163 @@
+package ollama
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/iop-dev/iop/sdk"
+)
+
+// MaxLineBytes bounds one NDJSON line of Ollama's answer. A longer line
+// fails the run with a clear error instead of growing without bound.
+const MaxLineBytes = 16 << 20
+
+// drainGrace bounds how long a finished answer's trailing bytes are read so
+// that its connection can be reused.
+const drainGrace = 100 * time.Millisecond
+
+// Execute runs req through Ollama's streaming /api/chat. It sends the
+// answer's thinking, text and tool calls as they arrive, then the final
+// usage, and returns the done line's reason and usage. An {"error"} line,
+// an HTTP error or a stream that ends without its done line fails the run;
+// a stream that just stops is never taken for success.
+func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSink) (*sdk.Result, error) {
+	s := a.cfg.Load()
+	cr, err := buildChat(req, s)
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(cr)
+	if err != nil {
+		return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: encode chat request: %w", err)
+	}
+
+	// reqCtx ends the upstream request with the run, or once the answer is
+	// complete and its trailing bytes have had drainGrace to arrive.
+	reqCtx, cancelReq := context.WithCancel(ctx)
+	defer cancelReq()
+	hreq, err := a.newRequest(reqCtx, s, http.MethodPost, "/api/chat", body, req.Credential)
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Accept", "application/x-ndjson")
+	resp, err := a.client.Do(hreq)
+	if err != nil {
+		return nil, sendError(ctx, "chat", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, statusError("chat", resp)
+	}
+
+	res, err := readChat(ctx, resp.Body, out)
+	if err == nil {
+		t := time.AfterFunc(drainGrace, cancelReq)
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		t.Stop()
+	}
+	return res, err
+}
+
+// readChat reads the NDJSON answer line by line as it arrives, sending one
+// event per piece, and returns at the done line.
+func readChat(ctx context.Context, body io.Reader, out sdk.EventSink) (*sdk.Result, error) {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
+	calls := 0
+	send := func(ev sdk.Event) error {
+		if err := out.Send(ctx, ev); err != nil {
+			return fmt.Errorf("ollama chat: %w", err)
+		}
+		return nil
+	}
+	for sc.Scan() {
+		raw := bytes.TrimSpace(sc.Bytes())
+		if len(raw) == 0 {
+			continue
+		}
+		var line chatLine
+		if err := json.Unmarshal(raw, &line); err != nil {
+			return nil, sdk.Errorf(sdk.KindUpstream, "ollama chat: malformed answer line: %v", err)
+		}
+		if line.Error != "" {
+			return nil, sdk.Errorf(sdk.KindUpstream, "ollama chat: %s", line.Error)
+		}
+		if t := line.Message.Thinking; t != "" {
+			if err := send(sdk.Event{Kind: sdk.ReasoningDelta, Text: t}); err != nil {
+				return nil, err
+			}
+		}
+		if t := line.Message.Content; t != "" {
+			if err := send(sdk.Event{Kind: sdk.TextDelta, Text: t}); err != nil {
+				return nil, err
+			}
+		}
+		for _, tc := range line.Message.ToolCalls {
+			call, err := completeCall(calls, tc)
+			if err != nil {
+				return nil, err
+			}
+			calls++
+			if err := send(sdk.Event{Kind: sdk.ToolCallDelta, ToolCall: call}); err != nil {
+				return nil, err
+			}
+		}
+		if line.Done {
+			usage := line.usage()
+			if err := send(sdk.Event{Kind: sdk.UsageReport, Usage: usage}); err != nil {
+				return nil, err
+			}
+			return &sdk.Result{DoneReason: doneReason(line.DoneReason, calls), Usage: usage}, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, sdk.Errorf(sdk.KindUpstream, "ollama chat: an answer line exceeds %d MiB", MaxLineBytes>>20)
+		}
+		return nil, readError(ctx, "chat", err)
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("ollama chat: %w", ctx.Err())
+	}
+	return nil, sdk.Errorf(sdk.KindUpstream, "ollama chat: the answer ended without its done line")
+}
+
+// completeCall turns one of Ollama's tool calls, which always arrive whole,
+// into a ToolCallDelta's call: the n-th of the run, with Ollama's id or
+// "call_<n>" when Ollama gives none, and the arguments as JSON text.
+func completeCall(n int, tc toolCall) (*sdk.ToolCall, error) {
+	args := "{}"
+	if a := bytes.TrimSpace(tc.Function.Arguments); len(a) > 0 && string(a) != "null" {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, a); err != nil {
+			return nil, sdk.Errorf(sdk.KindUpstream, "ollama chat: tool call %d has malformed arguments", n)
+		}
+		args = buf.String()
+	}
+	id := tc.ID
+	if id == "" {
+		id = "call_" + strconv.Itoa(n)
+	}
+	return &sdk.ToolCall{Index: n, ID: id, Name: tc.Function.Name, Arguments: args}, nil
+}
+
+// doneReason normalizes Ollama's done_reason: an answer that called tools
+// and then stopped ended for "tool_calls" (Ollama says "stop"); anything
+// else is Ollama's own word ("stop", "length", ...).
+func doneReason(reason string, calls int) string {
+	if calls > 0 && (reason == "stop" || reason == "") {
+		return "tool_calls"
+	}
+	if reason == "" {
+		return "stop"
+	}
+	return reason
+}

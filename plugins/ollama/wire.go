@@ -1,0 +1,203 @@
+package ollama
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/iop-dev/iop/sdk"
+)
+
+// Ollama's /api/chat wire shapes (docs/api.md, api/types.go), as far as the
+// adapter uses them.
+
+type chatRequest struct {
+	Model     string          `json:"model"`
+	Messages  []message       `json:"messages"`
+	Stream    bool            `json:"stream"`
+	Format    json.RawMessage `json:"format,omitempty"`
+	KeepAlive json.RawMessage `json:"keep_alive,omitempty"`
+	Tools     []tool          `json:"tools,omitempty"`
+	Options   map[string]any  `json:"options,omitempty"`
+	Think     *bool           `json:"think,omitempty"`
+}
+
+type message struct {
+	Role      string     `json:"role"`
+	Content   string     `json:"content"`
+	Thinking  string     `json:"thinking,omitempty"`
+	Images    [][]byte   `json:"images,omitempty"` // base64 on the wire
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
+	// ToolName names the tool whose result a "tool" message carries.
+	ToolName   string `json:"tool_name,omitempty"`
+	ToolCallID string `json:"tool_call_id,omitempty"`
+}
+
+// toolCall's arguments are a JSON object on the wire, not a string.
+type toolCall struct {
+	ID       string       `json:"id,omitempty"`
+	Function toolFunction `json:"function"`
+}
+
+type toolFunction struct {
+	Index     int             `json:"index"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+type tool struct {
+	Type     string   `json:"type"`
+	Function toolSpec `json:"function"`
+}
+
+type toolSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// chatLine is one NDJSON line of a streamed /api/chat answer: a piece of
+// the message, the final done line (with counts and durations in
+// nanoseconds), or {"error": ...}.
+type chatLine struct {
+	Message struct {
+		Content   string     `json:"content"`
+		Thinking  string     `json:"thinking"`
+		ToolCalls []toolCall `json:"tool_calls"`
+	} `json:"message"`
+	Done               bool   `json:"done"`
+	DoneReason         string `json:"done_reason"`
+	TotalDuration      int64  `json:"total_duration"`
+	LoadDuration       int64  `json:"load_duration"`
+	PromptEvalCount    int64  `json:"prompt_eval_count"`
+	PromptEvalDuration int64  `json:"prompt_eval_duration"`
+	EvalCount          int64  `json:"eval_count"`
+	EvalDuration       int64  `json:"eval_duration"`
+	Error              string `json:"error"`
+}
+
+func (l *chatLine) usage() *sdk.Usage {
+	return &sdk.Usage{
+		PromptTokens:       l.PromptEvalCount,
+		CompletionTokens:   l.EvalCount,
+		TotalDuration:      time.Duration(l.TotalDuration),
+		LoadDuration:       time.Duration(l.LoadDuration),
+		PromptEvalDuration: time.Duration(l.PromptEvalDuration),
+		EvalDuration:       time.Duration(l.EvalDuration),
+	}
+}
+
+var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
+
+// buildChat turns a normalized run into Ollama's chat request. Errors are
+// KindInvalidRequest and name the field, never its content.
+func buildChat(req *sdk.Request, s *settings) (*chatRequest, error) {
+	if req.Target == "" {
+		return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: the run has no target model")
+	}
+	cr := &chatRequest{Model: req.Target, Stream: true, KeepAlive: s.keepAlive, Think: req.Options.Think}
+	callNames := map[string]string{} // tool call id → tool name, for tool results
+	for i, m := range req.Messages {
+		wm := message{Role: m.Role, Content: m.Content, Thinking: m.Reasoning, Images: m.Images}
+		for j, tc := range m.ToolCalls {
+			args, err := objectJSON(tc.Arguments)
+			if err != nil {
+				return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: messages[%d].tool_calls[%d].arguments: %v", i, j, err)
+			}
+			wm.ToolCalls = append(wm.ToolCalls, toolCall{ID: tc.ID, Function: toolFunction{Index: j, Name: tc.Name, Arguments: args}})
+			if tc.ID != "" {
+				callNames[tc.ID] = tc.Name
+			}
+		}
+		if m.Role == "tool" {
+			wm.ToolCallID = m.ToolCallID
+			wm.ToolName = m.Name
+			if wm.ToolName == "" {
+				wm.ToolName = callNames[m.ToolCallID]
+			}
+		}
+		cr.Messages = append(cr.Messages, wm)
+	}
+	for i, t := range req.Tools {
+		params := t.Parameters
+		if len(bytes.TrimSpace(params)) == 0 || string(bytes.TrimSpace(params)) == "null" {
+			params = emptySchema
+		} else if !json.Valid(params) {
+			return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: tools[%d] (%s): parameters are not valid JSON", i, t.Name)
+		}
+		cr.Tools = append(cr.Tools, tool{Type: "function", Function: toolSpec{Name: t.Name, Description: t.Description, Parameters: params}})
+	}
+	var err error
+	if cr.Options, err = options(req.Options); err != nil {
+		return nil, err
+	}
+	if cr.Format, err = format(req.Options.Format); err != nil {
+		return nil, err
+	}
+	return cr, nil
+}
+
+// options builds Ollama's options: Extra first, then the normalized fields,
+// which win over the same keys in Extra.
+func options(o sdk.Options) (map[string]any, error) {
+	opts := map[string]any{}
+	if extra := bytes.TrimSpace(o.Extra); len(extra) > 0 && string(extra) != "null" {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(extra, &m); err != nil {
+			return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: options.extra must be a JSON object: %v", err)
+		}
+		for k, v := range m {
+			opts[k] = v
+		}
+	}
+	if o.Temperature != nil {
+		opts["temperature"] = *o.Temperature
+	}
+	if o.TopP != nil {
+		opts["top_p"] = *o.TopP
+	}
+	if o.MaxTokens != nil {
+		opts["num_predict"] = *o.MaxTokens
+	}
+	if len(o.Stop) > 0 {
+		opts["stop"] = o.Stop
+	}
+	if o.Seed != nil {
+		opts["seed"] = *o.Seed
+	}
+	if len(opts) == 0 {
+		return nil, nil
+	}
+	return opts, nil
+}
+
+// format passes "json" or a JSON schema through; a bare json (not a JSON
+// string) is accepted as "json".
+func format(f json.RawMessage) (json.RawMessage, error) {
+	f = bytes.TrimSpace(f)
+	switch {
+	case len(f) == 0 || string(f) == "null" || string(f) == `""`:
+		return nil, nil
+	case string(f) == "json":
+		return json.RawMessage(`"json"`), nil
+	case json.Valid(f):
+		return f, nil
+	}
+	return nil, sdk.Errorf(sdk.KindInvalidRequest, `ollama: options.format must be "json" or a JSON schema`)
+}
+
+// objectJSON checks that s is a JSON object ("" means {}) and compacts it.
+func objectJSON(s string) (json.RawMessage, error) {
+	if len(bytes.TrimSpace([]byte(s))) == 0 {
+		return json.RawMessage("{}"), nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, []byte(s)); err != nil {
+		return nil, fmt.Errorf("not valid JSON")
+	}
+	if buf.Len() == 0 || buf.Bytes()[0] != '{' {
+		return nil, fmt.Errorf("not a JSON object")
+	}
+	return buf.Bytes(), nil
+}

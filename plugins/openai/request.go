@@ -1,0 +1,224 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+
+	"github.com/iop-dev/iop/sdk"
+)
+
+// Wire shapes of a chat completions request.
+type (
+	wireFunctionCall struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	}
+	wireToolCall struct {
+		ID       string           `json:"id,omitempty"`
+		Type     string           `json:"type"`
+		Function wireFunctionCall `json:"function"`
+	}
+	wireContentPart struct {
+		Type     string        `json:"type"`
+		Text     string        `json:"text,omitempty"`
+		ImageURL *wireImageURL `json:"image_url,omitempty"`
+	}
+	wireImageURL struct {
+		URL string `json:"url"`
+	}
+	wireMessage struct {
+		Role string `json:"role"`
+		// Content is a string, a list of parts (with images), or null
+		// (an assistant message that only calls tools).
+		Content    any            `json:"content"`
+		ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
+		ToolCallID string         `json:"tool_call_id,omitempty"`
+	}
+	wireFunction struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description,omitempty"`
+		Parameters  json.RawMessage `json:"parameters,omitempty"`
+	}
+	wireTool struct {
+		Type     string       `json:"type"`
+		Function wireFunction `json:"function"`
+	}
+)
+
+// reservedKeys are body keys the adapter owns: Options.Extra may not
+// replace them, or the answer would no longer be a stream it can read.
+var reservedKeys = map[string]bool{
+	"model": true, "messages": true, "tools": true, "stream": true, "stream_options": true, "n": true,
+}
+
+// buildBody returns the JSON body of a streaming chat completion for req.
+//
+// The token limit is sent as max_tokens, which every OpenAI-compatible
+// server we target (vLLM, llama.cpp, LM Studio, Ollama) accepts; OpenAI's
+// own reasoning models want max_completion_tokens, which a caller can pass
+// in Options.Extra instead. Options.Think has no portable field and is not
+// sent (pass e.g. vLLM's chat_template_kwargs or OpenAI's reasoning_effort
+// in Extra). Message.Reasoning is not replayed: chat completions has no
+// standard field for it.
+func buildBody(req *sdk.Request) ([]byte, error) {
+	if req.Target == "" {
+		return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: the run names no target model")
+	}
+	msgs := make([]wireMessage, 0, len(req.Messages))
+	for i, m := range req.Messages {
+		wm, err := wireMessageOf(m)
+		if err != nil {
+			return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: messages[%d]: %s", i, err.Message)
+		}
+		msgs = append(msgs, wm)
+	}
+	body := map[string]any{
+		"model":          req.Target,
+		"messages":       msgs,
+		"stream":         true,
+		"stream_options": map[string]bool{"include_usage": true},
+	}
+	if len(req.Tools) > 0 {
+		tools := make([]wireTool, 0, len(req.Tools))
+		for i, t := range req.Tools {
+			if t.Name == "" {
+				return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: tools[%d]: no name", i)
+			}
+			if len(t.Parameters) > 0 && !json.Valid(t.Parameters) {
+				return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: tools[%d] (%s): parameters are not valid JSON", i, t.Name)
+			}
+			tools = append(tools, wireTool{Type: "function", Function: wireFunction{
+				Name: t.Name, Description: t.Description, Parameters: t.Parameters,
+			}})
+		}
+		body["tools"] = tools
+	}
+	if err := setOptions(body, req.Options); err != nil {
+		return nil, err
+	}
+	return json.Marshal(body)
+}
+
+func wireMessageOf(m sdk.Message) (wireMessage, *sdk.Error) {
+	wm := wireMessage{Role: m.Role, Content: m.Content}
+	switch m.Role {
+	case "system", "user":
+	case "assistant":
+		for _, tc := range m.ToolCalls {
+			args := tc.Arguments
+			if args == "" {
+				args = "{}"
+			}
+			wm.ToolCalls = append(wm.ToolCalls, wireToolCall{
+				ID: tc.ID, Type: "function", Function: wireFunctionCall{Name: tc.Name, Arguments: args},
+			})
+		}
+		if m.Content == "" && len(wm.ToolCalls) > 0 {
+			wm.Content = nil
+		}
+	case "tool":
+		if m.ToolCallID == "" {
+			return wm, sdk.Errorf(sdk.KindInvalidRequest, "a tool message needs the id of the call it answers")
+		}
+		wm.ToolCallID = m.ToolCallID
+	default:
+		return wm, sdk.Errorf(sdk.KindInvalidRequest, "unknown role %q", m.Role)
+	}
+	if len(m.Images) > 0 {
+		if m.Role != "user" {
+			return wm, sdk.Errorf(sdk.KindInvalidRequest, "images are only accepted on user messages")
+		}
+		parts := []wireContentPart{}
+		if m.Content != "" {
+			parts = append(parts, wireContentPart{Type: "text", Text: m.Content})
+		}
+		for _, img := range m.Images {
+			parts = append(parts, wireContentPart{Type: "image_url", ImageURL: &wireImageURL{URL: dataURL(img)}})
+		}
+		wm.Content = parts
+	}
+	return wm, nil
+}
+
+// dataURL encodes an image as a data URL, its media type sniffed from its
+// bytes.
+func dataURL(img []byte) string {
+	return "data:" + http.DetectContentType(img) + ";base64," + base64.StdEncoding.EncodeToString(img)
+}
+
+func setOptions(body map[string]any, o sdk.Options) error {
+	if o.Temperature != nil {
+		body["temperature"] = *o.Temperature
+	}
+	if o.TopP != nil {
+		body["top_p"] = *o.TopP
+	}
+	if o.MaxTokens != nil {
+		if *o.MaxTokens <= 0 {
+			return sdk.Errorf(sdk.KindInvalidRequest, "openai: max tokens must be positive, got %d", *o.MaxTokens)
+		}
+		body["max_tokens"] = *o.MaxTokens
+	}
+	if len(o.Stop) > 0 {
+		body["stop"] = o.Stop
+	}
+	if o.Seed != nil {
+		body["seed"] = *o.Seed
+	}
+	rf, err := responseFormat(o.Format)
+	if err != nil {
+		return err
+	}
+	if rf != nil {
+		body["response_format"] = rf
+	}
+	return mergeExtra(body, o.Extra)
+}
+
+// responseFormat maps Options.Format: "json" to {"type":"json_object"}, a
+// JSON schema to {"type":"json_schema","json_schema":{"name":"response",
+// "schema":...}}, and nothing to nil.
+func responseFormat(format json.RawMessage) (any, error) {
+	f := bytes.TrimSpace(format)
+	if len(f) == 0 || string(f) == "null" || string(f) == `""` {
+		return nil, nil
+	}
+	var word string
+	if json.Unmarshal(f, &word) == nil {
+		if word == "json" {
+			return map[string]string{"type": "json_object"}, nil
+		}
+		return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: format %q: want \"json\" or a JSON schema object", word)
+	}
+	var schema map[string]json.RawMessage
+	if err := json.Unmarshal(f, &schema); err != nil {
+		return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: format is neither \"json\" nor a JSON schema object")
+	}
+	return map[string]any{
+		"type":        "json_schema",
+		"json_schema": map[string]any{"name": "response", "schema": json.RawMessage(f)},
+	}, nil
+}
+
+// mergeExtra merges the keys of the JSON object extra into body. An extra
+// key replaces an option the adapter set (so a caller can, say, replace
+// max_tokens by max_completion_tokens), but not a reserved key.
+func mergeExtra(body map[string]any, extra json.RawMessage) error {
+	e := bytes.TrimSpace(extra)
+	if len(e) == 0 || string(e) == "null" {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(e, &m); err != nil {
+		return sdk.Errorf(sdk.KindInvalidRequest, "openai: extra options must be a JSON object")
+	}
+	for k, v := range m {
+		if reservedKeys[k] {
+			return sdk.Errorf(sdk.KindInvalidRequest, "openai: extra option %q is set by the adapter and cannot be replaced", k)
+		}
+		body[k] = v
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+package simulator
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/iop-dev/iop/sdk"
+)
+
+// vocabulary is the fixed word list of the simulated text. Never reorder
+// it: the text of a request would change.
+var vocabulary = [...]string{
+	"the", "model", "edge", "node", "stream", "token", "answer", "quietly",
+	"runs", "over", "a", "fast", "link", "and", "every", "event",
+	"arrives", "in", "order", "with", "one", "terminal", "outcome", "while",
+	"the", "watchdog", "keeps", "time", "for", "each", "provider", "call",
+	"simulated", "words", "flow", "like", "water", "through", "small", "pipes",
+	"under", "bright", "lights", "of", "a", "busy", "city", "tonight",
+	"nothing", "here", "is", "real", "but", "the", "timing", "is",
+	"exact", "so", "tests", "can", "trust", "it", "again", "today",
+}
+
+// Execute streams the simulated answer of req. Timing, from the call:
+// after prefill_delay the reasoning (if any) and the first token are sent
+// at once, then one token per token_interval; the tool call, the usage and
+// the return follow the last token without delay. A stall or a failure
+// replaces the token that would come next.
+func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSink) (*sdk.Result, error) {
+	m, ok := a.models.Load().byName[req.Target]
+	if !ok {
+		return nil, sdk.Errorf(sdk.KindModelNotFound, "simulator: no model %q", req.Target)
+	}
+	n, reason := m.tokens, "stop"
+	if mt := req.Options.MaxTokens; mt != nil {
+		if *mt < 0 {
+			return nil, sdk.Errorf(sdk.KindInvalidRequest, "simulator: max tokens must not be negative")
+		}
+		if *mt < int64(n) {
+			n, reason = int(*mt), "length"
+		}
+	}
+	words := newWords(seedOf(req))
+
+	if err := wait(ctx, m.prefill); err != nil {
+		return nil, err
+	}
+	if m.reasoning != "" {
+		if err := out.Send(ctx, sdk.Event{Kind: sdk.ReasoningDelta, Text: m.reasoning}); err != nil {
+			return nil, err
+		}
+	}
+	failAt, stallAt := -1, -1
+	if m.fail != nil {
+		failAt = min(m.fail.after, n)
+	}
+	if m.stallAfter > 0 {
+		stallAt = min(m.stallAfter, n)
+	}
+	for i := 0; ; i++ {
+		if i == failAt {
+			return nil, &sdk.Error{Kind: m.fail.kind, Message: "simulator: " + m.fail.message}
+		}
+		if i == stallAt {
+			// Stalled: emit nothing more; only the host can end the run.
+			<-ctx.Done()
+			return nil, fmt.Errorf("simulator: stalled run ended: %w", ctx.Err())
+		}
+		if i == n {
+			break
+		}
+		if i > 0 {
+			if err := wait(ctx, m.interval); err != nil {
+				return nil, err
+			}
+		}
+		if err := out.Send(ctx, sdk.Event{Kind: sdk.TextDelta, Text: words.token(i)}); err != nil {
+			return nil, err
+		}
+	}
+	if m.toolName != "" && reason != "length" {
+		reason = "tool_calls"
+		call := &sdk.ToolCall{Index: 0, ID: callID(req), Name: m.toolName, Arguments: m.toolArgs}
+		if err := out.Send(ctx, sdk.Event{Kind: sdk.ToolCallDelta, ToolCall: call}); err != nil {
+			return nil, err
+		}
+	}
+	usage := sdk.Usage{PromptTokens: promptWords(req.Messages), CompletionTokens: int64(n)}
+	if err := out.Send(ctx, sdk.Event{Kind: sdk.UsageReport, Usage: &usage}); err != nil {
+		return nil, err
+	}
+	final := usage
+	return &sdk.Result{DoneReason: reason, Usage: &final}, nil
+}
+
+// wait waits d, or returns the context's error when it ends first.
+func wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("simulator: %w", err)
+		}
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("simulator: %w", ctx.Err())
+	}
+}
+
+// seedOf hashes what makes a request's text: target, last user message,
+// and seed (0 when none).
+func seedOf(req *sdk.Request) uint64 {
+	var last string
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role == "user" {
+			last = req.Messages[i].Content
+			break
+		}
+	}
+	var seed int64
+	if req.Options.Seed != nil {
+		seed = *req.Options.Seed
+	}
+	h := fnv.New64a()
+	h.Write([]byte(req.Target))
+	h.Write([]byte{0})
+	h.Write([]byte(last))
+	h.Write([]byte{0})
+	h.Write([]byte(strconv.FormatInt(seed, 10)))
+	return h.Sum64()
+}
+
+func callID(req *sdk.Request) string {
+	return fmt.Sprintf("call_%016x", seedOf(req))
+}
+
+// words draws vocabulary words with splitmix64, a generator written out
+// here so that the text never changes with the Go version.
+type words struct{ state uint64 }
+
+func newWords(seed uint64) *words { return &words{state: seed} }
+
+func (w *words) next() uint64 {
+	w.state += 0x9e3779b97f4a7c15
+	z := w.state
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// token returns the i-th token: the next word, with a leading space after
+// the first. Tokens are drawn in order, one call per i.
+func (w *words) token(i int) string {
+	word := vocabulary[w.next()%uint64(len(vocabulary))]
+	if i == 0 {
+		return strings.ToUpper(word[:1]) + word[1:]
+	}
+	return " " + word
+}
+
+// promptWords counts the words of the messages' text, the simulator's
+// prompt token count.
+func promptWords(msgs []sdk.Message) int64 {
+	var n int64
+	for _, m := range msgs {
+		n += int64(len(strings.Fields(m.Content)))
+	}
+	return n
+}

@@ -1,0 +1,245 @@
+package sdk
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/iop-dev/iop/quicwire/wirepb"
+	"github.com/iop-dev/iop/sdk/internal/pluginpb"
+)
+
+// The plugin side's conversions between the wire messages (which cross the
+// plugin boundary unchanged) and the plain Go types adapter authors see.
+// The host's counterparts are in package pluginhost; the failure-kind table
+// both use is in internal/pluginpb.
+
+// defaultStallTimeout is what a wire response_stall_timeout_ms of 0 means (R4).
+const defaultStallTimeout = 300 * time.Second
+
+// requestFromWire builds the adapter's view of a run.
+func requestFromWire(r *wirepb.RunRequest, cred *pluginpb.Credential) *Request {
+	req := &Request{
+		RunID:        r.GetRunId(),
+		SessionID:    r.GetSessionId(),
+		Target:       r.GetTarget(),
+		StallTimeout: defaultStallTimeout,
+		Credential:   credentialFromWire(cred),
+	}
+	if ms := r.GetResponseStallTimeoutMs(); ms > 0 {
+		req.StallTimeout = time.Duration(ms) * time.Millisecond
+	}
+	if ms := r.GetDeadlineUnixMs(); ms > 0 {
+		req.Deadline = time.UnixMilli(ms)
+	}
+	for _, m := range r.GetMessages() {
+		msg := Message{
+			Role:       m.GetRole(),
+			Content:    m.GetContent(),
+			Reasoning:  m.GetReasoning(),
+			ToolCallID: m.GetToolCallId(),
+			Name:       m.GetName(),
+			Images:     m.GetImages(),
+		}
+		for _, tc := range m.GetToolCalls() {
+			msg.ToolCalls = append(msg.ToolCalls, toolCallFromWire(tc))
+		}
+		req.Messages = append(req.Messages, msg)
+	}
+	for _, t := range r.GetTools() {
+		req.Tools = append(req.Tools, Tool{
+			Name:        t.GetName(),
+			Description: t.GetDescription(),
+			Parameters:  t.GetParametersJson(),
+		})
+	}
+	if o := r.GetOptions(); o != nil {
+		req.Options = Options{
+			Temperature: o.Temperature,
+			TopP:        o.TopP,
+			MaxTokens:   o.MaxTokens,
+			Stop:        o.GetStop(),
+			Seed:        o.Seed,
+			Format:      o.GetFormat(),
+			Think:       o.Think,
+			Extra:       o.GetExtraJson(),
+		}
+	}
+	return req
+}
+
+func credentialFromWire(c *pluginpb.Credential) *Credential {
+	if c == nil {
+		return nil
+	}
+	return &Credential{Kind: c.GetKind(), Secret: c.GetSecret()}
+}
+
+func toolCallFromWire(tc *wirepb.ToolCall) ToolCall {
+	return ToolCall{
+		Index:     int(tc.GetIndex()),
+		ID:        tc.GetId(),
+		Name:      tc.GetName(),
+		Arguments: string(tc.GetArgumentsJson()),
+	}
+}
+
+// errInvalidEvent is wrapped by the error EventSink.Send returns for an
+// event the adapter should not have sent.
+var errInvalidEvent = errors.New("sdk: invalid event")
+
+// eventToWire validates ev and returns its wire form. Events are never
+// terminal: a run's outcome is Execute's return value.
+func eventToWire(ev Event) (*wirepb.RunEvent, error) {
+	bad := func(format string, args ...any) error {
+		return &Error{Kind: KindInternal, Message: fmt.Sprintf("invalid %v event: ", ev.Kind) + fmt.Sprintf(format, args...), Err: errInvalidEvent}
+	}
+	out := &wirepb.RunEvent{}
+	switch ev.Kind {
+	case TextDelta, ReasoningDelta:
+		if ev.ToolCall != nil || ev.Usage != nil {
+			return nil, bad("a text delta carries only Text")
+		}
+		out.Type = wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA
+		if ev.Kind == ReasoningDelta {
+			out.Type = wirepb.RunEventType_RUN_EVENT_TYPE_REASONING_DELTA
+		}
+		out.Text = ev.Text
+	case ToolCallDelta:
+		if ev.ToolCall == nil {
+			return nil, bad("ToolCall is nil")
+		}
+		if ev.Text != "" || ev.Usage != nil {
+			return nil, bad("a tool-call delta carries only ToolCall")
+		}
+		if ev.ToolCall.Index < 0 || ev.ToolCall.Index > math.MaxInt32 {
+			return nil, bad("tool-call index %d out of range", ev.ToolCall.Index)
+		}
+		out.Type = wirepb.RunEventType_RUN_EVENT_TYPE_TOOL_CALL_DELTA
+		out.ToolCall = &wirepb.ToolCall{
+			Index:         int32(ev.ToolCall.Index),
+			Id:            ev.ToolCall.ID,
+			Name:          ev.ToolCall.Name,
+			ArgumentsJson: []byte(ev.ToolCall.Arguments),
+		}
+	case UsageReport:
+		if ev.Usage == nil {
+			return nil, bad("Usage is nil")
+		}
+		if ev.Text != "" || ev.ToolCall != nil {
+			return nil, bad("a usage event carries only Usage")
+		}
+		out.Type = wirepb.RunEventType_RUN_EVENT_TYPE_USAGE
+		out.Usage = usageToWire(ev.Usage)
+	default:
+		return nil, &Error{Kind: KindInternal, Err: errInvalidEvent, Message: fmt.Sprintf(
+			"invalid event kind %d: events are text, reasoning, tool-call or usage deltas; "+
+				"a run's outcome is Execute's return value", int(ev.Kind))}
+	}
+	return out, nil
+}
+
+func usageToWire(u *Usage) *wirepb.Usage {
+	if u == nil {
+		return nil
+	}
+	return &wirepb.Usage{
+		PromptTokens:         u.PromptTokens,
+		CompletionTokens:     u.CompletionTokens,
+		TotalDurationNs:      int64(u.TotalDuration),
+		LoadDurationNs:       int64(u.LoadDuration),
+		PromptEvalDurationNs: int64(u.PromptEvalDuration),
+		EvalDurationNs:       int64(u.EvalDuration),
+	}
+}
+
+// terminalEvent is the run's one terminal: COMPLETED with res, or FAILED
+// with err.
+func terminalEvent(res *Result, err error) *wirepb.RunEvent {
+	if err != nil {
+		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: failureToWire(err)}
+	}
+	if res == nil {
+		res = &Result{}
+	}
+	return &wirepb.RunEvent{
+		Type:       wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED,
+		DoneReason: res.DoneReason,
+		Usage:      usageToWire(res.Usage),
+	}
+}
+
+// failureToWire returns the wire Failure of err: its *Error's kind,
+// message, retryability and upstream status, or an internal failure with
+// err's text for any other error.
+func failureToWire(err error) *wirepb.Failure {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		return pluginpb.NewFailure(int(KindInternal), err.Error(), false, 0)
+	}
+	msg := e.Message
+	if msg == "" && e.Err != nil {
+		msg = e.Err.Error()
+	}
+	return pluginpb.NewFailure(int(e.Kind), msg, e.Retryable, e.UpstreamStatus)
+}
+
+func tunnelRequestFromWire(r *wirepb.TunnelRequest, cred *pluginpb.Credential) *TunnelRequest {
+	h := make(http.Header, len(r.GetHeaders()))
+	for _, kv := range r.GetHeaders() {
+		h.Add(kv.GetName(), kv.GetValue())
+	}
+	return &TunnelRequest{
+		TunnelID:   r.GetTunnelId(),
+		SessionID:  r.GetSessionId(),
+		Target:     r.GetTarget(),
+		Method:     r.GetMethod(),
+		Path:       r.GetPath(),
+		Header:     h,
+		Credential: credentialFromWire(cred),
+	}
+}
+
+// headersToWire flattens h in a stable order (sorted names, values in
+// their order).
+func headersToWire(h http.Header) []*wirepb.Header {
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var out []*wirepb.Header
+	for _, name := range names {
+		for _, v := range h[name] {
+			out = append(out, &wirepb.Header{Name: name, Value: v})
+		}
+	}
+	return out
+}
+
+func healthToWire(s HealthStatus) pluginpb.HealthStatus {
+	switch s {
+	case HealthAvailable:
+		return pluginpb.HealthStatus_HEALTH_STATUS_AVAILABLE
+	case HealthUnavailable:
+		return pluginpb.HealthStatus_HEALTH_STATUS_UNAVAILABLE
+	}
+	return pluginpb.HealthStatus_HEALTH_STATUS_UNKNOWN
+}
+
+func describeToWire(info Info, caps []string) *pluginpb.DescribeResponse {
+	return &pluginpb.DescribeResponse{
+		Name:            info.Name,
+		Version:         info.Version,
+		Description:     info.Description,
+		ConfigFields:    info.ConfigFields,
+		Capabilities:    caps,
+		ProtocolVersion: pluginpb.ProtocolVersion,
+	}
+}
