@@ -19,7 +19,11 @@ func TestDevCommandServesOneReadyNode(t *testing.T) {
 	if !strings.Contains(dev.out.String(), "/admin/v1/nodes") {
 		t.Errorf("banner does not say what to try next:\n%s", dev.out)
 	}
-	n := waitNode(t, base, "dev-node", "ready", func(n nodeView) bool { return n.State == "ready" })
+	// The simulator provider (a real plugin process) comes up with its model.
+	n := waitNode(t, base, "dev-node", "ready with the simulator online", func(n nodeView) bool {
+		return n.State == "ready" && len(n.Providers) == 1 && n.Providers[0].State == "online" &&
+			len(n.Providers[0].Targets) == 1 && n.Providers[0].Targets[0] == "sim-small"
+	})
 	if n.Generation == 0 {
 		t.Errorf("ready node without a generation: %+v", n)
 	}

@@ -25,7 +25,7 @@ type inProcessEdge struct {
 	addr string
 }
 
-func startInProcessEdge(t *testing.T) *inProcessEdge {
+func startInProcessEdge(t testing.TB) *inProcessEdge {
 	t.Helper()
 	tlsConf, err := quicwire.LoopbackEdgeTLSConfig()
 	if err != nil {
@@ -52,24 +52,29 @@ func startInProcessEdge(t *testing.T) *inProcessEdge {
 	return &inProcessEdge{srv: srv, reg: reg, addr: ln.Addr().String()}
 }
 
+// startBenchEdge is startInProcessEdge for benchmarks.
+func startBenchEdge(b *testing.B) *inProcessEdge { return startInProcessEdge(b) }
+
+// providerOnline reports whether node id is ready with provider online.
+func (e *inProcessEdge) providerOnline(id, provider string) bool {
+	c, err := e.reg.Dispatchable(id)
+	if err != nil {
+		return false
+	}
+	for _, p := range c.Providers() {
+		if p.GetName() == provider && p.GetState() == wirepb.ProviderState_PROVIDER_STATE_ONLINE {
+			return true
+		}
+	}
+	return false
+}
+
 // waitProvider waits until node id is ready with provider online.
 func (e *inProcessEdge) waitProvider(t *testing.T, id, provider string) *nodes.Conn {
 	t.Helper()
-	var conn *nodes.Conn
-	waitFor(t, id+" ready with "+provider+" online", func() bool {
-		c, err := e.reg.Dispatchable(id)
-		if err != nil {
-			return false
-		}
-		for _, p := range c.Providers() {
-			if p.GetName() == provider && p.GetState() == wirepb.ProviderState_PROVIDER_STATE_ONLINE {
-				conn = c
-				return true
-			}
-		}
-		return false
-	})
-	return conn
+	waitFor(t, id+" ready with "+provider+" online", func() bool { return e.providerOnline(id, provider) })
+	c, _ := e.reg.Dispatchable(id)
+	return c
 }
 
 // collect reads a run to its terminal.
