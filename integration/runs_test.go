@@ -133,7 +133,8 @@ func TestRunStreamsTextToolCallsAndUsageInOrder(t *testing.T) {
 }
 
 // R10: cancelling one run mid-stream closes its request at the provider;
-// another run on the same connection is untouched.
+// another run on the same connection is untouched. Both carry the same
+// session id, which links nothing (S1).
 func TestCancelMidStreamReachesTheProviderAndSparesOtherRuns(t *testing.T) {
 	n := startNode(t, "n1")
 	ctx, cancel := context.WithCancel(t.Context())
