@@ -1,0 +1,22 @@
+package nodes
+
+import (
+	"slices"
+	"strings"
+)
+
+// Ready returns every Node's current generation that is ready (R1), sorted
+// by Node id: the connections a scheduler may place work on. Read
+// Changed() before calling it so that no change after the read is missed.
+func (r *Registry) Ready() []*Conn {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Conn, 0, len(r.nodes))
+	for _, c := range r.nodes {
+		if c.state == Ready {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Conn) int { return strings.Compare(a.info.NodeID, b.info.NodeID) })
+	return out
+}

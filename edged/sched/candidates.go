@@ -1,0 +1,158 @@
+package sched
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/iop-dev/iop/edged/nodes"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// Candidate is one place a request can run: an online provider target on
+// a ready, current Node generation (R1).
+type Candidate struct {
+	NodeID     string
+	Generation uint64
+	Provider   string
+	Adapter    string
+	Target     string
+	// Capacity is the provider's reported maximum of concurrent runs and
+	// tunnels, shared by all its targets.
+	Capacity int
+}
+
+// providerKey names the capacity a slot counts against: one provider on
+// one generation. A new generation of the Node is a new key, so slots held
+// on a fenced generation do not count against its successor (R9).
+type providerKey struct {
+	node     string
+	gen      uint64
+	provider string
+}
+
+func (c Candidate) key() providerKey { return providerKey{c.NodeID, c.Generation, c.Provider} }
+
+// candidate is a Candidate with the connection it lives on.
+type candidate struct {
+	Candidate
+	conn *nodes.Conn
+}
+
+// SameModel reports whether a provider target serves what a client asked
+// for: the same name, or the name without a tag and the target with
+// Ollama's implicit ":latest".
+func SameModel(target, model string) bool {
+	if target == model {
+		return true
+	}
+	return !hasTag(model) && strings.HasSuffix(target, ":latest") && target[:len(target)-len(":latest")] == model
+}
+
+// hasTag reports whether an Ollama model name carries a tag. A colon
+// before the last slash is a registry port ("host:5000/m"), not a tag.
+func hasTag(model string) bool {
+	return strings.LastIndexByte(model, ':') > strings.LastIndexByte(model, '/')
+}
+
+func (r *Request) matches(c Candidate) bool {
+	if r.Match != nil {
+		return r.Match(c)
+	}
+	return SameModel(c.Target, r.Model)
+}
+
+func (r *Request) excludes(k providerKey) bool {
+	for _, e := range r.Exclude {
+		if e.key() == k {
+			return true
+		}
+	}
+	return false
+}
+
+// refreshLocked rebuilds the candidate list if the registry changed since
+// the last build, and reports whether it did. The registry's change
+// channel is taken before the registry is read, so a change during the
+// read leaves the list marked stale. Callers hold s.mu (lock order:
+// s.mu, then the registry's).
+func (s *Scheduler) refreshLocked() bool {
+	select {
+	case <-s.changed:
+	default:
+		return false
+	}
+	s.changed = s.reg.Changed()
+	s.cands = s.cands[:0]
+	for _, conn := range s.reg.Ready() {
+		for _, p := range conn.Providers() {
+			if p.GetState() != wirepb.ProviderState_PROVIDER_STATE_ONLINE || p.GetCapacity() == 0 {
+				continue
+			}
+			for _, t := range p.GetTargets() {
+				s.cands = append(s.cands, candidate{conn: conn, Candidate: Candidate{
+					NodeID:     conn.NodeID(),
+					Generation: conn.Generation(),
+					Provider:   p.GetName(),
+					Adapter:    p.GetAdapter(),
+					Target:     t.GetName(),
+					Capacity:   int(p.GetCapacity()),
+				}})
+			}
+		}
+	}
+	// Targets of one provider stay adjacent: pickLocked relies on it.
+	slices.SortFunc(s.cands, func(a, b candidate) int {
+		return cmp.Or(strings.Compare(a.NodeID, b.NodeID), strings.Compare(a.Provider, b.Provider), strings.Compare(a.Target, b.Target))
+	})
+	return true
+}
+
+// anyCandidateLocked reports whether r has a candidate at all, busy or not.
+func (s *Scheduler) anyCandidateLocked(r *Request) bool {
+	for i := range s.cands {
+		if c := &s.cands[i]; r.matches(c.Candidate) && !r.excludes(c.key()) {
+			return true
+		}
+	}
+	return false
+}
+
+// pickLocked returns r's candidate with the largest share of its capacity
+// free, ties taken in turn so that equal Nodes share the load. A provider
+// counts once however many of its targets match (its first matching
+// target is used). ok is false when every candidate is busy.
+func (s *Scheduler) pickLocked(r *Request) (c candidate, ok bool) {
+	s.tied = s.tied[:0]
+	bestFree, bestCap := 0, 1
+	var seen providerKey // the provider last considered
+	for i := range s.cands {
+		c := &s.cands[i]
+		k := c.key()
+		if k == seen || !r.matches(c.Candidate) || r.excludes(k) {
+			continue
+		}
+		seen = k
+		free := c.Capacity - s.inflight[k]
+		if free <= 0 {
+			continue
+		}
+		// free/Capacity against bestFree/bestCap, without division.
+		switch d := free*bestCap - bestFree*c.Capacity; {
+		case d > 0:
+			s.tied = append(s.tied[:0], i)
+			bestFree, bestCap = free, c.Capacity
+		case d == 0:
+			s.tied = append(s.tied, i)
+		}
+	}
+	switch len(s.tied) {
+	case 0:
+		return candidate{}, false
+	case 1:
+		return s.cands[s.tied[0]], true
+	}
+	i := s.tied[s.rr%uint64(len(s.tied))]
+	s.rr++
+	return s.cands[i], true
+}
