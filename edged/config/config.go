@@ -29,7 +29,17 @@ type Config struct {
 	EdgeID   string   `yaml:"edge_id"`
 	Listen   Listen   `yaml:"listen"`
 	Identity Identity `yaml:"identity"`
-	Log      Log      `yaml:"log"`
+	// API is who may call the client APIs: hashed keys and anonymous access (see access.go).
+	API API `yaml:"api"`
+	// Principals are the callers keys map to, each with the routes it may use.
+	Principals []Principal `yaml:"principals,omitempty"`
+	// Profiles are named sets of per-request timers and queue limits that routes refer to. A
+	// profile named DefaultProfileName always exists: the file may redefine it, and otherwise it
+	// has the defaults of DefaultProfile.
+	Profiles []Profile `yaml:"profiles,omitempty"`
+	// Routes map the model names clients ask for to a profile and candidate targets.
+	Routes []Route `yaml:"routes,omitempty"`
+	Log    Log     `yaml:"log"`
 }
 
 // Listen is the `listen` section: the Edge's two listening addresses, as host:port.
@@ -67,6 +77,12 @@ func (c *Config) SetDefaults() {
 		c.Listen.HTTP = DefaultHTTPAddr
 	}
 	c.Identity.SetDefaults()
+	for i := range c.Profiles {
+		c.Profiles[i].SetDefaults()
+	}
+	for i := range c.Routes {
+		c.Routes[i].SetDefaults()
+	}
 	c.Log.SetDefaults()
 }
 
@@ -125,7 +141,9 @@ func Load(path string) (*Config, error) {
 }
 
 // Validate reports every problem with c, as a configs.Errors of *configs.Error, or nil. It checks
-// values only; it does not open the certificate files or the listening addresses.
+// values only; it does not open the certificate files or the listening addresses. Besides each
+// field's own rules it checks that names refer to things that exist: a route's profile, a
+// principal's routes, a key's principal.
 func (c *Config) Validate() error {
 	var es configs.Errors
 	es.Append(configs.CheckID("edge_id", c.EdgeID))
@@ -136,6 +154,8 @@ func (c *Config) Validate() error {
 	if c.Identity.Mode == configs.ModeLoopback && quicErr == nil && !configs.IsLoopbackHost(quicHost) {
 		es.Add("listen.quic", "loopback mode accepts unauthenticated Nodes, so it may only listen on a loopback address; got %q", c.Listen.QUIC)
 	}
+	es.Append(c.validateAccess(httpErr == nil)...)
+	es.Append(c.validateRoutes()...)
 	es.Append(c.Log.Validate("log")...)
 	return es.Err()
 }
