@@ -1,0 +1,129 @@
+// Package gateway is where a client request becomes work on a Node: it
+// resolves the model to a route and profile, checks the principal may use
+// it, acquires a slot from the scheduler, dispatches the run or tunnel, and
+// moves the work to another candidate when a Node is lost or refuses before
+// the first byte reaches the client. The client APIs (OpenAI, Ollama) are
+// translations on top of it.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/iop-dev/iop/edged/auth"
+	"github.com/iop-dev/iop/edged/config"
+	"github.com/iop-dev/iop/edged/metrics"
+	"github.com/iop-dev/iop/edged/sched"
+	"github.com/iop-dev/iop/edged/transport"
+)
+
+// MaxAttempts bounds how many candidates one request tries before its
+// first byte.
+const MaxAttempts = 3
+
+// Gateway dispatches client requests.
+type Gateway struct {
+	cfg     *config.Config
+	sched   *sched.Scheduler
+	srv     *transport.Server
+	metrics *metrics.Metrics
+	log     *slog.Logger
+	ids     atomic.Uint64
+	prefix  string
+}
+
+// New returns a gateway.
+func New(cfg *config.Config, s *sched.Scheduler, srv *transport.Server, m *metrics.Metrics, log *slog.Logger) *Gateway {
+	return &Gateway{cfg: cfg, sched: s, srv: srv, metrics: m, log: log,
+		prefix: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)}
+}
+
+// NewID returns a new request id with the given prefix ("run", "tun").
+func (g *Gateway) NewID(kind string) string {
+	return fmt.Sprintf("%s-%s-%d", kind, g.prefix, g.ids.Add(1))
+}
+
+// Errors a client API maps to its own error shape.
+var (
+	// ErrForbidden: the principal may not use the model's route.
+	ErrForbidden = errors.New("forbidden")
+)
+
+// Plan is what a model resolves to: its route (if configured), its
+// profile, and the filter of candidate targets.
+type Plan struct {
+	Model   string
+	Route   string
+	Profile config.Profile
+	Match   func(sched.Candidate) bool
+}
+
+// Resolve finds the route and profile for model and checks that p may use
+// it. A model with no configured route uses the default profile and any
+// Node target of that name (Ollama's implicit ":latest" included); only a
+// principal allowed every route ("*") may use it.
+func (g *Gateway) Resolve(p auth.Principal, model string, adapter string) (Plan, error) {
+	plan := Plan{Model: model, Profile: g.cfg.Profile(config.DefaultProfileName)}
+	if r, ok := g.cfg.RouteForModel(model); ok {
+		plan.Route, plan.Profile = r.Name, g.cfg.Profile(r.Profile)
+		plan.Match = routeMatch(r, adapter)
+	} else {
+		plan.Match = func(c sched.Candidate) bool {
+			return (adapter == "" || c.Adapter == adapter) && sched.SameModel(c.Target, model)
+		}
+	}
+	switch {
+	case plan.Route == "" && !p.MayUse(config.AllRoutes):
+		return Plan{}, fmt.Errorf("%w: model %q has no route, and principal %q may use only its routes", ErrForbidden, model, p.Name)
+	case plan.Route != "" && !p.MayUse(plan.Route):
+		return Plan{}, fmt.Errorf("%w: principal %q may not use route %q", ErrForbidden, p.Name, plan.Route)
+	}
+	return plan, nil
+}
+
+// routeMatch filters candidates by a route's configured targets.
+func routeMatch(r config.Route, adapter string) func(sched.Candidate) bool {
+	return func(c sched.Candidate) bool {
+		if adapter != "" && c.Adapter != adapter {
+			return false
+		}
+		if len(r.Targets) == 0 {
+			return sched.SameModel(c.Target, r.Model)
+		}
+		for _, t := range r.Targets {
+			if t.Target != c.Target || (t.Adapter != "" && t.Adapter != c.Adapter) {
+				continue
+			}
+			if len(t.Nodes) == 0 {
+				return true
+			}
+			for _, n := range t.Nodes {
+				if n == c.NodeID {
+					return true
+				}
+			}
+		}
+		return false
+	}
+}
+
+// acquire takes a slot for plan, excluding candidates already tried.
+func (g *Gateway) acquire(ctx context.Context, id string, plan Plan, tried []sched.Candidate) (*sched.Slot, error) {
+	start := time.Now()
+	slot, err := g.sched.Acquire(ctx, sched.Request{
+		ID:            id,
+		Model:         plan.Model,
+		Match:         plan.Match,
+		Exclude:       tried,
+		QueueTimeout:  time.Duration(plan.Profile.QueueTimeout),
+		MaxQueueDepth: plan.Profile.MaxQueueDepth,
+	})
+	if err == nil && g.metrics != nil {
+		g.metrics.QueueWait.WithLabelValues(plan.Model).Observe(time.Since(start).Seconds())
+	}
+	return slot, err
+}

@@ -1,0 +1,180 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/iop-dev/iop/edged/auth"
+	"github.com/iop-dev/iop/edged/sched"
+	"github.com/iop-dev/iop/edged/transport"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// Run is a normalized run in progress for a client. Read it with Next until
+// the terminal event; then (or on any early exit) Close it.
+type Run struct {
+	ID   string
+	Plan Plan
+
+	g      *Gateway
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   context.CancelFunc // releases the deadline timer
+	req    *wirepb.RunRequest
+	slot   *sched.Slot
+	rs     *transport.RunStream
+	first  *wirepb.RunEvent
+	done   bool
+}
+
+// StartRun resolves model for principal p, then dispatches req, moving to
+// another candidate while the run has produced nothing (a Node lost or
+// refusing before the first event). req's ids, provider, target, deadline
+// and stall timeout are set here. ctx bounds the whole run; the profile's
+// hard deadline is applied on top.
+func (g *Gateway) StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest) (*Run, error) {
+	plan, err := g.Resolve(p, model, "")
+	if err != nil {
+		return nil, err
+	}
+	r := &Run{ID: g.NewID("run"), Plan: plan, g: g}
+	r.ctx, r.cancel = context.WithCancelCause(ctx)
+	deadline := time.Now().Add(time.Duration(plan.Profile.Deadline))
+	r.ctx, r.stop = context.WithDeadline(r.ctx, deadline)
+	r.req = proto.Clone(req).(*wirepb.RunRequest)
+	r.req.RunId = r.ID
+	r.req.DeadlineUnixMs = deadline.UnixMilli()
+	r.req.ResponseStallTimeoutMs = time.Duration(plan.Profile.ResponseStallTimeout).Milliseconds()
+	if err := r.start(); err != nil {
+		r.stop()
+		r.cancel(err)
+		return nil, err
+	}
+	return r, nil
+}
+
+// start dispatches to candidates until one produces a first event that is
+// not a refusal or a loss.
+func (r *Run) start() error {
+	var tried []sched.Candidate
+	var lastErr error
+	for attempt := 0; attempt < MaxAttempts; attempt++ {
+		slot, err := r.g.acquire(r.ctx, r.ID, r.Plan, tried)
+		if err != nil {
+			if lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
+				return lastErr // every candidate tried failed: say why
+			}
+			return err
+		}
+		c := slot.Candidate
+		req := proto.Clone(r.req).(*wirepb.RunRequest)
+		req.Provider, req.Adapter, req.Target = c.Provider, c.Adapter, c.Target
+		rs, err := r.g.srv.Run(r.ctx, c.NodeID, req)
+		if err == nil {
+			var ev *wirepb.RunEvent
+			if ev, err = rs.Next(); err == nil && !failoverable(ev) {
+				r.slot, r.rs, r.first = slot, rs, ev
+				return nil
+			}
+			if err == nil {
+				err = &RunFailedError{Event: ev}
+			}
+			rs.Close()
+		}
+		slot.Release()
+		if r.ctx.Err() != nil {
+			return context.Cause(r.ctx)
+		}
+		tried = append(tried, c)
+		lastErr = err
+		r.g.failover(r.ID, c, err)
+	}
+	return lastErr
+}
+
+// failoverable reports whether a first event means "try elsewhere": the
+// Node was lost, or refused the run before doing anything.
+func failoverable(ev *wirepb.RunEvent) bool {
+	switch ev.GetType() {
+	case wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED:
+		return true
+	case wirepb.RunEventType_RUN_EVENT_TYPE_FAILED:
+		switch ev.GetFailure().GetKind() {
+		case wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED:
+			return true
+		}
+	}
+	return false
+}
+
+// RunFailedError is a run that ended before producing anything, on every
+// candidate tried; Event is the last terminal.
+type RunFailedError struct{ Event *wirepb.RunEvent }
+
+func (e *RunFailedError) Error() string {
+	if f := e.Event.GetFailure(); f != nil {
+		return e.Event.GetType().String() + ": " + f.GetMessage()
+	}
+	return e.Event.GetType().String()
+}
+
+func (g *Gateway) failover(id string, c sched.Candidate, err error) {
+	g.log.Warn("moving work to another candidate", "id", id, "node", c.NodeID, "provider", c.Provider, "err", err)
+	if g.metrics != nil {
+		g.metrics.Failovers.WithLabelValues("before_first_byte").Inc()
+	}
+}
+
+// Node is where the run runs.
+func (r *Run) Node() sched.Candidate { return r.slot.Candidate }
+
+// Next returns the next event; the last is the terminal, after which Next
+// returns io.EOF.
+func (r *Run) Next() (*wirepb.RunEvent, error) {
+	if r.done {
+		return nil, io.EOF
+	}
+	ev := r.first
+	r.first = nil
+	if ev == nil {
+		var err error
+		if ev, err = r.rs.Next(); err != nil {
+			return nil, err
+		}
+	}
+	if ev.GetType() >= wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
+		r.done = true
+		r.release()
+	}
+	return ev, nil
+}
+
+// Cancel ends the run with cause (client gone, idle timeout): the Node is
+// told (R10) and Next yields the terminal.
+func (r *Run) Cancel(cause error) { r.cancel(cause) }
+
+// Context is the run's context (done when the run is cancelled or its
+// deadline passes); Cause tells why.
+func (r *Run) Context() context.Context { return r.ctx }
+
+// Close releases everything the run holds. It is safe to call at any time
+// and more than once.
+func (r *Run) Close() {
+	if !r.done {
+		r.done = true
+		r.rs.Close()
+	}
+	r.release()
+	r.stop()
+	r.cancel(context.Canceled)
+}
+
+func (r *Run) release() {
+	if r.slot != nil {
+		r.slot.Release()
+	}
+}
