@@ -4,6 +4,7 @@
 //
 //	noded run --config node.yaml       run the Node
 //	noded config check node.yaml       validate a configuration file
+//	noded adapter verify PATH          run the adapter conformance checks
 //	noded version                      print the version
 package main
 
@@ -34,6 +35,16 @@ func main() {
 	check := app.Command("config", "Configuration tools.").Command("check", "Validate a configuration file and exit.")
 	checkPath := check.Arg("file", "Node configuration file.").Required().String()
 
+	verify := app.Command("adapter", "Adapter tools.").Command("verify",
+		"Run the adapter conformance checks on an adapter binary (or builtin:NAME) and print one line per check; exit 1 if any failed.")
+	verifyFlags := verifyFlags{}
+	verify.Arg("path", "Adapter binary, or builtin:NAME for an adapter built into noded ("+strings.Join(builtin.Names(), ", ")+").").Required().StringVar(&verifyFlags.path)
+	verify.Flag("config", "The adapter's configuration as JSON, or @FILE holding it.").StringVar(&verifyFlags.config)
+	verify.Flag("target", "A target that answers with streamed text (default: the first the adapter lists).").StringVar(&verifyFlags.target)
+	verify.Flag("slow-target", "A target slow enough to cancel mid-answer (without it the cancel check is skipped).").StringVar(&verifyFlags.slowTarget)
+	verify.Flag("unknown-target", "A target the server does not have, which must fail as model_not_found.").StringVar(&verifyFlags.unknownTarget)
+	verify.Flag("verbose", "Also print the adapter's log lines to stderr.").Short('v').BoolVar(&verifyFlags.verbose)
+
 	versionCmd := app.Command("version", "Print the version.")
 
 	plugin := app.Command("plugin", "Serve a built-in adapter as a plugin process (the Node starts these itself).").Hidden()
@@ -58,6 +69,8 @@ func main() {
 		err = healthcheck(*healthURL)
 	case plugin.FullCommand():
 		err = builtin.Serve(*pluginName, *pluginDescribe)
+	case verify.FullCommand():
+		err = verifyAdapter(os.Stdout, verifyFlags)
 	case versionCmd.FullCommand():
 		fmt.Println("noded", version)
 	}

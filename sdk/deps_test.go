@@ -6,10 +6,11 @@ import (
 	"testing"
 )
 
-// The SDK stays host-neutral and small for adapter authors: neither it nor
-// the plugin host pulls in the transport (quic-go, or quicwire, which
-// wraps it; quicwire/wirepb holds only generated protobuf types and is
-// fine), the daemons' wiring or CLI libraries, or the daemons themselves.
+// The SDK stays host-neutral and small for adapter authors: neither it, the
+// plugin host nor the conformance kit pulls in the transport (quic-go, or
+// quicwire, which wraps it; quicwire/wirepb holds only generated protobuf
+// types and is fine), the daemons' wiring or CLI libraries, or the daemons
+// themselves.
 func TestSDKImportsNoTransportWiringOrDaemon(t *testing.T) {
 	forbidden := []string{
 		"github.com/quic-go/quic-go",
@@ -20,7 +21,7 @@ func TestSDKImportsNoTransportWiringOrDaemon(t *testing.T) {
 		"github.com/iop-dev/iop/noded",
 		"github.com/iop-dev/iop/plugins",
 	}
-	for _, pkg := range []string{"github.com/iop-dev/iop/sdk", "github.com/iop-dev/iop/sdk/pluginhost"} {
+	for _, pkg := range []string{"github.com/iop-dev/iop/sdk", "github.com/iop-dev/iop/sdk/pluginhost", "github.com/iop-dev/iop/sdk/sdktest"} {
 		out, err := exec.Command("go", "list", "-deps", pkg).Output()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v", pkg, err)

@@ -45,6 +45,11 @@
 //
 // # Testing
 //
+// The conformance kit, package sdk/sdktest, checks an adapter through the
+// real plugin path (describe, strict config, honest capabilities, ordering,
+// cancellation without leaks, error kinds, concurrency, restart, a clean
+// stdout): sdktest.Run(t, sdktest.Subject{Adapter: New}, opts) in a test,
+// or `noded adapter verify ./my-adapter` on a built binary.
 // pluginhost.StartInProcess runs an adapter value over the same gRPC path
 // the Node uses for a plugin process; the package example shows it.
 //

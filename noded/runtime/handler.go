@@ -37,10 +37,7 @@ func (h *Handler) ServeStream(ctx context.Context, sess *quicwire.Session, hdr *
 	case *wirepb.StreamHeader_Command:
 		_ = st.Send(h.command(sess, k.Command))
 	case *wirepb.StreamHeader_Tunnel:
-		_ = st.Send(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Terminal{Terminal: &wirepb.TunnelTerminal{
-			Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED,
-			Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED, Message: "raw provider tunnels are not served by this node version"},
-		}}})
+		h.serveTunnel(ctx, k.Tunnel, st)
 	}
 }
 

@@ -1,0 +1,319 @@
+package sdktest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/iop-dev/iop/quicwire/wirepb"
+	"github.com/iop-dev/iop/sdk"
+	"github.com/iop-dev/iop/sdk/internal/pluginpb"
+	"github.com/iop-dev/iop/sdk/pluginhost"
+)
+
+// Checks returns the conformance checks, in the order Run and Verify run
+// them.
+func Checks() []Check {
+	return []Check{
+		{"describe", "`describe` prints name, version, capabilities and protocol_version as JSON, and matches what the plugin says", checkDescribe},
+		{"strict_config", "Configure refuses an unknown key as invalid_request and takes a valid configuration", checkStrictConfig},
+		{"honest_capabilities", "every capability reported works; every other one answers unsupported", checkCapabilities},
+		{"ordering", "a run streams events with seq 1, 2, 3, ... and ends in exactly one outcome, with a done reason", checkOrdering},
+		{"cancel", "a cancelled run returns within 2s with the context's error and leaves no goroutine behind", checkCancel},
+		{"error_mapping", "an unknown target fails as model_not_found; each upstream failure maps to its kind", checkErrorMapping},
+		{"concurrency", "runs started at once all succeed, each with its own ordered stream", checkConcurrency},
+		{"restart", "after Close, a new plugin takes the configuration again and runs", checkRestart},
+		{"no_stdout", "the plugin writes nothing to stdout (the plugin handshake owns it)", checkNoStdout},
+	}
+}
+
+// describeTimeout bounds a `describe` run of a binary: it should answer at
+// once.
+const describeTimeout = 10 * time.Second
+
+// adapterName is the form of Info.Name (see sdk.Info).
+var adapterName = regexp.MustCompile(`^[a-z0-9_-]+$`)
+
+// description is what `describe` prints; pointers tell a missing field
+// from an empty one.
+type description struct {
+	Name            string    `json:"name"`
+	Version         string    `json:"version"`
+	Capabilities    *[]string `json:"capabilities"`
+	ProtocolVersion *int      `json:"protocol_version"`
+}
+
+func checkDescribe(ctx context.Context, s *Session) error {
+	out, err := describeOutput(ctx, s.subject)
+	if err != nil {
+		return err
+	}
+	d, err := parseDescription(out)
+	if err != nil {
+		return err
+	}
+	p, err := s.Plugin(ctx)
+	if err != nil {
+		return err
+	}
+	info := p.Info()
+	var problems []string
+	if info.Name == "" || info.Version == "" {
+		problems = append(problems, fmt.Sprintf("Info() over the plugin protocol has name %q and version %q; want both set", info.Name, info.Version))
+	}
+	if info.Name != d.Name || info.Version != d.Version {
+		problems = append(problems, fmt.Sprintf("describe says %s %s but the plugin says %s %s", d.Name, d.Version, info.Name, info.Version))
+	}
+	if got, want := sorted(*d.Capabilities), sorted(p.Capabilities()); !slices.Equal(got, want) {
+		problems = append(problems, fmt.Sprintf("describe reports capabilities %v but the plugin reports %v", got, want))
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	s.Logf("%s %s, capabilities [%s]", d.Name, d.Version, strings.Join(*d.Capabilities, ", "))
+	return nil
+}
+
+// describeOutput runs the binary's describe mode, or describes the
+// in-process adapter as sdk.Serve would.
+func describeOutput(ctx context.Context, sub Subject) ([]byte, error) {
+	if sub.inProcess() {
+		var buf bytes.Buffer
+		if err := sdk.Describe(&buf, sub.Adapter()); err != nil {
+			return nil, fmt.Errorf("sdk.Describe failed: %w", err)
+		}
+		return buf.Bytes(), nil
+	}
+	args := sub.DescribeArgs
+	if args == nil {
+		args = append(slices.Clone(sub.Args), "describe")
+	}
+	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, sub.Binary, args...)
+	cmd.WaitDelay = time.Second
+	if len(sub.Env) > 0 {
+		cmd.Env = append(os.Environ(), sub.Env...)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	cmdline := strings.TrimSpace(sub.Binary + " " + strings.Join(args, " "))
+	switch {
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("`%s` did not exit within %v; describe must print and exit at once", cmdline, describeTimeout)
+	case err != nil:
+		return nil, fmt.Errorf("`%s` failed (%v), want exit status 0; stderr: %s", cmdline, err, clip(stderr.Bytes()))
+	}
+	if d := time.Since(start); d > describeTimeout/2 {
+		return nil, fmt.Errorf("`%s` took %v; describe must print and exit at once", cmdline, d.Round(time.Millisecond))
+	}
+	return stdout.Bytes(), nil
+}
+
+// parseDescription checks describe's output: one JSON object with a valid
+// name, a version, a list of known capabilities and the host's protocol
+// version.
+func parseDescription(out []byte) (description, error) {
+	var d description
+	dec := json.NewDecoder(bytes.NewReader(out))
+	if err := dec.Decode(&d); err != nil {
+		return d, fmt.Errorf("describe printed %s, want one JSON object: %v", clip(out), err)
+	}
+	if rest := bytes.TrimSpace(out[dec.InputOffset():]); len(rest) > 0 {
+		return d, fmt.Errorf("describe printed more than one JSON object (then %s); stdout must hold only the description", clip(rest))
+	}
+	var problems []string
+	if !adapterName.MatchString(d.Name) {
+		problems = append(problems, fmt.Sprintf("name %q, want lowercase [a-z0-9_-]+", d.Name))
+	}
+	if d.Version == "" {
+		problems = append(problems, "no version")
+	}
+	if d.Capabilities == nil {
+		problems = append(problems, "no capabilities list (want [] when there are none)")
+	} else {
+		for _, c := range *d.Capabilities {
+			if !knownCapability(c) {
+				problems = append(problems, fmt.Sprintf("unknown capability %q", c))
+			}
+		}
+	}
+	switch {
+	case d.ProtocolVersion == nil:
+		problems = append(problems, "no protocol_version")
+	case *d.ProtocolVersion != pluginhost.ProtocolVersion:
+		problems = append(problems, fmt.Sprintf("protocol_version %d, but the host speaks %d", *d.ProtocolVersion, pluginhost.ProtocolVersion))
+	}
+	if len(problems) > 0 {
+		return d, fmt.Errorf("describe output %s: %s", clip(out), strings.Join(problems, "; "))
+	}
+	return d, nil
+}
+
+func checkStrictConfig(ctx context.Context, s *Session) error {
+	p, err := s.Plugin(ctx)
+	if err != nil {
+		return err
+	}
+	err = p.Configure(ctx, s.opts.BadConfig)
+	switch {
+	case err == nil:
+		return fmt.Errorf("the adapter accepted Configure(%s); want it refused with kind invalid_request (decode with sdk.DecodeConfig, which rejects unknown keys)", s.opts.BadConfig)
+	case !errors.Is(err, sdk.ErrInvalidRequest):
+		return fmt.Errorf("the adapter refused Configure(%s) with kind %s (%v); want kind invalid_request", s.opts.BadConfig, sdk.KindOf(err), err)
+	}
+	s.Logf("refused %s: %v", s.opts.BadConfig, err)
+	if err := p.Configure(ctx, s.opts.Config); err != nil {
+		return fmt.Errorf("Configure(Options.Config) after a refused configuration failed: %w", err)
+	}
+	return nil
+}
+
+func checkCapabilities(ctx context.Context, s *Session) error {
+	p, err := s.Plugin(ctx)
+	if err != nil {
+		return err
+	}
+	target, err := s.Target(ctx)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	for _, c := range p.Capabilities() {
+		if !knownCapability(c) {
+			problems = append(problems, fmt.Sprintf("reports unknown capability %q", c))
+		}
+	}
+
+	targets, err := p.ListTargets(ctx)
+	switch {
+	case p.Has(sdk.CapListTargets) && err != nil:
+		problems = append(problems, fmt.Sprintf("reports %s, but ListTargets failed: %v", sdk.CapListTargets, err))
+	case p.Has(sdk.CapListTargets):
+		s.Logf("ListTargets: %d target(s)", len(targets))
+	case !errors.Is(err, sdk.ErrUnsupported):
+		problems = append(problems, fmt.Sprintf("does not report %s, but ListTargets did not fail as unsupported: %v", sdk.CapListTargets, errText(err)))
+	}
+
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	h, err := p.Probe(pctx, target)
+	cancel()
+	switch {
+	case p.Has(sdk.CapProbe) && err != nil:
+		problems = append(problems, fmt.Sprintf("reports %s, but Probe(%q) failed: %v", sdk.CapProbe, target, err))
+	case p.Has(sdk.CapProbe):
+		s.Logf("Probe(%q): %s", target, h.Status)
+	case !errors.Is(err, sdk.ErrUnsupported):
+		problems = append(problems, fmt.Sprintf("does not report %s, but Probe did not fail as unsupported: %v", sdk.CapProbe, errText(err)))
+	}
+
+	if p.Has(sdk.CapTunnel) {
+		if err := s.tunnelOnce(ctx, p, target); err != nil {
+			problems = append(problems, fmt.Sprintf("reports %s, but %v", sdk.CapTunnel, err))
+		}
+	} else {
+		err := p.Tunnel(ctx, s.tunnelRequest(target), s.opts.Credential, nil, func(*wirepb.TunnelFrame) error { return nil })
+		if !errors.Is(err, sdk.ErrUnsupported) {
+			problems = append(problems, fmt.Sprintf("does not report %s, but Tunnel did not fail as unsupported: %v", sdk.CapTunnel, errText(err)))
+		}
+	}
+	// Close is checked by the restart check, which closes the plugin.
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func (s *Session) tunnelRequest(target string) *wirepb.TunnelRequest {
+	return &wirepb.TunnelRequest{
+		TunnelId:  fmt.Sprintf("sdktest-tunnel-%d", s.runs.Add(1)),
+		SessionId: "sdktest",
+		Target:    target,
+		Method:    "GET",
+		Path:      s.opts.TunnelPath,
+	}
+}
+
+// tunnelOnce sends a GET of Options.TunnelPath through the tunnel: any HTTP
+// status will do, but the relay must complete with one head and exactly one
+// terminal frame, last.
+func (s *Session) tunnelOnce(ctx context.Context, p *pluginhost.Plugin, target string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req := s.tunnelRequest(target)
+	var heads, bodies, terminals int
+	var status int32
+	var last *wirepb.TunnelFrame
+	err := p.Tunnel(ctx, req, s.opts.Credential, nil, func(f *wirepb.TunnelFrame) error {
+		switch f.GetFrame().(type) {
+		case *wirepb.TunnelFrame_Head:
+			heads++
+			status = f.GetHead().GetStatus()
+		case *wirepb.TunnelFrame_Body:
+			bodies++
+		case *wirepb.TunnelFrame_Terminal:
+			terminals++
+		}
+		last = f
+		return nil
+	})
+	what := "a tunnel GET of " + req.GetPath()
+	if err != nil {
+		return fmt.Errorf("%s did not end with a terminal frame: %v", what, err)
+	}
+	if terminals != 1 || last.GetTerminal() == nil {
+		return fmt.Errorf("%s sent %d terminal frame(s), the last frame being %T; want exactly one, last", what, terminals, last.GetFrame())
+	}
+	term := last.GetTerminal()
+	if term.GetOutcome() != wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED {
+		f := term.GetFailure()
+		kind := sdk.Kind(pluginpb.KindFromWire(f.GetKind()))
+		return fmt.Errorf("%s failed with kind %s: %s (set Options.TunnelPath to a harmless path the server answers)", what, kind, f.GetMessage())
+	}
+	if heads != 1 {
+		return fmt.Errorf("%s completed with %d response head(s); want one", what, heads)
+	}
+	s.Logf("tunnel GET %s: status %d, %d body frame(s)", req.GetPath(), status, bodies)
+	return nil
+}
+
+func knownCapability(c string) bool {
+	switch c {
+	case sdk.CapListTargets, sdk.CapTunnel, sdk.CapProbe, sdk.CapClose:
+		return true
+	}
+	return false
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// errText describes the outcome of a call that should have failed.
+func errText(err error) string {
+	if err == nil {
+		return "it succeeded"
+	}
+	return fmt.Sprintf("kind %s: %v", sdk.KindOf(err), err)
+}
+
+// clip quotes b for a message, cut short.
+func clip(b []byte) string {
+	const limit = 300
+	if len(b) > limit {
+		return fmt.Sprintf("%q…", b[:limit])
+	}
+	return fmt.Sprintf("%q", b)
+}

@@ -1,0 +1,342 @@
+package sdktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/iop-dev/iop/quicwire/wirepb"
+	"github.com/iop-dev/iop/sdk"
+	"go.uber.org/goleak"
+)
+
+const (
+	// cancelReturn is how soon a cancelled run must return (R10).
+	cancelReturn = 2 * time.Second
+	// leakSettle is how long the goroutines of a cancelled run get to end.
+	leakSettle = 3 * time.Second
+	// maxLeakLines caps the goroutine stacks quoted in a message.
+	maxLeakLines = 16
+)
+
+func checkOrdering(ctx context.Context, s *Session) error {
+	p, err := s.Plugin(ctx)
+	if err != nil {
+		return err
+	}
+	target, err := s.Target(ctx)
+	if err != nil {
+		return err
+	}
+	req := s.newRun(target)
+	events, res, err := s.execute(ctx, p, req)
+	if err := validateRun(req, events, res, err); err != nil {
+		return err
+	}
+	s.Logf("%q: %d event(s), done reason %q", target, len(events), res.DoneReason)
+	return nil
+}
+
+// validateRun checks one completed run: at least one event, text among
+// them, seq counting 1, 2, 3, ... without gaps, every event stamped with
+// the run's id and none of them terminal, then a Result with a done reason.
+// (pluginhost itself refuses a stream with no terminal or with two: that
+// comes back here as an error matching pluginhost.ErrProtocol.)
+func validateRun(req *wirepb.RunRequest, events []*wirepb.RunEvent, res *sdk.Result, err error) error {
+	run := fmt.Sprintf("run %s of %q", req.GetRunId(), req.GetTarget())
+	if err != nil {
+		return fmt.Errorf("%s failed (kind %s): %v; want it to complete (is Options.Target a target that answers?)", run, sdk.KindOf(err), err)
+	}
+	if res == nil {
+		return fmt.Errorf("%s completed without a result", run)
+	}
+	if len(events) == 0 {
+		return fmt.Errorf("%s completed without streaming any event; want the answer as text deltas", run)
+	}
+	text := false
+	for i, ev := range events {
+		if ev.GetSeq() != uint64(i+1) {
+			return fmt.Errorf("%s: event %d has seq %d; want %d (seq counts from 1 without gaps)", run, i+1, ev.GetSeq(), i+1)
+		}
+		if ev.GetRunId() != req.GetRunId() {
+			return fmt.Errorf("%s: event %d belongs to run %q", run, i+1, ev.GetRunId())
+		}
+		switch ev.GetType() {
+		case wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA:
+			text = text || ev.GetText() != ""
+		case wirepb.RunEventType_RUN_EVENT_TYPE_REASONING_DELTA,
+			wirepb.RunEventType_RUN_EVENT_TYPE_TOOL_CALL_DELTA,
+			wirepb.RunEventType_RUN_EVENT_TYPE_USAGE:
+		default:
+			return fmt.Errorf("%s: event %d is a %v; want only text, reasoning, tool-call and usage events before the one outcome", run, i+1, ev.GetType())
+		}
+	}
+	if !text {
+		return fmt.Errorf("%s streamed %d event(s) but no text; want the answer as text deltas", run, len(events))
+	}
+	if res.DoneReason == "" {
+		return fmt.Errorf("%s completed without a done reason; want \"stop\", \"length\", \"tool_calls\" or the server's own", run)
+	}
+	return nil
+}
+
+func checkCancel(ctx context.Context, s *Session) error {
+	if s.opts.SlowTarget == "" {
+		return Skipf("no slow target (Options.SlowTarget, --slow-target): name one that streams slowly enough to cancel after its first event")
+	}
+	p, err := s.Plugin(ctx)
+	if err != nil {
+		return err
+	}
+	// Every goroutine there is now (the plugin's, its connections') may
+	// stay; any that the cancelled run starts must end.
+	before := goleak.IgnoreCurrent()
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req := s.newRun(s.opts.SlowTarget)
+	first := make(chan struct{})
+	var once sync.Once
+	type outcome struct {
+		res *sdk.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := p.Execute(runCtx, req, s.opts.Credential, func(*wirepb.RunEvent) error {
+			once.Do(func() { close(first) })
+			return nil
+		})
+		done <- outcome{res, err}
+	}()
+	slow := fmt.Sprintf("Options.SlowTarget %q", s.opts.SlowTarget)
+	select {
+	case <-first:
+	case o := <-done:
+		select {
+		case <-first:
+			return fmt.Errorf("%s ended right after its first event (%s), before it could be cancelled: it must answer more slowly", slow, errText(o.err))
+		default:
+		}
+		return fmt.Errorf("%s ended before its first event (%s); want it to stream, slowly", slow, errText(o.err))
+	case <-ctx.Done():
+		return fmt.Errorf("%s sent no event within the check's time", slow)
+	}
+
+	cancel()
+	cancelled := time.Now()
+	select {
+	case o := <-done:
+		if o.err == nil {
+			return fmt.Errorf("%s completed after the cancel (it must answer more slowly: it was cancelled after its first event)", slow)
+		}
+		if !errors.Is(o.err, context.Canceled) {
+			return fmt.Errorf("the cancelled run of %s returned %v; want the context's error", slow, o.err)
+		}
+	case <-time.After(cancelReturn):
+		return fmt.Errorf("the cancelled run of %s did not return within %v of the cancel", slow, cancelReturn)
+	}
+	returned := time.Since(cancelled)
+
+	if leaked := settle(ctx, before, leakSettle); leaked != nil {
+		where := "this process (the host's side, and any server the test runs)"
+		if s.subject.inProcess() {
+			where = "this process (the host's side and the adapter's)"
+		}
+		return fmt.Errorf("goroutines of the cancelled run of %s were still running in %s %v after it returned: "+
+			"the adapter must stop its upstream request and return once the run's ctx is done\n%s",
+			slow, where, leakSettle, leakSummary(leaked))
+	}
+	s.Logf("returned %v after the cancel; no goroutine left", returned.Round(10*time.Microsecond))
+	return nil
+}
+
+// settle waits up to within for every goroutine not ignored by before to
+// end, and returns goleak's report of those still running.
+func settle(ctx context.Context, before goleak.Option, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := goleak.Find(before)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// leakSummary keeps the goroutine headers and function names of goleak's
+// report (not the file lines), cut to maxLeakLines.
+func leakSummary(err error) string {
+	var keep []string
+	for line := range strings.SplitSeq(err.Error(), "\n") {
+		line = strings.TrimPrefix(strings.TrimSpace(line), "[")
+		if line == "" || line == "]" || strings.HasPrefix(line, "/") || strings.HasPrefix(line, "found unexpected goroutines") {
+			continue // file lines start with a tab, then a path
+		}
+		if i := strings.LastIndex(line, "("); i > 0 && strings.HasSuffix(line, ")") {
+			line = line[:i] // the call's arguments
+		}
+		keep = append(keep, "  "+line)
+	}
+	if len(keep) > maxLeakLines {
+		keep = append(keep[:maxLeakLines], fmt.Sprintf("  … (%d more lines)", len(keep)-maxLeakLines))
+	}
+	return strings.Join(keep, "\n")
+}
+
+func checkErrorMapping(ctx context.Context, s *Session) error {
+	if s.opts.UnknownTarget == "" && len(s.opts.ErrorCases) == 0 {
+		return Skipf("no unknown target (Options.UnknownTarget, --unknown-target) and no Options.ErrorCases: name a target the server does not have")
+	}
+	p, err := s.Plugin(ctx)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	cases := len(s.opts.ErrorCases)
+	if t := s.opts.UnknownTarget; t != "" {
+		cases++
+		_, _, err := s.execute(ctx, p, s.newRun(t))
+		if !errors.Is(err, sdk.ErrModelNotFound) {
+			problems = append(problems, fmt.Sprintf("a run of the unknown target %q %s; want kind %s", t, outcomeText(err), sdk.KindModelNotFound))
+		}
+	}
+	for _, c := range s.opts.ErrorCases {
+		if err := s.errorCase(ctx, c); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	s.Logf("%d case(s) mapped to their kinds", cases)
+	return nil
+}
+
+// errorCase runs one ErrorCase, with its setup and teardown around it.
+func (s *Session) errorCase(ctx context.Context, c ErrorCase) error {
+	target := c.Target
+	if target == "" {
+		var err error
+		if target, err = s.Target(ctx); err != nil {
+			return err
+		}
+	}
+	p, err := s.Plugin(ctx)
+	if err != nil {
+		return err
+	}
+	if c.Setup != nil {
+		if teardown := c.Setup(); teardown != nil {
+			defer teardown()
+		}
+	}
+	_, _, err = s.execute(ctx, p, s.newRun(target))
+	if !errors.Is(err, &sdk.Error{Kind: c.Want}) {
+		return fmt.Errorf("error case %q: a run of %q %s; want kind %s", c.Name, target, outcomeText(err), c.Want)
+	}
+	return nil
+}
+
+// outcomeText describes a run's error for a message.
+func outcomeText(err error) string {
+	if err == nil {
+		return "succeeded"
+	}
+	return fmt.Sprintf("failed with kind %s (%v)", sdk.KindOf(err), err)
+}
+
+func checkConcurrency(ctx context.Context, s *Session) error {
+	p, err := s.Plugin(ctx)
+	if err != nil {
+		return err
+	}
+	target, err := s.Target(ctx)
+	if err != nil {
+		return err
+	}
+	n := s.opts.Concurrency
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		req := s.newRun(target)
+		wg.Go(func() {
+			<-start
+			events, res, err := s.execute(ctx, p, req)
+			errs[i] = validateRun(req, events, res, err)
+		})
+	}
+	close(start)
+	wg.Wait()
+	var problems []string
+	for _, err := range errs {
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%d of %d concurrent runs went wrong: %s", len(problems), n, strings.Join(problems, "; "))
+	}
+	s.Logf("%d concurrent runs", n)
+	return nil
+}
+
+func checkRestart(ctx context.Context, s *Session) error {
+	old, err := s.Plugin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.closePlugin(ctx); err != nil {
+		return fmt.Errorf("closing the plugin failed: %w", err)
+	}
+	select {
+	case <-old.Exited():
+	default:
+		return errors.New("the plugin had not exited when Close returned")
+	}
+	p, err := s.Plugin(ctx)
+	if err != nil {
+		return fmt.Errorf("after a restart: %w", err)
+	}
+	target, err := s.Target(ctx)
+	if err != nil {
+		return err
+	}
+	req := s.newRun(target)
+	events, res, err := s.execute(ctx, p, req)
+	if err := validateRun(req, events, res, err); err != nil {
+		return fmt.Errorf("after a restart and Configure: %w", err)
+	}
+	if old.Pid() != 0 {
+		s.Logf("pid %d closed, pid %d configured and running", old.Pid(), p.Pid())
+	}
+	return nil
+}
+
+func checkNoStdout(ctx context.Context, s *Session) error {
+	if s.subject.inProcess() {
+		return Skipf("an in-process adapter shares the test's stdout; run the kit on a built binary to check it")
+	}
+	if s.startErr != nil {
+		return fmt.Errorf("the plugin could not be started: %w", s.startErr)
+	}
+	// Closing the plugin drains its output into the log, where the
+	// session records what came from stdout.
+	if err := s.closePlugin(ctx); err != nil {
+		s.Logf("closing the plugin: %v", err)
+	}
+	lines := s.stdout.all()
+	if len(lines) == 0 {
+		return nil
+	}
+	quoted := make([]string, 0, 3)
+	for _, l := range lines[:min(3, len(lines))] {
+		quoted = append(quoted, clip([]byte(l)))
+	}
+	return fmt.Errorf("the plugin wrote %d line(s) to stdout, which the plugin handshake owns (log with log/slog, which goes to stderr): %s",
+		len(lines), strings.Join(quoted, ", "))
+}
