@@ -165,7 +165,6 @@ func (p *Provider) Supervise(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil {
 		pl, err := p.start(ctx)
-		p.once.Do(func() { close(p.attempted) })
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -173,9 +172,11 @@ func (p *Provider) Supervise(ctx context.Context) {
 			failures++
 			p.log.Warn("adapter plugin failed to start", "err", err, "failures", failures)
 			p.set(wirepb.ProviderState_PROVIDER_STATE_OFFLINE, "plugin failed to start: "+err.Error(), nil)
+			p.firstAttemptDone()
 		} else {
 			began := time.Now()
 			p.set(wirepb.ProviderState_PROVIDER_STATE_ONLINE, "", pl)
+			p.firstAttemptDone() // after the state: the ready handshake reports it
 			p.log.Info("adapter plugin online", "targets", p.Wire().GetTargets())
 			select {
 			case <-ctx.Done():
@@ -208,7 +209,12 @@ func (p *Provider) Supervise(ctx context.Context) {
 		}
 	}
 	p.set(wirepb.ProviderState_PROVIDER_STATE_OFFLINE, "node stopping", nil)
+	p.firstAttemptDone()
 }
+
+// firstAttemptDone releases WaitReady once the first start attempt has
+// ended and its state is set.
+func (p *Provider) firstAttemptDone() { p.once.Do(func() { close(p.attempted) }) }
 
 // start launches and configures one plugin, and learns its targets.
 func (p *Provider) start(ctx context.Context) (Plugin, error) {
