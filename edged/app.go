@@ -19,8 +19,12 @@ import (
 
 	"github.com/iop-dev/iop/configs"
 	"github.com/iop-dev/iop/edged/adminapi"
+	"github.com/iop-dev/iop/edged/auth"
 	"github.com/iop-dev/iop/edged/config"
+	"github.com/iop-dev/iop/edged/gateway"
+	"github.com/iop-dev/iop/edged/metrics"
 	"github.com/iop-dev/iop/edged/nodes"
+	"github.com/iop-dev/iop/edged/sched"
 	"github.com/iop-dev/iop/edged/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/pki"
@@ -63,7 +67,8 @@ func runUntilSignal(app *fx.App, stopTimeout time.Duration) error {
 func edgeModule(cfg *config.Config) fx.Option {
 	return fx.Options(
 		fx.Supply(cfg),
-		fx.Provide(newLogger, newRegistry, newEdgeTLS, newQUICListener, newTransport, newHTTPServer),
+		fx.Provide(newLogger, newRegistry, newEdgeTLS, newQUICListener, newTransport, newScheduler, newMetrics,
+			newAuthenticator, newGateway, newHTTPServer),
 		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: log}
 			// fx's own events are debugging detail; a failed start is
@@ -72,7 +77,7 @@ func edgeModule(cfg *config.Config) fx.Option {
 			l.UseErrorLevel(slog.LevelDebug)
 			return l
 		}),
-		fx.Invoke(serveTransport, serveHTTP),
+		fx.Invoke(serveTransport, runScheduler, serveHTTP),
 	)
 }
 
@@ -153,6 +158,40 @@ func serveTransport(lc fx.Lifecycle, srv *transport.Server, ln *quic.Listener, l
 	})
 }
 
+func newScheduler(reg *nodes.Registry) *sched.Scheduler { return sched.New(reg, sched.Options{}) }
+
+// runScheduler re-evaluates queued work on every registry change (R9).
+func runScheduler(lc fx.Lifecycle, s *sched.Scheduler) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() { defer close(done); s.Run(ctx) }()
+			return nil
+		},
+		OnStop: func(context.Context) error { cancel(); <-done; return nil },
+	})
+}
+
+func newMetrics(reg *nodes.Registry, s *sched.Scheduler) *metrics.Metrics {
+	return metrics.New(reg, s.Depths)
+}
+
+func newAuthenticator(cfg *config.Config, log *slog.Logger) (*auth.Authenticator, error) {
+	a, err := auth.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.API.Keys) == 0 && !cfg.AnonymousAllowed() {
+		log.Warn("no API keys are configured and anonymous access is off: every client request will be refused (add api.keys)")
+	}
+	return a, nil
+}
+
+func newGateway(cfg *config.Config, s *sched.Scheduler, srv *transport.Server, m *metrics.Metrics, log *slog.Logger) *gateway.Gateway {
+	return gateway.New(cfg, s, srv, m, log)
+}
+
 // httpServer is the Edge's HTTP listener and whether it is serving.
 type httpServer struct {
 	srv     *http.Server
@@ -161,17 +200,22 @@ type httpServer struct {
 	bound   net.Addr
 }
 
-func newHTTPServer(cfg *config.Config, reg *nodes.Registry) *httpServer {
+// newHTTPServer mounts everything the Edge serves over HTTP on one
+// listener: the admin and health endpoints and the metrics.
+func newHTTPServer(cfg *config.Config, reg *nodes.Registry, s *sched.Scheduler, m *metrics.Metrics) *httpServer {
 	h := &httpServer{addr: cfg.Listen.HTTP}
-	h.srv = &http.Server{
-		Handler: adminapi.Handler(reg, func() error {
-			if !h.serving.Load() {
-				return errors.New("starting")
-			}
-			return nil
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	admin := adminapi.Handler(reg, func() error {
+		if !h.serving.Load() {
+			return errors.New("starting")
+		}
+		return nil
+	}, func() any { return s.Snapshot() })
+	mux := http.NewServeMux()
+	mux.Handle("/admin/", admin)
+	mux.Handle("/healthz", admin)
+	mux.Handle("/readyz", admin)
+	mux.Handle("GET /metrics", m.Handler())
+	h.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return h
 }
 

@@ -40,7 +40,7 @@ func TestNodesListsStateGenerationRTTAndProviders(t *testing.T) {
 	old := reg.Register(nodes.ConnInfo{NodeID: "n2", Providers: []*wirepb.Provider{{Name: "sim", State: wirepb.ProviderState_PROVIDER_STATE_ONLINE}}})
 	reg.Fence(old, quicwire.CloseHeartbeatTimeout, "no answer")
 
-	rec, body := get(t, adminapi.Handler(reg, func() error { return nil }), "/admin/v1/nodes")
+	rec, body := get(t, adminapi.Handler(reg, func() error { return nil }, nil), "/admin/v1/nodes")
 	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("status %d, content type %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
@@ -67,7 +67,7 @@ func TestNodesListsStateGenerationRTTAndProviders(t *testing.T) {
 func TestReadyzSaysWhyNotReady(t *testing.T) {
 	reg := nodes.New(nil, 0)
 	ready := errors.New("quic listener not started")
-	h := adminapi.Handler(reg, func() error { return ready })
+	h := adminapi.Handler(reg, func() error { return ready }, nil)
 	rec, body := get(t, h, "/readyz")
 	if rec.Code != http.StatusServiceUnavailable || body["reason"] != ready.Error() {
 		t.Errorf("readyz = %d %v", rec.Code, body)
@@ -78,5 +78,16 @@ func TestReadyzSaysWhyNotReady(t *testing.T) {
 	}
 	if rec, _ := get(t, h, "/healthz"); rec.Code != http.StatusOK {
 		t.Errorf("healthz = %d", rec.Code)
+	}
+}
+
+func TestQueuesAreListed(t *testing.T) {
+	h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, func() any {
+		return []map[string]any{{"model": "m", "depth": 2}}
+	})
+	rec, body := get(t, h, "/admin/v1/queues")
+	q := body["queues"].([]any)
+	if rec.Code != http.StatusOK || len(q) != 1 || q[0].(map[string]any)["depth"] != float64(2) {
+		t.Errorf("queues = %d %v", rec.Code, body)
 	}
 }

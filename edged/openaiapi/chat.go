@@ -1,0 +1,190 @@
+package openaiapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/iop-dev/iop/edged/auth"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// chat serves POST /v1/chat/completions.
+func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
+	p, ok := h.authenticate(w, r, routeChat)
+	if !ok {
+		return
+	}
+	req, e := parseChat(r, w)
+	x := &exchange{h: h, w: w, r: r, p: p, req: req, arrived: arrived}
+	if e != nil {
+		x.end(e)
+		return
+	}
+	profile, err := h.runner.Profile(p, req.model)
+	if err != nil {
+		x.end(startError(err, nil, req.model))
+		return
+	}
+	x.idleAfter = time.Duration(profile.IdleTimeout)
+	x.end(x.serve())
+}
+
+// exchange is one chat request from parse to its last byte. Only the
+// handler's goroutine touches it; the timers and the client-gone watch
+// only cancel contexts, and the run's terminal brings that news back to
+// the handler's goroutine, which alone writes.
+type exchange struct {
+	h       *handler
+	w       http.ResponseWriter
+	r       *http.Request
+	p       auth.Principal
+	req     *parsedChat
+	arrived time.Time
+
+	// ctx is the request's own context, cancelled with ErrClientGone when
+	// the client goes away and with ErrIdleTimeout by the idle timer; the
+	// run's context derives from it.
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	idleAfter time.Duration
+	idle      *time.Timer
+	run       Run
+
+	out *output // the response, streamed or aggregated
+}
+
+// serve runs the request and returns how it ended: nil for success.
+func (x *exchange) serve() *apiError {
+	x.ctx, x.cancel = context.WithCancelCause(context.WithoutCancel(x.r.Context()))
+	defer x.cancel(nil)
+	stopGone := context.AfterFunc(x.r.Context(), func() { x.cancel(ErrClientGone) })
+	defer stopGone()
+	// The idle timer runs from here: a queue wait and a silent prefill are
+	// time without a byte to the client as much as a pause mid-answer. The
+	// queue timeout and the deadline are separate timers with their own
+	// errors (SPEC S5); whichever fires first ends the request.
+	if x.idleAfter > 0 {
+		x.idle = time.AfterFunc(x.idleAfter, func() { x.cancel(ErrIdleTimeout) })
+		defer x.idle.Stop()
+	}
+
+	run, err := x.h.runner.StartRun(x.ctx, x.p, x.req.model, x.req.run)
+	if err != nil {
+		return startError(err, context.Cause(x.ctx), x.req.model)
+	}
+	x.run = run
+	defer run.Close()
+	// A gateway run's context derives from x.ctx, so this is redundant for
+	// it; a Runner whose runs do not still hears why they must stop.
+	stopCancel := context.AfterFunc(x.ctx, func() { run.Cancel(context.Cause(x.ctx)) })
+	defer stopCancel()
+	if m := x.h.metrics; m != nil {
+		m.Active.WithLabelValues("run").Inc()
+		defer m.Active.WithLabelValues("run").Dec()
+	}
+
+	x.out = newOutput(x, run.ID())
+	for {
+		ev, err := run.Next()
+		if err != nil { // a run always ends with a terminal; this one did not
+			ev = &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
+				Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROTOCOL, Message: "run ended without a terminal: " + err.Error()}}
+		}
+		if u := ev.GetUsage(); u != nil {
+			x.out.usage = u
+		}
+		var ok bool
+		switch t := ev.GetType(); {
+		case t == wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
+			if !x.out.complete(ev.GetDoneReason()) {
+				return errGone
+			}
+			return nil
+		case t > wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
+			e := terminalError(ev, x.why())
+			if x.out.started && e != errGone {
+				x.out.streamError(e) // output started: the error goes in-stream
+			}
+			return e
+		case t == wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA:
+			ok = x.out.text(ev.GetText())
+		case t == wirepb.RunEventType_RUN_EVENT_TYPE_REASONING_DELTA:
+			ok = x.out.reasoning(ev.GetText())
+		case t == wirepb.RunEventType_RUN_EVENT_TYPE_TOOL_CALL_DELTA:
+			ok = x.out.toolCall(ev.GetToolCall())
+		default: // usage, and types added later
+			ok = true
+		}
+		if !ok { // a write failed: the client is gone
+			x.cancel(ErrClientGone)
+			return errGone
+		}
+	}
+}
+
+// why is the cause of the run's context, or of the request's when the run
+// has none yet: the first of client gone, idle timeout and deadline.
+func (x *exchange) why() error {
+	if x.run != nil {
+		if c := context.Cause(x.run.Context()); c != nil {
+			return c
+		}
+	}
+	return context.Cause(x.ctx)
+}
+
+// wrote notes that a byte went to the client (or, for a response that is
+// sent whole, that the run made progress): the idle timer starts over.
+func (x *exchange) wrote() {
+	if x.idle != nil {
+		x.idle.Reset(x.idleAfter)
+	}
+}
+
+// firstByte records the time to first token.
+func (x *exchange) firstByte() {
+	if m := x.h.metrics; m != nil {
+		m.TimeToFirstToken.WithLabelValues(routeChat).Observe(time.Since(x.arrived).Seconds())
+	}
+}
+
+// end answers e as an HTTP error if nothing was sent yet, and records the
+// outcome in metrics and the log.
+func (x *exchange) end(e *apiError) {
+	outcome, level := "ok", slog.LevelDebug
+	if e != nil {
+		outcome, level = e.code, slog.LevelInfo
+		if x.out == nil || !x.out.started {
+			writeError(x.w, e)
+		} else {
+			level = slog.LevelWarn // the client saw part of an answer, then an error
+		}
+	}
+	x.h.count(routeChat, outcome)
+	if m := x.h.metrics; m != nil {
+		switch e {
+		case errGone:
+			m.Cancellations.WithLabelValues("client_gone").Inc()
+		case errIdle:
+			m.Cancellations.WithLabelValues("idle_timeout").Inc()
+		case errDeadline:
+			m.Cancellations.WithLabelValues("deadline").Inc()
+		}
+	}
+	attrs := []slog.Attr{slog.String("principal", x.p.Name), slog.String("outcome", outcome),
+		slog.Duration("elapsed", time.Since(x.arrived))}
+	if x.req != nil {
+		attrs = append(attrs, slog.String("model", x.req.model), slog.Bool("stream", x.req.stream))
+	}
+	if x.run != nil {
+		attrs = append(attrs, slog.String("run_id", x.run.ID()))
+	}
+	if e != nil && !errors.Is(e, errGone) {
+		attrs = append(attrs, slog.String("err", e.message))
+	}
+	x.h.log.LogAttrs(x.r.Context(), level, "openai chat completion", attrs...)
+}

@@ -1,0 +1,333 @@
+package openaiapi
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// MaxRequestBytes bounds a chat request's body. The run request it becomes
+// must also fit one dispatched-stream frame (quicwire.MaxStreamFrameSize,
+// less headroom for what the gateway adds); a request past either is
+// refused with 413.
+const MaxRequestBytes = 8 << 20
+
+// wireHeadroom is what the gateway and the stream header add to the run
+// request after the handler sized it (ids, provider, target, lease).
+const wireHeadroom = 16 << 10
+
+// chatRequest is the part of an OpenAI chat request the Edge reads. Fields
+// it does not know are ignored: clients send many.
+type chatRequest struct {
+	Model               string          `json:"model"`
+	Messages            []message       `json:"messages"`
+	Tools               []tool          `json:"tools"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
+	MaxTokens           *int64          `json:"max_tokens"`
+	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
+	Stop                json.RawMessage `json:"stop"`
+	Seed                *int64          `json:"seed"`
+	N                   *int64          `json:"n"`
+	ResponseFormat      *responseFormat `json:"response_format"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	ReasoningEffort     *string         `json:"reasoning_effort"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type message struct {
+	Role             string          `json:"role"`
+	Content          json.RawMessage `json:"content"` // a string, an array of parts, or null
+	Name             string          `json:"name"`
+	ToolCalls        []toolCall      `json:"tool_calls"`
+	ToolCallID       string          `json:"tool_call_id"`
+	ReasoningContent string          `json:"reasoning_content"`
+}
+
+type contentPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	Refusal  string `json:"refusal"`
+	ImageURL *struct {
+		URL string `json:"url"`
+	} `json:"image_url"`
+}
+
+type toolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type tool struct {
+	Type     string `json:"type"`
+	Function *struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	} `json:"function"`
+}
+
+type responseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+	} `json:"json_schema"`
+}
+
+// parsedChat is a request ready to run.
+type parsedChat struct {
+	model        string
+	stream       bool
+	includeUsage bool
+	run          *wirepb.RunRequest
+}
+
+// parseChat reads and validates r's body. Its errors are *apiError: 400
+// with the offending param, or 413.
+func parseChat(r *http.Request, w http.ResponseWriter) (*parsedChat, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		if errors.As(err, new(*http.MaxBytesError)) {
+			return nil, tooLarge("The request body is larger than %d bytes.", MaxRequestBytes)
+		}
+		return nil, invalid("", "The request body could not be read: %v", err)
+	}
+	var req chatRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, invalid(te.Field, "Invalid type for '%s': expected %s, got %s.", te.Field, te.Type, te.Value)
+		}
+		return nil, invalid("", "We could not parse the JSON body of your request: %v", err)
+	}
+	run, e := req.toRun()
+	if e != nil {
+		return nil, e
+	}
+	if n := proto.Size(run); n > quicwire.MaxStreamFrameSize-wireHeadroom {
+		return nil, tooLarge("The request is %d bytes once converted for the Node; the limit is %d.",
+			n, quicwire.MaxStreamFrameSize-wireHeadroom)
+	}
+	return &parsedChat{
+		model:        req.Model,
+		stream:       req.Stream,
+		includeUsage: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+		run:          run,
+	}, nil
+}
+
+// toRun validates req and converts it to a run request.
+func (req *chatRequest) toRun() (*wirepb.RunRequest, *apiError) {
+	if req.Model == "" {
+		return nil, invalid("model", "You must provide a model parameter.")
+	}
+	if len(req.Messages) == 0 {
+		return nil, invalid("messages", "[] is too short - 'messages'")
+	}
+	if req.N != nil && *req.N != 1 {
+		return nil, invalid("n", "Only n=1 is supported.")
+	}
+	run := &wirepb.RunRequest{Options: &wirepb.RunOptions{}}
+	for i := range req.Messages {
+		m, e := req.Messages[i].toWire(fmt.Sprintf("messages[%d]", i))
+		if e != nil {
+			return nil, e
+		}
+		run.Messages = append(run.Messages, m)
+	}
+	for i, t := range req.Tools {
+		param := fmt.Sprintf("tools[%d]", i)
+		if t.Type != "function" {
+			return nil, invalid(param+".type", "Unsupported tool type %q: only \"function\" tools are supported.", t.Type)
+		}
+		if t.Function == nil || t.Function.Name == "" {
+			return nil, invalid(param+".function.name", "A function tool needs a name.")
+		}
+		wt := &wirepb.Tool{Name: t.Function.Name, Description: t.Function.Description}
+		if p := t.Function.Parameters; len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+			wt.ParametersJson = p
+		}
+		run.Tools = append(run.Tools, wt)
+	}
+	if e := req.options(run.Options); e != nil {
+		return nil, e
+	}
+	return run, nil
+}
+
+// options fills o from the sampling and format fields of req.
+func (req *chatRequest) options(o *wirepb.RunOptions) *apiError {
+	if t := req.Temperature; t != nil {
+		if *t < 0 || *t > 2 {
+			return invalid("temperature", "temperature must be between 0 and 2, got %v.", *t)
+		}
+		o.Temperature = t
+	}
+	if p := req.TopP; p != nil {
+		if *p < 0 || *p > 1 {
+			return invalid("top_p", "top_p must be between 0 and 1, got %v.", *p)
+		}
+		o.TopP = p
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"max_tokens", req.MaxTokens}, {"max_completion_tokens", req.MaxCompletionTokens}} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 1 {
+			return invalid(f.name, "%s must be at least 1, got %d.", f.name, *f.v)
+		}
+		o.MaxTokens = f.v // max_completion_tokens, the newer name, wins
+	}
+	o.Seed = req.Seed
+	if re := req.ReasoningEffort; re != nil && *re != "" {
+		think := *re != "none" // low, medium, high: the Node's adapter only knows on or off
+		o.Think = &think
+	}
+	if s := req.Stop; len(s) > 0 && !bytes.Equal(s, []byte("null")) {
+		var one string
+		if err := json.Unmarshal(s, &one); err == nil {
+			o.Stop = []string{one}
+		} else if err := json.Unmarshal(s, &o.Stop); err != nil {
+			return invalid("stop", "stop must be a string or an array of strings.")
+		}
+	}
+	if rf := req.ResponseFormat; rf != nil {
+		switch rf.Type {
+		case "", "text":
+		case "json_object":
+			o.Format = []byte("json")
+		case "json_schema":
+			if rf.JSONSchema == nil || len(rf.JSONSchema.Schema) == 0 || !json.Valid(rf.JSONSchema.Schema) {
+				return invalid("response_format.json_schema.schema", "A json_schema response format needs a schema.")
+			}
+			o.Format = rf.JSONSchema.Schema
+		default:
+			return invalid("response_format.type", "Unsupported response_format type %q.", rf.Type)
+		}
+	}
+	return nil
+}
+
+// toWire validates one message; param is its path ("messages[2]").
+func (m *message) toWire(param string) (*wirepb.ChatMessage, *apiError) {
+	wm := &wirepb.ChatMessage{Role: m.Role, Name: m.Name, ToolCallId: m.ToolCallID, Reasoning: m.ReasoningContent}
+	switch m.Role {
+	case "system", "user", "assistant":
+	case "developer": // OpenAI's newer name for system
+		wm.Role = "system"
+	case "tool":
+		if m.ToolCallID == "" {
+			return nil, invalid(param+".tool_call_id", "A tool message needs the tool_call_id it answers.")
+		}
+	default:
+		return nil, invalid(param+".role", "Unsupported role %q: expected system, developer, user, assistant or tool.", m.Role)
+	}
+	if e := m.content(wm, param+".content"); e != nil {
+		return nil, e
+	}
+	if len(m.ToolCalls) > 0 && m.Role != "assistant" {
+		return nil, invalid(param+".tool_calls", "Only assistant messages may carry tool_calls.")
+	}
+	for i, tc := range m.ToolCalls {
+		p := fmt.Sprintf("%s.tool_calls[%d]", param, i)
+		if tc.Type != "" && tc.Type != "function" {
+			return nil, invalid(p+".type", "Unsupported tool call type %q.", tc.Type)
+		}
+		if tc.Function.Name == "" {
+			return nil, invalid(p+".function.name", "A tool call needs a function name.")
+		}
+		wm.ToolCalls = append(wm.ToolCalls, &wirepb.ToolCall{
+			Index: int32(i), Id: tc.ID, Name: tc.Function.Name, ArgumentsJson: []byte(tc.Function.Arguments),
+		})
+	}
+	return wm, nil
+}
+
+// content sets wm's text and images from m's content: a string, null (an
+// assistant message with tool calls), or an array of text and image parts.
+// Text parts are joined with newlines; images must be data URLs, since the
+// Node may not reach the client's network.
+func (m *message) content(wm *wirepb.ChatMessage, param string) *apiError {
+	c := m.Content
+	if len(c) == 0 || bytes.Equal(c, []byte("null")) {
+		if m.Role == "assistant" {
+			return nil
+		}
+		return invalid(param, "A %s message needs content.", m.Role)
+	}
+	if c[0] == '"' {
+		if err := json.Unmarshal(c, &wm.Content); err != nil {
+			return invalid(param, "content is not a valid string.")
+		}
+		return nil
+	}
+	var parts []contentPart
+	if err := json.Unmarshal(c, &parts); err != nil {
+		return invalid(param, "content must be a string or an array of content parts.")
+	}
+	var texts []string
+	for j, p := range parts {
+		pp := fmt.Sprintf("%s[%d]", param, j)
+		switch p.Type {
+		case "text":
+			texts = append(texts, p.Text)
+		case "refusal":
+			texts = append(texts, p.Refusal)
+		case "image_url":
+			if p.ImageURL == nil {
+				return invalid(pp+".image_url", "An image_url part needs an image_url.")
+			}
+			img, e := decodeDataURL(p.ImageURL.URL, pp+".image_url.url")
+			if e != nil {
+				return e
+			}
+			wm.Images = append(wm.Images, img)
+		default:
+			return invalid(pp+".type", "Unsupported content part type %q: expected text or image_url.", p.Type)
+		}
+	}
+	wm.Content = strings.Join(texts, "\n")
+	return nil
+}
+
+// decodeDataURL returns the bytes of a base64 data URL
+// ("data:image/png;base64,...").
+func decodeDataURL(u, param string) ([]byte, *apiError) {
+	rest, ok := strings.CutPrefix(u, "data:")
+	if !ok {
+		return nil, invalid(param, "Only data URLs (data:image/...;base64,...) are supported for images.")
+	}
+	meta, data, ok := strings.Cut(rest, ",")
+	if !ok || !strings.HasSuffix(meta, ";base64") {
+		return nil, invalid(param, "An image data URL must be base64-encoded.")
+	}
+	img, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		if img, err = base64.RawStdEncoding.DecodeString(data); err != nil {
+			return nil, invalid(param, "The image data URL is not valid base64.")
+		}
+	}
+	return img, nil
+}
