@@ -2,9 +2,9 @@ package openaiapi
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/iop-dev/iop/edged/auth"
@@ -33,10 +33,10 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 	x.end(x.serve())
 }
 
-// exchange is one chat request from parse to its last byte. Only the
-// handler's goroutine touches it; the timers and the client-gone watch
-// only cancel contexts, and the run's terminal brings that news back to
-// the handler's goroutine, which alone writes.
+// exchange is one chat request from parse to its last byte. The handler's
+// goroutine alone reads the run and writes the response. The idle timer
+// and the client-gone watch only call stop, which cancels the run; the
+// run's terminal brings that news back to the handler's goroutine.
 type exchange struct {
 	h       *handler
 	w       http.ResponseWriter
@@ -54,6 +54,12 @@ type exchange struct {
 	idle      *time.Timer
 	run       Run
 
+	// mu orders stop against the run's start: a run started after the
+	// request was stopped is cancelled at once, one started before is
+	// cancelled by stop.
+	mu   sync.Mutex
+	live Run
+
 	out *output // the response, streamed or aggregated
 }
 
@@ -61,14 +67,14 @@ type exchange struct {
 func (x *exchange) serve() *apiError {
 	x.ctx, x.cancel = context.WithCancelCause(context.WithoutCancel(x.r.Context()))
 	defer x.cancel(nil)
-	stopGone := context.AfterFunc(x.r.Context(), func() { x.cancel(ErrClientGone) })
+	stopGone := context.AfterFunc(x.r.Context(), func() { x.stop(ErrClientGone) })
 	defer stopGone()
 	// The idle timer runs from here: a queue wait and a silent prefill are
 	// time without a byte to the client as much as a pause mid-answer. The
 	// queue timeout and the deadline are separate timers with their own
 	// errors (SPEC S5); whichever fires first ends the request.
 	if x.idleAfter > 0 {
-		x.idle = time.AfterFunc(x.idleAfter, func() { x.cancel(ErrIdleTimeout) })
+		x.idle = time.AfterFunc(x.idleAfter, func() { x.stop(ErrIdleTimeout) })
 		defer x.idle.Stop()
 	}
 
@@ -78,10 +84,13 @@ func (x *exchange) serve() *apiError {
 	}
 	x.run = run
 	defer run.Close()
-	// A gateway run's context derives from x.ctx, so this is redundant for
-	// it; a Runner whose runs do not still hears why they must stop.
-	stopCancel := context.AfterFunc(x.ctx, func() { run.Cancel(context.Cause(x.ctx)) })
-	defer stopCancel()
+	x.mu.Lock()
+	x.live = run
+	cause := context.Cause(x.ctx)
+	x.mu.Unlock()
+	if cause != nil {
+		run.Cancel(cause)
+	}
 	if m := x.h.metrics; m != nil {
 		m.Active.WithLabelValues("run").Inc()
 		defer m.Active.WithLabelValues("run").Dec()
@@ -120,10 +129,22 @@ func (x *exchange) serve() *apiError {
 			ok = true
 		}
 		if !ok { // a write failed: the client is gone
-			x.cancel(ErrClientGone)
+			x.stop(ErrClientGone)
 			return errGone
 		}
 	}
+}
+
+// stop ends the request with cause: the run, if there is one yet, and
+// StartRun, if it is still waiting. The first cause wins. The run hears it
+// first, so that whoever sees its terminal also sees its Cancel.
+func (x *exchange) stop(cause error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.live != nil {
+		x.live.Cancel(cause)
+	}
+	x.cancel(cause)
 }
 
 // why is the cause of the run's context, or of the request's when the run
@@ -183,7 +204,7 @@ func (x *exchange) end(e *apiError) {
 	if x.run != nil {
 		attrs = append(attrs, slog.String("run_id", x.run.ID()))
 	}
-	if e != nil && !errors.Is(e, errGone) {
+	if e != nil && e != errGone {
 		attrs = append(attrs, slog.String("err", e.message))
 	}
 	x.h.log.LogAttrs(x.r.Context(), level, "openai chat completion", attrs...)

@@ -13,6 +13,15 @@
 // as an HTTP status, after it as an SSE error event followed by
 // "data: [DONE]": a stream never just stops.
 //
+// Statuses: 400 invalid_request_error naming the bad param; 401
+// invalid_api_key; 404 model_not_found, also for a model the principal may
+// not use (gateway.ErrForbidden), as OpenAI answers, so that a key does not
+// learn which routes exist; 413 request_too_large; scheduler refusals 429
+// with Retry-After when the candidates are busy and 503 when there is none,
+// the reason both in the X-IOP-Refusal header and as the code; a provider's
+// failure by its kind (see terminalError); 504 for deadline_exceeded,
+// response_stalled and idle_timeout.
+//
 // A request's life, read top to bottom in chat.go: authenticate, parse,
 // look up the profile (for the client response-idle timeout), StartRun,
 // then relay events until the terminal. Three things can end it early, each

@@ -164,6 +164,7 @@ func (o *output) toolCall(tc *wirepb.ToolCall) bool {
 type indexedCall struct {
 	index int32
 	call  toolCall
+	args  []byte // appended to, fragment by fragment; the call's arguments at the end
 }
 
 // aggregate adds a fragment to the call of its index.
@@ -184,7 +185,7 @@ func (o *output) aggregate(tc *wirepb.ToolCall, id string) {
 	if n := tc.GetName(); n != "" && c.Function.Name == "" {
 		c.Function.Name = n
 	}
-	c.Function.Arguments += string(tc.GetArgumentsJson())
+	o.calls[i].args = append(o.calls[i].args, tc.GetArgumentsJson()...)
 }
 
 // complete ends the answer with its finish reason (and usage).
@@ -197,6 +198,7 @@ func (o *output) complete(doneReason string) bool {
 		}
 		slices.SortStableFunc(o.calls, func(a, b indexedCall) int { return int(a.index) - int(b.index) })
 		for _, c := range o.calls {
+			c.call.Function.Arguments = string(c.args)
 			msg.ToolCalls = append(msg.ToolCalls, c.call)
 		}
 		o.x.firstByte()

@@ -1,0 +1,219 @@
+package openaiapi
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// The timer tests run in a synctest bubble, with the handler served
+// in-process (httptest.ResponseRecorder): a real socket would never let
+// the bubble's clock advance.
+
+// TestIdleTimeoutEndsSilentRequest: the client response-idle timeout (SPEC
+// S5) counts from arrival, so a queue wait or silent prefill ends with 504
+// idle_timeout, and once output has started with an error event.
+func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
+	const idle = 30 * time.Second
+	tests := []struct {
+		name    string
+		runner  *fakeRunner
+		body    string
+		status  int
+		started bool // output had started: the error is in-stream
+	}{
+		{"silent prefill, streaming", &fakeRunner{}, streamBody, 504, false},
+		{"silent prefill, whole response", &fakeRunner{}, plainBody, 504, false},
+		{"waiting in StartRun", &fakeRunner{startBlocks: true}, streamBody, 504, false},
+		{"silent after output", &fakeRunner{steps: []step{textEv("a")}}, streamBody, 200, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := tt.runner
+				f.idle = idle
+				e := newEnv(t, f)
+				start := time.Now()
+				w := e.do(chatReq(tt.body))
+				if d := time.Since(start); d != idle {
+					t.Errorf("ended after %v, want %v", d, idle)
+				}
+				if w.Code != tt.status {
+					t.Fatalf("status %d, want %d: %s", w.Code, tt.status, w.Body)
+				}
+				body := w.Body.String()
+				if tt.started {
+					evs := events(t, body)
+					body = evs[len(evs)-2]
+					if evs[len(evs)-1] != "[DONE]" {
+						t.Errorf("no [DONE] after the error: %v", evs)
+					}
+				}
+				if b := apiErrorOf(t, body); codeOf(b) != "idle_timeout" {
+					t.Errorf("code %q, want idle_timeout", codeOf(b))
+				}
+				if !f.startBlocks && !f.run(t).cancelledWith(ErrIdleTimeout) {
+					t.Error("the run was not cancelled with ErrIdleTimeout")
+				}
+				if e.cancellations(t, "idle_timeout") != 1 || e.requests(t, "idle_timeout") != 1 {
+					t.Errorf("cancellations %v, requests %v", e.cancellations(t, "idle_timeout"), e.requests(t, "idle_timeout"))
+				}
+			})
+		})
+	}
+}
+
+// TestIdleTimerRestartsOnEveryByte: pauses shorter than the idle timeout do
+// not end a request however long it runs. For a response sent whole, each
+// event of the run counts, since the client is sent nothing until the end.
+func TestIdleTimerRestartsOnEveryByte(t *testing.T) {
+	for _, body := range []string{streamBody, plainBody} {
+		t.Run(body, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEnv(t, &fakeRunner{idle: 10 * time.Second, steps: []step{
+					after(8*time.Second, reasoningEv("r")), after(8*time.Second, textEv("a")),
+					after(8*time.Second, toolEv(0, "c", "f", "{}")), after(8*time.Second, completedEv("stop")),
+				}})
+				w := e.do(chatReq(body))
+				if w.Code != http.StatusOK || strings.Contains(w.Body.String(), `"error"`) {
+					t.Fatalf("status %d: %s", w.Code, w.Body)
+				}
+				if e.requests(t, "ok") != 1 {
+					t.Error("not counted ok")
+				}
+			})
+		})
+	}
+}
+
+// TestIdleTimerCountsOnlyBytesToTheClient: a streamed run's usage event
+// sends nothing, so it does not restart the timer.
+func TestIdleTimerCountsOnlyBytesToTheClient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, &fakeRunner{idle: 10 * time.Second, steps: []step{
+			after(6*time.Second, usageEv(1, 0)), after(6*time.Second, textEv("late")),
+		}})
+		start := time.Now()
+		w := e.do(chatReq(streamBody))
+		if w.Code != http.StatusGatewayTimeout || time.Since(start) != 10*time.Second {
+			t.Fatalf("status %d after %v: %s", w.Code, time.Since(start), w.Body)
+		}
+	})
+}
+
+// TestDeadlineReportsDeadlineExceeded: when the profile's hard deadline
+// ends the run's context, the client hears deadline_exceeded, not a
+// generic cancel, even when the idle timeout would have fired later.
+func TestDeadlineReportsDeadlineExceeded(t *testing.T) {
+	tests := []struct {
+		name  string
+		steps []step
+		body  string
+	}{
+		{"before output", nil, plainBody},
+		{"after output", []step{textEv("a")}, streamBody},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &fakeRunner{steps: tt.steps, deadline: 20 * time.Second, idle: 30 * time.Second}
+				e := newEnv(t, f)
+				w := e.do(chatReq(tt.body))
+				body := w.Body.String()
+				if tt.steps != nil {
+					evs := events(t, body)
+					body = evs[len(evs)-2]
+				} else if w.Code != http.StatusGatewayTimeout {
+					t.Fatalf("status %d", w.Code)
+				}
+				if b := apiErrorOf(t, body); codeOf(b) != "deadline_exceeded" {
+					t.Errorf("code %q: %s", codeOf(b), body)
+				}
+				if e.cancellations(t, "deadline") != 1 {
+					t.Error("deadline cancellation not counted")
+				}
+			})
+		})
+	}
+}
+
+// TestClientGoneCancelsRun: a client that goes away cancels its run with
+// ErrClientGone, whether it was waiting for a slot, in a prefill or
+// reading a stream.
+func TestClientGoneCancelsRun(t *testing.T) {
+	tests := []struct {
+		name   string
+		runner *fakeRunner
+		body   string
+	}{
+		{"waiting in StartRun", &fakeRunner{startBlocks: true}, plainBody},
+		{"silent prefill", &fakeRunner{}, plainBody},
+		{"mid-stream", &fakeRunner{steps: []step{textEv("a")}}, streamBody},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := tt.runner
+				e := newEnv(t, f)
+				ctx, cancel := context.WithCancel(t.Context())
+				time.AfterFunc(5*time.Second, cancel)
+				start := time.Now()
+				e.do(chatReq(tt.body).WithContext(ctx))
+				if d := time.Since(start); d != 5*time.Second {
+					t.Errorf("handler returned after %v, want 5s", d)
+				}
+				if !f.startBlocks && !f.run(t).cancelledWith(ErrClientGone) {
+					t.Error("the run was not cancelled with ErrClientGone")
+				}
+				if e.cancellations(t, "client_gone") != 1 || e.requests(t, "cancelled") != 1 {
+					t.Errorf("cancellations %v, requests %v", e.cancellations(t, "client_gone"), e.requests(t, "cancelled"))
+				}
+			})
+		})
+	}
+}
+
+// TestClientClosingConnectionCancelsRun is the same over a real socket.
+func TestClientClosingConnectionCancelsRun(t *testing.T) {
+	f := &fakeRunner{steps: []step{textEv("a")}}
+	e := newEnv(t, f)
+	srv := httptest.NewServer(e.handler)
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(streamBody))
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(res.Body)
+	for seen := 0; seen < 2; { // the role chunk and "a"
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(line, "data: ") {
+			seen++
+		}
+	}
+	cancel() // the client goes away while the run is silent
+	res.Body.Close()
+	select {
+	case <-f.run(t).closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run was not ended after the client left")
+	}
+	if !f.run(t).cancelledWith(ErrClientGone) {
+		t.Error("the run was not cancelled with ErrClientGone")
+	}
+	srv.Close() // waits for the handler to return
+	if e.cancellations(t, "client_gone") != 1 || e.activeRuns(t) != 0 {
+		t.Errorf("cancellations %v, active %v", e.cancellations(t, "client_gone"), e.activeRuns(t))
+	}
+}
