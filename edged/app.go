@@ -24,6 +24,7 @@ import (
 	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/edged/metrics"
 	"github.com/iop-dev/iop/edged/nodes"
+	"github.com/iop-dev/iop/edged/openaiapi"
 	"github.com/iop-dev/iop/edged/sched"
 	"github.com/iop-dev/iop/edged/transport"
 	"github.com/iop-dev/iop/quicwire"
@@ -201,8 +202,9 @@ type httpServer struct {
 }
 
 // newHTTPServer mounts everything the Edge serves over HTTP on one
-// listener: the admin and health endpoints and the metrics.
-func newHTTPServer(cfg *config.Config, reg *nodes.Registry, s *sched.Scheduler, m *metrics.Metrics) *httpServer {
+// listener: the client APIs, the admin and health endpoints, the metrics.
+func newHTTPServer(cfg *config.Config, reg *nodes.Registry, s *sched.Scheduler, m *metrics.Metrics,
+	g *gateway.Gateway, authn *auth.Authenticator, log *slog.Logger) *httpServer {
 	h := &httpServer{addr: cfg.Listen.HTTP}
 	admin := adminapi.Handler(reg, func() error {
 		if !h.serving.Load() {
@@ -215,6 +217,7 @@ func newHTTPServer(cfg *config.Config, reg *nodes.Registry, s *sched.Scheduler, 
 	mux.Handle("/healthz", admin)
 	mux.Handle("/readyz", admin)
 	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("/v1/", openaiapi.Handler(openaiapi.FromGateway(g, reg), authn, m, log))
 	h.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return h
 }

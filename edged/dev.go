@@ -81,8 +81,10 @@ IOP dev is running on this machine.
   Providers      sim (the simulator adapter, model sim-small)%[4]s
 
 Try:
+  curl -s %[1]s/v1/chat/completions -d '{"model":"sim-small","messages":[{"role":"user","content":"hi"}]}'
+  curl -s %[1]s/v1/models
   curl -s %[1]s/admin/v1/nodes     # the Node, its generation, state and heartbeat
-  curl -s %[1]s/readyz
+  OpenAI clients: base URL %[1]s/v1 (any API key; this setup is loopback-only)
 
 Connect another Node on this machine:
   go run ./noded run --config configs/node-dev.yaml   # after setting edge.address: %[2]s

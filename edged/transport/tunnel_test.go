@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -14,8 +16,14 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/iop-dev/iop/edged/transport"
+	"github.com/iop-dev/iop/noded/runtime"
+	nodetransport "github.com/iop-dev/iop/noded/transport"
+	"github.com/iop-dev/iop/plugins/fakeollama"
+	"github.com/iop-dev/iop/plugins/ollama"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
+	"github.com/iop-dev/iop/sdk"
+	"github.com/iop-dev/iop/sdk/pluginhost"
 )
 
 func tHead(status int32) *wirepb.TunnelFrame {
@@ -120,7 +128,10 @@ func TestTunnelRelaysHeadAndBodyInOrderThenEOF(t *testing.T) {
 			}
 			reads = append(reads, string(buf[:n]))
 		}
-		want := []string{`{"line"`, `:1}` + "\n" + `{"`, `line":2`, "}\n"}
+		var want []string // the Node's frames of 7 bytes
+		for rest := `{"line":1}` + "\n" + `{"line":2}` + "\n"; rest != ""; rest = rest[min(7, len(rest)):] {
+			want = append(want, rest[:min(7, len(rest))])
+		}
 		if len(reads) != len(want) {
 			t.Fatalf("reads %q, want %q", reads, want)
 		}
@@ -262,8 +273,12 @@ func TestTunnelCancelReachesTheNodeAfterTheBody(t *testing.T) {
 	})
 }
 
-// errBody is a request body that breaks after its first chunk.
-type errBody struct{ n int }
+// errBody is a request body that breaks after its first chunk, once the
+// Node has that chunk.
+type errBody struct {
+	n         int
+	delivered chan struct{}
+}
 
 var errBodyBroke = errors.New("client went away mid-upload")
 
@@ -271,6 +286,7 @@ func (b *errBody) Read(p []byte) (int, error) {
 	if b.n++; b.n == 1 {
 		return copy(p, "chunk"), nil
 	}
+	<-b.delivered
 	return 0, errBodyBroke
 }
 
@@ -279,13 +295,18 @@ func TestTunnelBodyReadErrorCancelsTheTunnel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newSimHarness(t)
 		e := h.startEdge(0)
-		sawCancel := make(chan error, 1)
+		sawCancel, delivered := make(chan error, 1), make(chan struct{})
 		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+			if err := st.Recv(new(wirepb.TunnelFrame)); err != nil {
+				sawCancel <- err
+				return
+			}
+			close(delivered)
 			_, _, err := readBody(st)
 			sawCancel <- err
 		})))
 		h.waitReady("n1")
-		ts, err := e.srv.Tunnel(t.Context(), "n1", tunnelRequest("t1"), &errBody{})
+		ts, err := e.srv.Tunnel(t.Context(), "n1", tunnelRequest("t1"), &errBody{delivered: delivered})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,8 +364,9 @@ func TestTunnelFramesOutOfOrderAreAProtocolFailure(t *testing.T) {
 	})
 }
 
-// The Node's own failed terminal ends the tunnel, before or after the head.
-func TestTunnelNodeTerminalBeforeTheHeadIsHeadsError(t *testing.T) {
+// The Node's own FAILED terminal before the head is what Head returns, at
+// once, even while a large request body is still going out.
+func TestTunnelNodeFailureBeforeTheHeadEndsItAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newSimHarness(t)
 		e := h.startEdge(0)
@@ -405,13 +427,86 @@ func TestTunnelSlowReaderSlowsTheNode(t *testing.T) {
 			t.Fatal("the node wrote 50 MiB to an Edge that read nothing")
 		default:
 		}
-		if w := written.Load(); w > 4*quicwire.StreamWindow {
+		if w := written.Load(); w > 2*quicwire.StreamWindow {
 			t.Fatalf("the node wrote %d bytes ahead of a reader that read nothing (stream window %d)", w, quicwire.StreamWindow)
 		}
+		t.Logf("after 10 min without a read, the node has written %d KiB of %d MiB", written.Load()>>10, total>>20)
 		n, err := io.Copy(io.Discard, ts)
 		if err != nil || n != total {
 			t.Fatalf("drained %d bytes, %v", n, err)
 		}
 		<-done
 	})
+}
+
+// R3 and R10 through the whole Node, on real UDP: the Edge's tunnel, the
+// Node's runtime, the real Ollama adapter over the plugin protocol, the
+// fake Ollama. A streaming /api/chat reaches the Edge line by line, as the
+// provider flushed it; a cancel during a silent prefill reaches the
+// provider.
+func TestTunnelThroughTheNodeRuntimeToOllama(t *testing.T) {
+	const lines, delay = 6, 50 * time.Millisecond
+	fake := fakeollama.New(fakeollama.Model{Name: "m:latest", TokenCount: lines, TokenDelay: delay},
+		fakeollama.Model{Name: "slow:latest", PrefillDelay: time.Hour})
+	t.Cleanup(fake.Close)
+	set := runtime.NewSet()
+	set.Add(runtime.NewProvider(runtime.ProviderConfig{Name: "o", Adapter: "ollama", Targets: []string{"m", "slow"}, Capacity: 2,
+		Config: sdk.MustConfig(map[string]any{"base_url": fake.URL()}),
+		Launch: func(ctx context.Context) (runtime.Plugin, error) { return pluginhost.StartInProcess(ctx, ollama.New()) },
+	}, runtime.DefaultSupervision, slog.New(slog.DiscardHandler), set.Notify))
+	set.Start()
+	t.Cleanup(set.Stop)
+	if err := set.WaitReady(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h := newUDPHarness(t)
+	e := h.startEdge(0)
+	h.startNode("n1", withHandler(runtime.NewHandler(set, slog.New(slog.DiscardHandler), func() nodetransport.Status { return nodetransport.Status{} })))
+	h.waitReady("n1")
+	chat := func(ctx context.Context, model string) *transport.TunnelStream {
+		req := &wirepb.TunnelRequest{TunnelId: model, Target: model, Method: "POST", Path: "/api/chat",
+			Headers: []*wirepb.Header{{Name: "Content-Type", Value: "application/json"}}}
+		ts, err := e.srv.Tunnel(ctx, "n1", req, strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ts.Close)
+		return ts
+	}
+
+	ts := chat(t.Context(), "m")
+	if head, err := ts.Head(); err != nil || head.GetStatus() != 200 {
+		t.Fatalf("head %v, %v", head, err)
+	}
+	var got []byte
+	var at []time.Time
+	buf := make([]byte, quicwire.MaxBodyChunkSize)
+	for {
+		n, err := ts.Read(buf)
+		if err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasSuffix(buf[:n], []byte("\n")) {
+			t.Errorf("read %q does not end a line", buf[:n])
+		}
+		got, at = append(got, buf[:n]...), append(at, time.Now())
+	}
+	if sent := fake.Requests()[0].Response; !bytes.Equal(got, sent) {
+		t.Fatalf("relayed %q\nprovider sent %q", got, sent)
+	}
+	if len(at) < lines || at[len(at)-1].Sub(at[0]) < (lines-1)*delay/2 {
+		t.Fatalf("%d reads over %v: the answer was buffered, not relayed as flushed", len(at), at[len(at)-1].Sub(at[0]))
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	ts = chat(ctx, "slow")
+	h.waitFor("the provider has the request", 5*time.Second, func() bool { return len(fake.Requests()) == 2 })
+	cancelled := time.Now()
+	cancel()
+	_, err := ts.Head()
+	requireTunnelError(t, err, wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED, 0)
+	h.waitFor("the provider sees its client go away", 5*time.Second, func() bool { return fake.Requests()[1].Gone() })
+	t.Logf("the cancel reached the provider in %v", fake.Requests()[1].GoneAt.Sub(cancelled))
 }
