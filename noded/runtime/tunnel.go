@@ -41,7 +41,9 @@ func (e *tunnelViolation) Error() string { return "tunnel: " + e.msg }
 // tunnelOut is a tunnel's output side: it serializes frames to the stream
 // and owns the single terminal. A plugin frame that would break the order
 // (body before head, a second head, anything after the terminal) is
-// refused, which makes the plugin call end.
+// refused, which makes the plugin call end. A Send blocked by flow control
+// (an Edge that reads slowly: backpressure) holds the lock; the Edge's
+// cancel resets the stream, which unblocks it.
 type tunnelOut struct {
 	st Stream
 	// ended refuses further plugin frames once the tunnel's context is
@@ -188,19 +190,15 @@ func (h *Handler) serveTunnel(ctx context.Context, req *wirepb.TunnelRequest, st
 		}
 		return err
 	})
-	if err == nil && out.claimed() == nil {
-		err = errors.New("the plugin ended the tunnel without a terminal frame")
+	if out.claimed() == nil {
+		if err == nil {
+			err = errors.New("the plugin ended the tunnel without a terminal frame")
+		}
+		out.finish(tunnelOutcome(ctx, tctx, err))
 	}
-	if err == nil {
-		log.Info("tunnel ended", "outcome", out.claimed().GetOutcome().String(),
-			"failure", out.claimed().GetFailure().GetKind().String(), "took", time.Since(start))
-		return
-	}
-	term := tunnelOutcome(ctx, tctx, err)
-	if out.finish(term) {
-		log.Info("tunnel ended", "outcome", term.GetOutcome().String(), "failure", term.GetFailure().GetKind().String(),
-			"took", time.Since(start), "err", err)
-	}
+	term := out.claimed()
+	log.Info("tunnel ended", "outcome", term.GetOutcome().String(), "failure", term.GetFailure().GetKind().String(),
+		"took", time.Since(start), "err", err)
 }
 
 // tunnelOutcome is the Node's terminal for a plugin call that ended without
