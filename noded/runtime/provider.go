@@ -143,6 +143,17 @@ func (p *Provider) Acquire() (pl Plugin, release func(), err error) {
 	return pl, func() { once.Do(func() { <-p.slots }) }, nil
 }
 
+// Current returns the running plugin without taking a capacity slot, for
+// read-only metadata calls.
+func (p *Provider) Current() (Plugin, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state != wirepb.ProviderState_PROVIDER_STATE_ONLINE || p.plugin == nil {
+		return nil, fmt.Errorf("provider %s: %w", p.cfg.Name, ErrProviderOffline)
+	}
+	return p.plugin, nil
+}
+
 // InUse is the number of busy slots.
 func (p *Provider) InUse() int { return len(p.slots) }
 

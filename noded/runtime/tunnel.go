@@ -139,8 +139,17 @@ func (h *Handler) serveTunnel(ctx context.Context, req *wirepb.TunnelRequest, st
 		out.finish(tunnelFailed(wirepb.FailureKind_FAILURE_KIND_MODEL_NOT_FOUND, "%v", err))
 		return
 	}
-	// A tunnel takes a capacity slot like a run.
-	plugin, release, err := prov.Acquire()
+	// A tunnel takes a capacity slot like a run; a read-only metadata call
+	// does not, so it answers while the provider is busy.
+	var (
+		plugin  Plugin
+		release = func() {}
+	)
+	if req.GetMetadata() {
+		plugin, err = prov.Current()
+	} else {
+		plugin, release, err = prov.Acquire()
+	}
 	switch {
 	case errors.Is(err, ErrCapacityExhausted):
 		out.finish(tunnelFailed(wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED, "%v", err))

@@ -458,3 +458,27 @@ func TestTunnelEdgeSendingAHeadIsAProtocolFailure(t *testing.T) {
 		t.Errorf("terminal = %v, want a protocol failure", term)
 	}
 }
+
+// A metadata tunnel (Ollama's /api/tags and the like) takes no capacity
+// slot: it answers while every slot is busy.
+func TestMetadataTunnelTakesNoSlot(t *testing.T) {
+	busy := make(chan struct{})
+	pl := newFakePlugin(func(ctx context.Context, _ *wirepb.RunRequest, _ func(*wirepb.RunEvent) error) (*sdk.Result, error) {
+		<-busy
+		return &sdk.Result{}, nil
+	})
+	set, _ := onlineSet(t, 1, pl)
+	prov := set.Providers()[0]
+	_, release, err := prov.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if _, _, err := prov.Acquire(); !errors.Is(err, ErrCapacityExhausted) {
+		t.Fatalf("second Acquire: %v, want capacity exhausted", err)
+	}
+	if got, err := prov.Current(); err != nil || got != Plugin(pl) {
+		t.Fatalf("Current while busy: %v %v", got, err)
+	}
+	close(busy)
+}

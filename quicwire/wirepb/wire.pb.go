@@ -2270,8 +2270,12 @@ type TunnelRequest struct {
 	ResponseStallTimeoutMs int64         `protobuf:"varint,9,opt,name=response_stall_timeout_ms,json=responseStallTimeoutMs,proto3" json:"response_stall_timeout_ms,omitempty"`
 	SealedLease            []byte        `protobuf:"bytes,10,opt,name=sealed_lease,json=sealedLease,proto3" json:"sealed_lease,omitempty"`
 	Binding                *LeaseBinding `protobuf:"bytes,11,opt,name=binding,proto3" json:"binding,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// A read-only metadata call (Ollama's /api/tags, /api/show, /api/ps,
+	// /api/version): it takes no capacity slot, so it answers while the
+	// provider is busy.
+	Metadata      bool `protobuf:"varint,12,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TunnelRequest) Reset() {
@@ -2379,6 +2383,13 @@ func (x *TunnelRequest) GetBinding() *LeaseBinding {
 		return x.Binding
 	}
 	return nil
+}
+
+func (x *TunnelRequest) GetMetadata() bool {
+	if x != nil {
+		return x.Metadata
+	}
+	return false
 }
 
 type Header struct {
@@ -3051,7 +3062,7 @@ const file_wire_proto_rawDesc = "" +
 	"\tretryable\x18\t \x01(\bR\tretryable\x12\x1a\n" +
 	"\bprovider\x18\n" +
 	" \x01(\tR\bprovider\x12\x16\n" +
-	"\x06target\x18\v \x01(\tR\x06target\"\x97\x03\n" +
+	"\x06target\x18\v \x01(\tR\x06target\"\xb3\x03\n" +
 	"\rTunnelRequest\x12\x1b\n" +
 	"\ttunnel_id\x18\x01 \x01(\tR\btunnelId\x12\x1d\n" +
 	"\n" +
@@ -3065,7 +3076,8 @@ const file_wire_proto_rawDesc = "" +
 	"\x19response_stall_timeout_ms\x18\t \x01(\x03R\x16responseStallTimeoutMs\x12!\n" +
 	"\fsealed_lease\x18\n" +
 	" \x01(\fR\vsealedLease\x123\n" +
-	"\abinding\x18\v \x01(\v2\x19.iop.wire.v1.LeaseBindingR\abinding\"2\n" +
+	"\abinding\x18\v \x01(\v2\x19.iop.wire.v1.LeaseBindingR\abinding\x12\x1a\n" +
+	"\bmetadata\x18\f \x01(\bR\bmetadata\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\x9e\x01\n" +

@@ -1,0 +1,185 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/iop-dev/iop/edged/auth"
+	"github.com/iop-dev/iop/edged/nodes"
+	"github.com/iop-dev/iop/edged/sched"
+	"github.com/iop-dev/iop/edged/transport"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// Tunnel is a raw provider request in progress for a client (R3): read
+// its Head, then its body with Read until io.EOF or an error, then Close.
+type Tunnel struct {
+	ID   string
+	Plan Plan
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   context.CancelFunc
+	slot   *sched.Slot
+	ts     *transport.TunnelStream
+	head   *wirepb.TunnelResponseHead
+}
+
+// StartTunnel resolves model for principal p among providers of adapter,
+// and relays req with body to one of them, moving to another candidate
+// while nothing has come back (a Node lost or refusing before the response
+// head). body is held in memory so that it can be sent again.
+func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adapter string, req *wirepb.TunnelRequest, body []byte) (*Tunnel, error) {
+	plan, err := g.Resolve(p, model, adapter)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tunnel{ID: g.NewID("tun"), Plan: plan}
+	t.ctx, t.cancel = context.WithCancelCause(ctx)
+	deadline := time.Now().Add(time.Duration(plan.Profile.Deadline))
+	t.ctx, t.stop = context.WithDeadline(t.ctx, deadline)
+	base := proto.Clone(req).(*wirepb.TunnelRequest)
+	base.TunnelId = t.ID
+	base.DeadlineUnixMs = deadline.UnixMilli()
+	base.ResponseStallTimeoutMs = time.Duration(plan.Profile.ResponseStallTimeout).Milliseconds()
+
+	var tried []sched.Candidate
+	var lastErr error
+	for attempt := 0; attempt < MaxAttempts; attempt++ {
+		slot, err := g.acquire(t.ctx, t.ID, plan, tried)
+		if err != nil {
+			if lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
+				err = lastErr
+			}
+			t.Close()
+			return nil, err
+		}
+		c := slot.Candidate
+		r := proto.Clone(base).(*wirepb.TunnelRequest)
+		r.Provider, r.Target = c.Provider, c.Target
+		ts, err := g.srv.Tunnel(t.ctx, c.NodeID, r, bytes.NewReader(body))
+		if err == nil {
+			var head *wirepb.TunnelResponseHead
+			if head, err = ts.Head(); err == nil {
+				t.slot, t.ts, t.head = slot, ts, head
+				return t, nil
+			}
+			ts.Close()
+		}
+		slot.Release()
+		if t.ctx.Err() != nil || !tunnelFailoverable(err) {
+			t.Close()
+			return nil, err
+		}
+		tried = append(tried, c)
+		lastErr = err
+		g.failover(t.ID, c, err)
+	}
+	t.Close()
+	return nil, lastErr
+}
+
+// tunnelFailoverable reports whether a tunnel that ended before its head
+// may be tried elsewhere: the Node was lost or refused it.
+func tunnelFailoverable(err error) bool {
+	var te *transport.TunnelError
+	if !errors.As(err, &te) {
+		return err != nil // dispatch failed: the Node is not there
+	}
+	switch te.Outcome {
+	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED:
+		return true
+	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED:
+		switch te.Failure.GetKind() {
+		case wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED:
+			return true
+		}
+	}
+	return false
+}
+
+// Head is the provider's response head.
+func (t *Tunnel) Head() *wirepb.TunnelResponseHead { return t.head }
+
+// Node is where the tunnel runs.
+func (t *Tunnel) Node() sched.Candidate { return t.slot.Candidate }
+
+// Read reads the response body as the provider flushed it: io.EOF at a
+// completed end, a *transport.TunnelError otherwise.
+func (t *Tunnel) Read(p []byte) (int, error) { return t.ts.Read(p) }
+
+// Terminal is the tunnel's single outcome, once Read has returned an error.
+func (t *Tunnel) Terminal() *wirepb.TunnelTerminal { return t.ts.Terminal() }
+
+// Cancel ends the tunnel with cause (client gone, idle timeout).
+func (t *Tunnel) Cancel(cause error) { t.cancel(cause) }
+
+// Context is the tunnel's context; its cause tells why it ended.
+func (t *Tunnel) Context() context.Context { return t.ctx }
+
+// Close releases everything the tunnel holds; safe to call more than once.
+func (t *Tunnel) Close() {
+	if t.ts != nil {
+		t.ts.Close()
+	}
+	if t.slot != nil {
+		t.slot.Release()
+	}
+	t.stop()
+	t.cancel(context.Canceled)
+}
+
+// MetadataReply is one Node provider's answer to a metadata call.
+type MetadataReply struct {
+	NodeID   string
+	Provider string
+	Status   int32
+	Body     []byte
+	Err      error
+}
+
+// Metadata sends one read-only call (no capacity slot, R3) to every online
+// provider of adapter on every ready Node, and returns their answers: how
+// Ollama's /api/tags and /api/ps are merged across Nodes. Bodies are capped
+// at maxBody bytes.
+func (g *Gateway) Metadata(ctx context.Context, reg *nodes.Registry, adapter, method, path string, maxBody int64) []MetadataReply {
+	type job struct{ node, provider string }
+	var jobs []job
+	for _, c := range reg.Ready() {
+		for _, p := range c.Providers() {
+			if p.GetAdapter() == adapter && p.GetState() == wirepb.ProviderState_PROVIDER_STATE_ONLINE {
+				jobs = append(jobs, job{c.NodeID(), p.GetName()})
+			}
+		}
+	}
+	replies := make([]MetadataReply, len(jobs))
+	done := make(chan struct{}, len(jobs))
+	for i, j := range jobs {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			r := MetadataReply{NodeID: j.node, Provider: j.provider}
+			ts, err := g.srv.Tunnel(ctx, j.node, &wirepb.TunnelRequest{
+				TunnelId: g.NewID("meta"), Provider: j.provider, Method: method, Path: path, Metadata: true,
+			}, nil)
+			if err == nil {
+				var head *wirepb.TunnelResponseHead
+				if head, err = ts.Head(); err == nil {
+					r.Status = head.GetStatus()
+					r.Body, err = io.ReadAll(io.LimitReader(ts, maxBody))
+				}
+				ts.Close()
+			}
+			r.Err = err
+			replies[i] = r
+		}()
+	}
+	for range jobs {
+		<-done
+	}
+	return replies
+}
