@@ -27,17 +27,24 @@ type inProcessEdge struct {
 
 func startInProcessEdge(t testing.TB) *inProcessEdge {
 	t.Helper()
+	return startInProcessEdgeWith(t, quicwire.DefaultLiveness)
+}
+
+// startInProcessEdgeWith runs the Edge with a liveness profile (tests that
+// need a prefill longer than the response wait scale it down).
+func startInProcessEdgeWith(t testing.TB, live quicwire.Liveness) *inProcessEdge {
+	t.Helper()
 	tlsConf, err := quicwire.LoopbackEdgeTLSConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := quic.ListenAddr("127.0.0.1:0", tlsConf, quicwire.EdgeQUICConfig(quicwire.DefaultLiveness))
+	ln, err := quic.ListenAddr("127.0.0.1:0", tlsConf, quicwire.EdgeQUICConfig(live))
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := nodes.New(nil, uint64(time.Now().UnixMilli()))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv := transport.NewServer(transport.Options{EdgeID: "edge-test", Liveness: quicwire.DefaultLiveness, Logger: log}, reg)
+	srv := transport.NewServer(transport.Options{EdgeID: "edge-test", Liveness: live, Logger: log}, reg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(ctx, ln) }()
