@@ -24,6 +24,7 @@ import (
 	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/edged/metrics"
 	"github.com/iop-dev/iop/edged/nodes"
+	"github.com/iop-dev/iop/edged/ollamaapi"
 	"github.com/iop-dev/iop/edged/openaiapi"
 	"github.com/iop-dev/iop/edged/sched"
 	"github.com/iop-dev/iop/edged/transport"
@@ -218,6 +219,10 @@ func newHTTPServer(cfg *config.Config, reg *nodes.Registry, s *sched.Scheduler, 
 	mux.Handle("/readyz", admin)
 	mux.Handle("GET /metrics", m.Handler())
 	mux.Handle("/v1/", openaiapi.Handler(openaiapi.FromGateway(g, reg), authn, m, log))
+	// Ollama's API, and its root: the ollama CLI probes HEAD / first.
+	ollama := ollamaapi.Handler(ollamaapi.FromGateway(g, reg), authn, m, log)
+	mux.Handle("/api/", ollama)
+	mux.Handle("/{$}", ollama)
 	h.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return h
 }

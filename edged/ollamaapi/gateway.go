@@ -1,0 +1,48 @@
+package ollamaapi
+
+import (
+	"context"
+
+	"github.com/iop-dev/iop/edged/auth"
+	"github.com/iop-dev/iop/edged/config"
+	"github.com/iop-dev/iop/edged/gateway"
+	"github.com/iop-dev/iop/edged/nodes"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// FromGateway adapts g to Runner, for Ollama providers; reg is the Node
+// registry Metadata fans out over.
+func FromGateway(g *gateway.Gateway, reg *nodes.Registry) Runner {
+	return gatewayRunner{g: g, reg: reg}
+}
+
+type gatewayRunner struct {
+	g   *gateway.Gateway
+	reg *nodes.Registry
+}
+
+var _ Runner = gatewayRunner{}
+
+func (gr gatewayRunner) StartTunnel(ctx context.Context, p auth.Principal, model string, req *wirepb.TunnelRequest, body []byte) (Tunnel, error) {
+	t, err := gr.g.StartTunnel(ctx, p, model, Adapter, req, body)
+	if err != nil {
+		return nil, err
+	}
+	return gatewayTunnel{t}, nil
+}
+
+func (gr gatewayRunner) Profile(p auth.Principal, model string) (config.Profile, error) {
+	plan, err := gr.g.Resolve(p, model, Adapter)
+	return plan.Profile, err
+}
+
+func (gr gatewayRunner) Metadata(ctx context.Context, method, path string, maxBody int64) []gateway.MetadataReply {
+	return gr.g.Metadata(ctx, gr.reg, Adapter, method, path, maxBody)
+}
+
+// gatewayTunnel gives *gateway.Tunnel the ID method Tunnel has.
+type gatewayTunnel struct{ *gateway.Tunnel }
+
+var _ Tunnel = gatewayTunnel{}
+
+func (t gatewayTunnel) ID() string { return t.Tunnel.ID }
