@@ -184,7 +184,9 @@ providers: [{name: ollama, adapter: ollama, capacity: 1, config: {base_url: %q}}
 		return p
 	}
 	start(t, "noded n1", bin.noded, "run", "--config", nodeConf("n1"))
-	waitNode(t, base, "n1", "ready", func(n nodeView) bool { return n.State == "ready" && len(n.Providers) == 1 && n.Providers[0].State == "online" })
+	waitNode(t, base, "n1", "ready", func(n nodeView) bool {
+		return n.State == "ready" && len(n.Providers) == 1 && n.Providers[0].State == "online"
+	})
 
 	post := func(model, tag string) (int, http.Header, string) {
 		resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(

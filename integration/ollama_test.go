@@ -37,7 +37,7 @@ func TestOfficialOllamaClientThroughTheEdge(t *testing.T) {
 		Model:    "llama3.2",
 		Stream:   &stream,
 		Messages: []api.Message{{Role: "user", Content: "Why is the sky blue?"}},
-		Tools: api.Tools{{Type: "function", Function: api.ToolFunction{Name: "get_weather", Description: "weather"}}},
+		Tools:    api.Tools{{Type: "function", Function: api.ToolFunction{Name: "get_weather", Description: "weather"}}},
 	}, func(r api.ChatResponse) error {
 		chunks++
 		text.WriteString(r.Message.Content)
