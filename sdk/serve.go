@@ -69,7 +69,7 @@ func Serve(a Adapter) {
 		},
 		Plugins: plugin.PluginSet{pluginpb.PluginName: &grpcPlugin{srv: newAdapterServer(a, log)}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			return grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(maxRequestSize))...)
+			return grpc.NewServer(append(opts, serverOptions()...)...)
 		},
 		Logger: hclog.New(&hclog.LoggerOptions{
 			Name: "go-plugin", Output: stderr, JSONFormat: true, Level: hclog.Info,
@@ -114,7 +114,7 @@ func Describe(w io.Writer, a Adapter) (err error) {
 // the same gRPC path as a plugin (pluginhost.StartInProcess); adapter
 // programs use Serve.
 func ServeListener(ctx context.Context, a Adapter, l net.Listener) error {
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxRequestSize))
+	srv := grpc.NewServer(serverOptions()...)
 	pluginpb.RegisterAdapterServer(srv, newAdapterServer(a, slog.Default()))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
@@ -189,4 +189,20 @@ func newPluginLogger(w io.Writer, level string) *slog.Logger {
 			return a
 		},
 	}))
+}
+
+// grpcWindow is the fixed HTTP/2 flow-control window of the plugin
+// connection, both ways. A fixed window turns off gRPC's bandwidth
+// estimator, which otherwise sends a window update and a ping (and gets a
+// ping back) for nearly every small message: three extra writes per token
+// on a stream of tokens. 1 MiB per stream covers the largest frame.
+const grpcWindow = 1 << 20
+
+// serverOptions are the plugin side's gRPC server options.
+func serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxRequestSize),
+		grpc.InitialWindowSize(grpcWindow),
+		grpc.InitialConnWindowSize(16 * grpcWindow),
+	}
 }

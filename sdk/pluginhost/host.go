@@ -30,6 +30,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"github.com/iop-dev/iop/sdk"
 	"github.com/iop-dev/iop/sdk/internal/pluginpb"
+	"google.golang.org/grpc"
 )
 
 // The plugin handshake. An adapter built with sdk.Serve uses the same
@@ -215,4 +216,13 @@ func (p *Plugin) hasExited() bool {
 	default:
 		return false
 	}
+}
+
+// fixedWindows are the host side's gRPC dial options: fixed flow-control
+// windows, matching the plugin side (sdk.Serve), so gRPC's bandwidth
+// estimator does not add a window update and a ping round trip to nearly
+// every event.
+var fixedWindows = []grpc.DialOption{
+	grpc.WithInitialWindowSize(1 << 20),
+	grpc.WithInitialConnWindowSize(16 << 20),
 }

@@ -251,6 +251,7 @@ func startProcess(ctx context.Context, o Options, name string, log *slog.Logger)
 		Managed:          false,
 		SkipHostEnv:      true, // newProcRunner applies Cmd.Env (or the host's environment) itself
 		StartTimeout:     o.StartTimeout,
+		GRPCDialOptions:  fixedWindows,
 		Logger:           silentLogger(),
 		Stderr:           stderrW,
 		SyncStderr:       stdioErrW,
