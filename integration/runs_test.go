@@ -205,6 +205,8 @@ func TestKilledPluginFailsItsRunThenComesBack(t *testing.T) {
 	if ev.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_FAILED || ev.GetFailure().GetKind() != wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE {
 		t.Fatalf("run on a killed plugin ended with %v, want failed provider_unavailable", ev)
 	}
+	// The Edge learns the provider went offline, then that it is back.
+	waitFor(t, "ollama offline at the edge", func() bool { return !n.edge.providerOnline(n.id, "ollama") })
 	n.edge.waitProvider(t, n.id, "ollama")
 	evs := collect(t, mustRun(t, n, chat("after", "ollama", "llama3.2")))
 	if term := evs[len(evs)-1]; term.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {

@@ -135,6 +135,12 @@ func (p *Provider) Acquire() (pl Plugin, release func(), err error) {
 		return nil, nil, fmt.Errorf("provider %s: %w (%s)", p.cfg.Name, ErrProviderOffline, detail)
 	}
 	select {
+	case <-pl.Exited():
+		// Dead, and Supervise has not said so yet: do not send work to it.
+		return nil, nil, fmt.Errorf("provider %s: %w (plugin exited; restarting)", p.cfg.Name, ErrProviderOffline)
+	default:
+	}
+	select {
 	case p.slots <- struct{}{}:
 	default:
 		return nil, nil, fmt.Errorf("provider %s: %w: all %d slots busy", p.cfg.Name, ErrCapacityExhausted, p.cfg.Capacity)
