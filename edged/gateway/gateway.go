@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/iop-dev/iop/edged/metrics"
 	"github.com/iop-dev/iop/edged/sched"
 	"github.com/iop-dev/iop/edged/transport"
+	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
 // MaxAttempts bounds how many candidates one request tries before its
@@ -126,4 +128,13 @@ func (g *Gateway) acquire(ctx context.Context, id string, plan Plan, tried []sch
 		g.metrics.QueueWait.WithLabelValues(plan.Model).Observe(time.Since(start).Seconds())
 	}
 	return slot, err
+}
+
+// FailureCode is a failure kind's name as an API error code, e.g.
+// "rate_limited"; both client APIs use it.
+func FailureCode(k wirepb.FailureKind) string {
+	if k == wirepb.FailureKind_FAILURE_KIND_UNSPECIFIED {
+		return "failed"
+	}
+	return strings.ToLower(strings.TrimPrefix(k.String(), "FAILURE_KIND_"))
 }

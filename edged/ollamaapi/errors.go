@@ -8,7 +8,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/iop-dev/iop/edged/gateway"
@@ -170,7 +169,7 @@ func terminalError(te *transport.TunnelError, cause error) *apiError {
 		return &apiError{status: http.StatusBadGateway, code: "node_disconnected",
 			message: with("the Node running the request was lost")}
 	}
-	e := &apiError{status: http.StatusBadGateway, code: failureCode(f.GetKind()), message: with("the provider failed")}
+	e := &apiError{status: http.StatusBadGateway, code: gateway.FailureCode(f.GetKind()), message: with("the provider failed")}
 	switch f.GetKind() {
 	case wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST:
 		e.status, e.message = http.StatusBadRequest, with("the provider rejected the request")
@@ -187,12 +186,4 @@ func terminalError(te *transport.TunnelError, cause error) *apiError {
 		e.status, e.message = http.StatusServiceUnavailable, with("the provider is unavailable")
 	}
 	return e
-}
-
-// failureCode is a failure kind's name as an error code: "rate_limited".
-func failureCode(k wirepb.FailureKind) string {
-	if k == wirepb.FailureKind_FAILURE_KIND_UNSPECIFIED {
-		return "failed"
-	}
-	return strings.ToLower(strings.TrimPrefix(k.String(), "FAILURE_KIND_"))
 }

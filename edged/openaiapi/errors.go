@@ -8,7 +8,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/iop-dev/iop/edged/gateway"
@@ -180,7 +179,7 @@ func terminalError(ev *wirepb.RunEvent, cause error) *apiError {
 		return &apiError{status: http.StatusBadGateway, typ: typeServer, code: "node_disconnected",
 			message: with("The Node running the request was lost")}
 	}
-	e := &apiError{status: http.StatusBadGateway, typ: typeServer, code: failureCode(f.GetKind()),
+	e := &apiError{status: http.StatusBadGateway, typ: typeServer, code: gateway.FailureCode(f.GetKind()),
 		message: with("The provider failed")}
 	switch f.GetKind() {
 	case wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST:
@@ -200,12 +199,4 @@ func terminalError(ev *wirepb.RunEvent, cause error) *apiError {
 		e.status, e.message = http.StatusServiceUnavailable, with("The provider is unavailable")
 	}
 	return e
-}
-
-// failureCode is a failure kind's name as an error code: "rate_limited".
-func failureCode(k wirepb.FailureKind) string {
-	if k == wirepb.FailureKind_FAILURE_KIND_UNSPECIFIED {
-		return "failed"
-	}
-	return strings.ToLower(strings.TrimPrefix(k.String(), "FAILURE_KIND_"))
 }
