@@ -43,6 +43,8 @@ type Options struct {
 	Self []string
 	// Supervision defaults to runtime.DefaultSupervision.
 	Supervision *runtime.Supervision
+	// Stall is how stalls are finished; zero fields take their defaults.
+	Stall runtime.Liveness
 }
 
 // Agent is a running Node.
@@ -110,7 +112,7 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 		LeasePublicKey: key.Public[:],
 		Labels:         cfg.Labels,
 		Providers:      a.providers,
-		Handler:        runtime.NewHandler(a.providers, opts.Logger, func() transport.Status { return a.client.Status() }),
+		Handler:        runtime.NewHandler(a.providers, opts.Logger, func() transport.Status { return a.client.Status() }, opts.Stall),
 		Logger:         opts.Logger,
 	})
 	if err != nil {

@@ -58,6 +58,9 @@ type fakePlugin struct {
 	exited   chan struct{}
 	exitOnce sync.Once
 	closed   atomic.Bool
+	// probe, if set, answers Probe; probes counts the calls.
+	probe  func(ctx context.Context, target string) (sdk.Health, error)
+	probes atomic.Int32
 }
 
 func newFakePlugin(exec func(ctx context.Context, req *wirepb.RunRequest, emit func(*wirepb.RunEvent) error) (*sdk.Result, error)) *fakePlugin {
@@ -73,7 +76,11 @@ func (p *fakePlugin) Execute(ctx context.Context, req *wirepb.RunRequest, _ *sdk
 func (p *fakePlugin) ListTargets(context.Context) ([]sdk.Target, error) {
 	return nil, sdk.ErrUnsupported
 }
-func (p *fakePlugin) Probe(context.Context, string) (sdk.Health, error) {
+func (p *fakePlugin) Probe(ctx context.Context, target string) (sdk.Health, error) {
+	p.probes.Add(1)
+	if p.probe != nil {
+		return p.probe(ctx, target)
+	}
 	return sdk.Health{}, sdk.ErrUnsupported
 }
 func (p *fakePlugin) Tunnel(context.Context, *wirepb.TunnelRequest, *sdk.Credential, io.Reader, func(*wirepb.TunnelFrame) error) error {

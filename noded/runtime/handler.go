@@ -19,25 +19,27 @@ type Handler struct {
 	set    *Set
 	log    *slog.Logger
 	status func() transport.Status
+	live   Liveness
 }
 
 var _ transport.Handler = (*Handler)(nil)
 
 // NewHandler returns a handler for the providers in set. status reports
-// the transport's state for the transport_status command.
-func NewHandler(set *Set, log *slog.Logger, status func() transport.Status) *Handler {
-	return &Handler{set: set, log: log, status: status}
+// the transport's state for the transport_status command; live is how
+// stalls are finished (zero fields take their defaults).
+func NewHandler(set *Set, log *slog.Logger, status func() transport.Status, live Liveness) *Handler {
+	return &Handler{set: set, log: log, status: status, live: live}
 }
 
 // ServeStream implements transport.Handler.
 func (h *Handler) ServeStream(ctx context.Context, sess *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
 	switch k := hdr.GetKind().(type) {
 	case *wirepb.StreamHeader_Run:
-		h.serveRun(ctx, k.Run, st)
+		h.serveRun(ctx, sess, k.Run, st)
 	case *wirepb.StreamHeader_Command:
 		_ = st.Send(h.command(sess, k.Command))
 	case *wirepb.StreamHeader_Tunnel:
-		h.serveTunnel(ctx, k.Tunnel, st)
+		h.serveTunnel(ctx, sess, k.Tunnel, st)
 	}
 }
 

@@ -37,6 +37,11 @@ type Supervision struct {
 	StableAfter      time.Duration
 	// StartTimeout bounds launching and configuring one plugin.
 	StartTimeout time.Duration
+	// Recovery paces the probes of a target found unavailable after a
+	// stall, until it answers again; ProbeTimeout bounds each (0 means
+	// DefaultProbeTimeout).
+	Recovery     transport.Backoff
+	ProbeTimeout time.Duration
 }
 
 // DefaultSupervision is the daemon's policy.
@@ -46,6 +51,8 @@ var DefaultSupervision = Supervision{
 	BreakerCooldown:  5 * time.Minute,
 	StableAfter:      time.Minute,
 	StartTimeout:     30 * time.Second,
+	Recovery:         transport.Backoff{Initial: 2 * time.Second, Max: 30 * time.Second},
+	ProbeTimeout:     DefaultProbeTimeout,
 }
 
 // Errors of admission, before any adapter is called.
@@ -74,6 +81,11 @@ type Provider struct {
 	caps      []string
 	attempted chan struct{} // closed after the first start attempt ended
 	once      sync.Once
+	// unhealthy marks targets found unavailable (health.go); superCtx is
+	// Supervise's context while it runs, which recovery probers live in.
+	unhealthy  map[string]bool
+	superCtx   context.Context
+	recovering sync.WaitGroup
 }
 
 // NewProvider returns a provider in the starting state; Supervise runs it.
@@ -109,7 +121,11 @@ func (p *Provider) Wire() *wirepb.Provider {
 		Capabilities: slices.Clone(p.caps),
 	}
 	for _, t := range p.targets {
-		w.Targets = append(w.Targets, &wirepb.Target{Name: t})
+		wt := &wirepb.Target{Name: t}
+		if p.unhealthy[t] {
+			wt.Health = TargetHealthUnavailable
+		}
+		w.Targets = append(w.Targets, wt)
 	}
 	return w
 }
@@ -179,6 +195,15 @@ func (p *Provider) set(state wirepb.ProviderState, detail string, pl Plugin) {
 // nothing and its clients cannot be reused, so every start is a new launch,
 // configured again.
 func (p *Provider) Supervise(ctx context.Context) {
+	p.mu.Lock()
+	p.superCtx = ctx
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.superCtx = nil // no recovery prober starts after this
+		p.mu.Unlock()
+		p.recovering.Wait()
+	}()
 	failures := 0
 	for ctx.Err() == nil {
 		pl, err := p.start(ctx)

@@ -85,14 +85,16 @@ func failed(kind wirepb.FailureKind, format string, args ...any) *wirepb.RunEven
 }
 
 // serveRun executes one normalized run (R2): validate, admit, run the
-// adapter, and end with exactly one terminal.
-func (h *Handler) serveRun(ctx context.Context, req *wirepb.RunRequest, st Stream) {
+// adapter under the stall watchdog (R5), and end with exactly one terminal.
+// sess is the connection's session, nil for a path without one.
+func (h *Handler) serveRun(ctx context.Context, sess *quicwire.Session, req *wirepb.RunRequest, st Stream) {
 	out := &runOut{st: st, req: req}
 	log := h.log.With("run_id", req.GetRunId(), "target", req.GetTarget())
 
 	// R4: an invalid raw stall timeout is refused before any provider
 	// lookup or adapter call.
-	if _, err := StallTimeout(req.GetResponseStallTimeoutMs()); err != nil {
+	stall, err := StallTimeout(req.GetResponseStallTimeoutMs())
+	if err != nil {
 		out.finish(failed(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, "%v", err))
 		return
 	}
@@ -110,30 +112,79 @@ func (h *Handler) serveRun(ctx context.Context, req *wirepb.RunRequest, st Strea
 		out.finish(failed(wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "%v", err))
 		return
 	}
-	defer release()
 
-	// The run's context ends with the connection, the hard deadline, or
-	// the Edge's cancel, whichever comes first.
-	rctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if d := req.GetDeadlineUnixMs(); d > 0 {
-		var stop context.CancelFunc
-		rctx, stop = context.WithDeadline(rctx, time.UnixMilli(d))
-		defer stop()
-	}
-	go watchCancel(st, cancel)
+	// The call's context ends with the connection, the hard deadline, the
+	// Edge's cancel or a stall, whichever comes first; the guard claims
+	// the outcome once.
+	g := h.newGuard(ctx, guardSpec{sess: sess, prov: prov, plugin: plugin, target: req.GetTarget(),
+		stall: stall, deadlineMs: req.GetDeadlineUnixMs()})
+	go watchCancel(st, g.stop)
 
 	start := time.Now()
-	result, err := plugin.Execute(rctx, req, nil, out.emit)
-	term := outcome(ctx, rctx, result, err)
+	emit := func(ev *wirepb.RunEvent) error {
+		return g.wd.Emit(RunEventIsProgress(ev), func() error { return out.emit(ev) })
+	}
+	// The call runs on its own goroutine so that a stall can end the run
+	// while the call is still stuck. ret is written before callDone closes.
+	var ret struct {
+		term  *wirepb.RunEvent
+		claim string
+	}
+	callDone := make(chan struct{})
+	g.wd.Start()
+	go func() {
+		defer close(callDone)
+		result, err := plugin.Execute(g.ctx, req, nil, emit)
+		g.wd.CallReturned()
+		ret.term = outcome(ctx, g.ctx, result, err)
+		ret.claim = g.settle(runClaim(ret.term))
+	}()
+	defer g.releaseAfter(callDone, release)
+
+	var term *wirepb.RunEvent
+	select {
+	case <-callDone:
+		if ret.claim != CauseStalled {
+			term = ret.term
+			if earlyEnd(ret.claim) && ret.claim != runClaim(ret.term) {
+				term = runTerminal(ret.claim)
+			}
+		}
+	case <-g.wd.Stalled():
+	}
+	if term == nil {
+		if obs := g.wd.Finish(); obs != nil {
+			term = &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED, Stall: obs}
+			log.Warn("run stalled", "stall", stallMessage(obs), "seq", obs.GetHealthObservationSeq(),
+				"retryable", obs.GetRetryable(), "fenced_events", g.wd.Dropped())
+		} else {
+			<-callDone // a deadline or disconnect took the outcome at the same instant
+			term = runTerminal(g.wd.Winner())
+		}
+	}
 	if out.finish(term) {
 		log.Info("run ended", "outcome", term.GetType().String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
 	}
 }
 
+// runClaim is the claim a run's terminal makes.
+func runClaim(ev *wirepb.RunEvent) string {
+	switch ev.GetType() {
+	case wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
+		return CauseCompleted
+	case wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED:
+		return CauseCancelled
+	case wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED:
+		return CauseDeadline
+	case wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED:
+		return CauseDisconnected
+	}
+	return CauseFailed
+}
+
 // watchCancel reads the run stream, on which the Edge sends nothing after
 // the header: a cancel of the stream (R10) cancels the run.
-func watchCancel(st Stream, cancel context.CancelCauseFunc) {
+func watchCancel(st Stream, cancel func(error)) {
 	var sc *quicwire.StreamCancelledError
 	for {
 		err := st.Recv(new(wirepb.RunEvent))

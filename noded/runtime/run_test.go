@@ -25,7 +25,7 @@ func onlineSet(t *testing.T, capacity int, pl Plugin) (*Set, *Handler) {
 	if err := set.WaitReady(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return set, NewHandler(set, discard(), func() transport.Status { return transport.Status{} })
+	return set, NewHandler(set, discard(), func() transport.Status { return transport.Status{} }, Liveness{})
 }
 
 func run(id string) *wirepb.RunRequest { return &wirepb.RunRequest{RunId: id, Target: "m"} }
@@ -242,5 +242,5 @@ func TestUnknownTargetFails(t *testing.T) {
 // is finished after the handler returns.
 func serve(h *Handler, ctx context.Context, req *wirepb.RunRequest, st *fakeStream) {
 	defer st.cancel()
-	h.serveRun(ctx, req, st)
+	h.serveRun(ctx, nil, req, st)
 }

@@ -124,13 +124,14 @@ func tunnelFailed(kind wirepb.FailureKind, format string, args ...any) *wirepb.T
 // serveTunnel relays one raw HTTP request to a provider's own API (R3):
 // validate, admit, run the plugin's Tunnel, and end with exactly one
 // terminal.
-func (h *Handler) serveTunnel(ctx context.Context, req *wirepb.TunnelRequest, st Stream) {
+func (h *Handler) serveTunnel(ctx context.Context, sess *quicwire.Session, req *wirepb.TunnelRequest, st Stream) {
 	out := &tunnelOut{st: st, ended: func() error { return nil }}
 	log := h.log.With("tunnel_id", req.GetTunnelId(), "provider", req.GetProvider(), "target", req.GetTarget())
 
 	// R4: an invalid raw stall timeout is refused before any provider
 	// lookup or adapter call.
-	if _, err := StallTimeout(req.GetResponseStallTimeoutMs()); err != nil {
+	stall, err := StallTimeout(req.GetResponseStallTimeoutMs())
+	if err != nil {
 		out.finish(tunnelFailed(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, "%v", err))
 		return
 	}
@@ -166,18 +167,14 @@ func (h *Handler) serveTunnel(ctx context.Context, req *wirepb.TunnelRequest, st
 		return
 	}
 
-	// The tunnel's context ends with the connection, the hard deadline, or
-	// the Edge's cancel, whichever comes first.
-	tctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if d := req.GetDeadlineUnixMs(); d > 0 {
-		var stop context.CancelFunc
-		tctx, stop = context.WithDeadline(tctx, time.UnixMilli(d))
-		defer stop()
-	}
+	// The call's context ends with the connection, the hard deadline, the
+	// Edge's cancel or a stall, whichever comes first; the guard claims
+	// the outcome once (the plugin's own terminal included).
+	g := h.newGuard(ctx, guardSpec{sess: sess, prov: prov, plugin: plugin, target: req.GetTarget(),
+		stall: stall, deadlineMs: req.GetDeadlineUnixMs()})
 	out.ended = func() error {
-		if tctx.Err() != nil {
-			return context.Cause(tctx)
+		if g.ctx.Err() != nil {
+			return context.Cause(g.ctx)
 		}
 		return nil
 	}
@@ -186,28 +183,92 @@ func (h *Handler) serveTunnel(ctx context.Context, req *wirepb.TunnelRequest, st
 	// side (STOP_SENDING), which ends the write side of st here, even
 	// while the provider is silent and nothing is being written.
 	if sctx := sendContext(st); sctx != nil {
-		defer context.AfterFunc(sctx, func() { cancel(writeSideEnded(context.Cause(sctx))) })()
+		defer context.AfterFunc(sctx, func() { g.stop(writeSideEnded(context.Cause(sctx))) })()
 	}
-	body := &tunnelBody{st: st, cancel: cancel}
+	body := &tunnelBody{st: st, cancel: g.stop}
+	emit := func(f *wirepb.TunnelFrame) error {
+		return g.wd.Emit(TunnelFrameIsProgress(f), func() error {
+			// The plugin may end with completed or failed only (tunnelOut
+			// refuses the rest); that is its claim.
+			if t := f.GetTerminal(); t != nil && pluginOutcome(t) && !g.wd.Claim(tunnelClaim(t)) {
+				return fmt.Errorf("tunnel outcome already claimed (%s)", g.wd.Winner())
+			}
+			err := out.emit(f)
+			var sc *quicwire.StreamCancelledError
+			if errors.As(err, &sc) {
+				g.stop(errCancelled) // the Edge reset the stream: the provider's request is cancelled
+			}
+			return err
+		})
+	}
 
 	start := time.Now()
-	err = plugin.Tunnel(tctx, req, nil, body, func(f *wirepb.TunnelFrame) error {
-		err := out.emit(f)
-		var sc *quicwire.StreamCancelledError
-		if errors.As(err, &sc) {
-			cancel(errCancelled) // the Edge reset the stream: the provider's request is cancelled
+	var callErr error
+	var claim string
+	callDone := make(chan struct{})
+	g.wd.Start()
+	go func() {
+		defer close(callDone)
+		callErr = plugin.Tunnel(g.ctx, req, nil, body, emit)
+		g.wd.CallReturned()
+		if out.claimed() == nil {
+			claim = g.settle(tunnelClaim(tunnelOutcome(ctx, g.ctx, callErr)))
 		}
-		return err
-	})
-	if out.claimed() == nil {
+	}()
+	defer g.releaseAfter(callDone, release)
+
+	stalled := false
+	select {
+	case <-callDone:
+		stalled = claim == CauseStalled
+	case <-g.wd.Stalled():
+		stalled = true
+	}
+	if stalled {
+		if obs := g.wd.Finish(); obs != nil {
+			out.finish(&wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED, Stall: obs})
+			log.Warn("tunnel stalled", "stall", stallMessage(obs), "seq", obs.GetHealthObservationSeq(),
+				"retryable", obs.GetRetryable(), "fenced_frames", g.wd.Dropped())
+		} else {
+			<-callDone // a deadline or disconnect took the outcome at the same instant
+			out.finish(tunnelTerminal(g.wd.Winner()))
+		}
+	} else if out.claimed() == nil {
+		err := callErr
 		if err == nil {
 			err = errors.New("the plugin ended the tunnel without a terminal frame")
 		}
-		out.finish(tunnelOutcome(ctx, tctx, err))
+		term := tunnelOutcome(ctx, g.ctx, err)
+		if earlyEnd(claim) && claim != tunnelClaim(term) {
+			term = tunnelTerminal(claim)
+		}
+		out.finish(term)
 	}
 	term := out.claimed()
 	log.Info("tunnel ended", "outcome", term.GetOutcome().String(), "failure", term.GetFailure().GetKind().String(),
-		"took", time.Since(start), "err", err)
+		"took", time.Since(start), "err", callErr)
+}
+
+func pluginOutcome(t *wirepb.TunnelTerminal) bool {
+	o := t.GetOutcome()
+	return o == wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED || o == wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED
+}
+
+// tunnelClaim is the claim a tunnel terminal makes.
+func tunnelClaim(t *wirepb.TunnelTerminal) string {
+	switch t.GetOutcome() {
+	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED:
+		return CauseCompleted
+	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED:
+		return CauseCancelled
+	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_DEADLINE_EXCEEDED:
+		return CauseDeadline
+	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED:
+		return CauseDisconnected
+	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED:
+		return CauseStalled
+	}
+	return CauseFailed
 }
 
 // tunnelOutcome is the Node's terminal for a plugin call that ended without
@@ -237,7 +298,7 @@ func tunnelOutcome(conn, tctx context.Context, err error) *wirepb.TunnelTerminal
 // half is finished after the handler returns.
 type tunnelBody struct {
 	st     Stream
-	cancel context.CancelCauseFunc
+	cancel func(error)
 	buf    []byte // the unread rest of the current frame
 	err    error  // sticky: io.EOF after FIN, or why the body broke
 }

@@ -157,7 +157,7 @@ func tunnelReq(id string) *wirepb.TunnelRequest {
 // reading half is finished after the handler returns.
 func serveTunnelOn(h *Handler, ctx context.Context, req *wirepb.TunnelRequest, st *fakeTunnelStream) {
 	defer st.cancel()
-	h.serveTunnel(ctx, req, st)
+	h.serveTunnel(ctx, nil, req, st)
 }
 
 // requireTunnelOrder checks head, body..., then exactly one terminal, and

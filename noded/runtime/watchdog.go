@@ -135,6 +135,11 @@ type WatchdogConfig struct {
 	// (R7), drawn once per finalized observation. Nil (no connection)
 	// omits the key: the observation carries 0.
 	NextSeq func() uint64
+	// Observed, if set, is given the evidence of a finalized stall just
+	// before its health_observation_seq is drawn, so that whatever it
+	// records (the provider target's health) is in place by the time the
+	// sequence shows the observation (see ProviderStatusUpdate).
+	Observed func(Evidence)
 	// Ctx is the run's or tunnel's context, for precedence (S5): if it is
 	// already done (for any cause but ErrStalled), or its deadline is not
 	// after the instant the stall timer fires, the stall is not claimed.
@@ -368,6 +373,9 @@ func (w *Watchdog) Finish() *wirepb.StallObservation {
 		return nil
 	}
 	w.final = true
+	if w.cfg.Observed != nil {
+		w.cfg.Observed(ev)
+	}
 	var seq uint64
 	if w.cfg.NextSeq != nil {
 		seq = w.cfg.NextSeq()

@@ -360,8 +360,12 @@ func (c *Client) announce(ctx context.Context, conn *connection) {
 			case <-changed:
 			}
 			changed = c.opts.Providers.Changed()
+			// The sequence is read before the providers: every observation
+			// up to it already shows in them (runtime's Observed hook).
+			seq := conn.sess.HealthObservationSeq()
 			if err := conn.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_ProviderStatus{ProviderStatus: &wirepb.ProviderStatusUpdate{
-				Providers: c.opts.Providers.Snapshot(),
+				Providers:            c.opts.Providers.Snapshot(),
+				HealthObservationSeq: seq,
 			}}}); err != nil {
 				return
 			}

@@ -721,8 +721,13 @@ func (x *Provider) GetDetail() string {
 }
 
 type Target struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Health is the Node's own evidence about this exact target: empty when
+	// it has none against it, TargetHealthUnavailable ("unavailable") after
+	// an exact-target probe found it unavailable (R6). The Node re-probes an
+	// unavailable target and clears this when it answers again.
+	Health        string `protobuf:"bytes,2,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -760,6 +765,13 @@ func (*Target) Descriptor() ([]byte, []int) {
 func (x *Target) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *Target) GetHealth() string {
+	if x != nil {
+		return x.Health
 	}
 	return ""
 }
@@ -1059,10 +1071,15 @@ func (x *HeartbeatAck) GetSeq() uint64 {
 // ProviderStatusUpdate is a full snapshot of the Node's providers; it
 // replaces what the Edge knew.
 type ProviderStatusUpdate struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Providers     []*Provider            `protobuf:"bytes,1,rep,name=providers,proto3" json:"providers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Providers []*Provider            `protobuf:"bytes,1,rep,name=providers,proto3" json:"providers,omitempty"`
+	// The connection's health_observation_seq (R7) as it was just before the
+	// providers were read: every stall observation up to it is reflected in
+	// the targets' health. The Edge lets the update override its health
+	// overlay only for observations not above it.
+	HealthObservationSeq uint64 `protobuf:"varint,2,opt,name=health_observation_seq,json=healthObservationSeq,proto3" json:"health_observation_seq,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *ProviderStatusUpdate) Reset() {
@@ -1100,6 +1117,13 @@ func (x *ProviderStatusUpdate) GetProviders() []*Provider {
 		return x.Providers
 	}
 	return nil
+}
+
+func (x *ProviderStatusUpdate) GetHealthObservationSeq() uint64 {
+	if x != nil {
+		return x.HealthObservationSeq
+	}
+	return 0
 }
 
 // DrainNotice (Node to Edge) says the Node stops taking new work; in-flight
@@ -2917,9 +2941,10 @@ const file_wire_proto_rawDesc = "" +
 	"\bcapacity\x18\x04 \x01(\rR\bcapacity\x120\n" +
 	"\x05state\x18\x05 \x01(\x0e2\x1a.iop.wire.v1.ProviderStateR\x05state\x12\"\n" +
 	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12\x16\n" +
-	"\x06detail\x18\a \x01(\tR\x06detail\"\x1c\n" +
+	"\x06detail\x18\a \x01(\tR\x06detail\"4\n" +
 	"\x06Target\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x88\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06health\x18\x02 \x01(\tR\x06health\"\x88\x02\n" +
 	"\x10RegisterResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x1e\n" +
 	"\n" +
@@ -2943,9 +2968,10 @@ const file_wire_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12$\n" +
 	"\x0esent_unix_nano\x18\x02 \x01(\x03R\fsentUnixNano\" \n" +
 	"\fHeartbeatAck\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x04R\x03seq\"K\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\"\x81\x01\n" +
 	"\x14ProviderStatusUpdate\x123\n" +
-	"\tproviders\x18\x01 \x03(\v2\x15.iop.wire.v1.ProviderR\tproviders\"O\n" +
+	"\tproviders\x18\x01 \x03(\v2\x15.iop.wire.v1.ProviderR\tproviders\x124\n" +
+	"\x16health_observation_seq\x18\x02 \x01(\x04R\x14healthObservationSeq\"O\n" +
 	"\vDrainNotice\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12(\n" +
 	"\x10deadline_unix_ms\x18\x02 \x01(\x03R\x0edeadlineUnixMs\"\xa5\x02\n" +
