@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/iop-dev/iop/edged/auth"
 	"github.com/iop-dev/iop/edged/sched"
 	"github.com/iop-dev/iop/edged/transport"
+	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -29,6 +31,8 @@ type Run struct {
 	rs     *transport.RunStream
 	first  *wirepb.RunEvent
 	done   bool
+	// stallRetried: the one retry a stalled run gets was used (recovery).
+	stallRetried bool
 }
 
 // StartRun resolves model for principal p, then dispatches req, moving to
@@ -76,7 +80,11 @@ func (r *Run) start() error {
 		rs, err := r.g.srv.Run(r.ctx, c.NodeID, req)
 		if err == nil {
 			var ev *wirepb.RunEvent
-			if ev, err = rs.Next(); err == nil && !failoverable(ev) {
+			if ev, err = rs.Next(); err == nil {
+				r.g.countStall(ev.GetStall())
+			}
+			retry := err == nil && r.retryStall(ev)
+			if err == nil && !failoverable(ev) && !retry {
 				r.slot, r.rs, r.first = slot, rs, ev
 				return nil
 			}
@@ -91,7 +99,7 @@ func (r *Run) start() error {
 		}
 		tried = append(tried, c)
 		lastErr = err
-		r.g.failover(r.ID, c, err)
+		r.g.failover(r.ID, c, err, reasonOf(err))
 	}
 	return lastErr
 }
@@ -111,6 +119,59 @@ func failoverable(ev *wirepb.RunEvent) bool {
 	return false
 }
 
+// retryStall reports whether a first event is a stall the run recovers
+// from: the Node confirmed the provider call closed (retryable), nothing
+// reached the client (it is the first event), and the run has not been
+// retried for a stall before. The retry goes to another candidate with the
+// same request, stall timeout included (R4).
+func (r *Run) retryStall(ev *wirepb.RunEvent) bool {
+	if ev.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED || !ev.GetStall().GetRetryable() || r.stallRetried {
+		return false
+	}
+	r.stallRetried = true
+	return true
+}
+
+// reasonOf labels a move to another candidate for metrics.
+func reasonOf(err error) string {
+	var failed *RunFailedError
+	if errors.As(err, &failed) && failed.Event.GetType() == wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED {
+		return "response_stalled"
+	}
+	var te *transport.TunnelError
+	if errors.As(err, &te) && te.Outcome == wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED {
+		return "response_stalled"
+	}
+	return "before_first_byte"
+}
+
+// LivenessHeader names the response header that carries a stall's
+// liveness classification (request_stalled, provider_unhealthy,
+// health_unknown) when the error is answered before the response started.
+const LivenessHeader = "X-IOP-Liveness"
+
+// StallSummary describes a stall observation for a client: Node-owned
+// facts only (R5), never payload text.
+func StallSummary(o *wirepb.StallObservation) string {
+	if o == nil {
+		return "no progress within the stall timeout"
+	}
+	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+	s := fmt.Sprintf("no progress for %v (stall timeout %v); provider health %s, classification %s",
+		ms(o.GetSinceLastProgressMs()), ms(o.GetStallTimeoutMs()), o.GetProviderHealth(), o.GetLivenessClassification())
+	if o.GetProviderHealth() == quicwire.HealthUnavailable {
+		s += "; the target is out of selection until it answers again"
+	}
+	return s
+}
+
+// countStall counts a stall observation by its classification.
+func (g *Gateway) countStall(o *wirepb.StallObservation) {
+	if o != nil && g.metrics != nil {
+		g.metrics.Stalls.WithLabelValues(o.GetLivenessClassification()).Inc()
+	}
+}
+
 // RunFailedError is a run that ended before producing anything, on every
 // candidate tried; Event is the last terminal.
 type RunFailedError struct{ Event *wirepb.RunEvent }
@@ -122,10 +183,10 @@ func (e *RunFailedError) Error() string {
 	return e.Event.GetType().String()
 }
 
-func (g *Gateway) failover(id string, c sched.Candidate, err error) {
-	g.log.Warn("moving work to another candidate", "id", id, "node", c.NodeID, "provider", c.Provider, "err", err)
+func (g *Gateway) failover(id string, c sched.Candidate, err error, reason string) {
+	g.log.Warn("moving work to another candidate", "id", id, "node", c.NodeID, "provider", c.Provider, "reason", reason, "err", err)
 	if g.metrics != nil {
-		g.metrics.Failovers.WithLabelValues("before_first_byte").Inc()
+		g.metrics.Failovers.WithLabelValues(reason).Inc()
 	}
 }
 
@@ -145,6 +206,7 @@ func (r *Run) Next() (*wirepb.RunEvent, error) {
 		if ev, err = r.rs.Next(); err != nil {
 			return nil, err
 		}
+		r.g.countStall(ev.GetStall())
 	}
 	if ev.GetType() >= wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
 		r.done = true

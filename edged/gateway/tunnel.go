@@ -28,6 +28,8 @@ type Tunnel struct {
 	slot   *sched.Slot
 	ts     *transport.TunnelStream
 	head   *wirepb.TunnelResponseHead
+	g      *Gateway
+	ended  bool // Read returned its final error
 }
 
 // StartTunnel resolves model for principal p among providers of adapter,
@@ -39,7 +41,7 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 	if err != nil {
 		return nil, err
 	}
-	t := &Tunnel{ID: g.NewID("tun"), Plan: plan}
+	t := &Tunnel{ID: g.NewID("tun"), Plan: plan, g: g}
 	t.ctx, t.cancel = context.WithCancelCause(ctx)
 	deadline := time.Now().Add(time.Duration(plan.Profile.Deadline))
 	t.ctx, t.stop = context.WithDeadline(t.ctx, deadline)
@@ -50,6 +52,7 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 
 	var tried []sched.Candidate
 	var lastErr error
+	stallRetried := false
 	for attempt := 0; attempt < MaxAttempts; attempt++ {
 		slot, err := g.acquire(t.ctx, t.ID, plan, tried)
 		if err != nil {
@@ -72,13 +75,21 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 			ts.Close()
 		}
 		slot.Release()
-		if t.ctx.Err() != nil || !tunnelFailoverable(err) {
+		var te *transport.TunnelError
+		if errors.As(err, &te) {
+			g.countStall(te.Stall)
+		}
+		// A stall before the head, whose close the Node confirmed, is
+		// retried once elsewhere: nothing reached the client (recovery).
+		retry := !stallRetried && te != nil && te.Outcome == wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED && te.Stall.GetRetryable()
+		stallRetried = stallRetried || retry
+		if t.ctx.Err() != nil || !retry && !tunnelFailoverable(err) {
 			t.Close()
 			return nil, err
 		}
 		tried = append(tried, c)
 		lastErr = err
-		g.failover(t.ID, c, err)
+		g.failover(t.ID, c, err, reasonOf(err))
 	}
 	t.Close()
 	return nil, lastErr
@@ -111,7 +122,17 @@ func (t *Tunnel) Node() sched.Candidate { return t.slot.Candidate }
 
 // Read reads the response body as the provider flushed it: io.EOF at a
 // completed end, a *transport.TunnelError otherwise.
-func (t *Tunnel) Read(p []byte) (int, error) { return t.ts.Read(p) }
+func (t *Tunnel) Read(p []byte) (int, error) {
+	n, err := t.ts.Read(p)
+	var te *transport.TunnelError
+	if err != nil && !t.ended {
+		t.ended = true
+		if errors.As(err, &te) {
+			t.g.countStall(te.Stall)
+		}
+	}
+	return n, err
+}
 
 // Terminal is the tunnel's single outcome, once Read has returned an error.
 func (t *Tunnel) Terminal() *wirepb.TunnelTerminal { return t.ts.Terminal() }

@@ -89,6 +89,9 @@ type Conn struct {
 	fenceDetail string
 	fencedAt    time.Time
 	fenced      chan struct{}
+	// The health overlay (health.go).
+	health          map[targetKey]*targetHealth
+	lastObservation uint64
 
 	streams streamCount // dispatched streams not yet finished
 }
@@ -228,6 +231,7 @@ func (r *Registry) Register(info ConnInfo) *Conn {
 		providers:   info.Providers,
 		fenced:      make(chan struct{}),
 	}
+	c.applyReportedHealthLocked(info.Providers, 0)
 	old := r.nodes[info.NodeID]
 	r.nodes[info.NodeID] = c
 	var closeOld func()
@@ -259,19 +263,23 @@ func (r *Registry) MarkReady(c *Conn, gen uint64, providers []*wirepb.Provider) 
 	c.state = Ready
 	if providers != nil {
 		c.providers = providers
+		c.applyReportedHealthLocked(providers, 0)
 	}
 	r.notifyLocked()
 	return nil
 }
 
 // UpdateProviders replaces the providers of c (a ProviderStatusUpdate).
-func (r *Registry) UpdateProviders(c *Conn, providers []*wirepb.Provider) {
+// seq is the update's health_observation_seq: the targets' reported health
+// overrides the overlay only where no later observation stands.
+func (r *Registry) UpdateProviders(c *Conn, providers []*wirepb.Provider, seq uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c.state == Fenced {
 		return
 	}
 	c.providers = providers
+	c.applyReportedHealthLocked(providers, seq)
 	r.notifyLocked()
 }
 

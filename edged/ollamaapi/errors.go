@@ -31,6 +31,8 @@ type apiError struct {
 	// refusal and retryAfter are set for scheduler refusals.
 	refusal    string
 	retryAfter time.Duration
+	// liveness is a stall's classification (gateway.LivenessHeader).
+	liveness string
 }
 
 func (e *apiError) Error() string { return e.message }
@@ -51,6 +53,9 @@ func (e *apiError) line() []byte {
 func writeError(w http.ResponseWriter, e *apiError) {
 	if e.refusal != "" {
 		w.Header().Set(RefusalHeader, e.refusal)
+	}
+	if e.liveness != "" {
+		w.Header().Set(gateway.LivenessHeader, e.liveness)
 	}
 	if e.status == http.StatusTooManyRequests || e.retryAfter > 0 {
 		secs := max(int64(math.Ceil(e.retryAfter.Seconds())), 1)
@@ -161,8 +166,8 @@ func terminalError(te *transport.TunnelError, cause error) *apiError {
 	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_DEADLINE_EXCEEDED:
 		return errDeadline
 	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED:
-		return &apiError{status: http.StatusGatewayTimeout, code: "response_stalled",
-			message: "the provider stopped responding (response stalled)"}
+		return &apiError{status: http.StatusGatewayTimeout, code: "response_stalled", liveness: te.Stall.GetLivenessClassification(),
+			message: "the provider stopped responding (response stalled): " + gateway.StallSummary(te.Stall)}
 	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED:
 		return &apiError{status: http.StatusBadGateway, code: "cancelled", message: with("the request was cancelled")}
 	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED:

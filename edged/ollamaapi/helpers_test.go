@@ -248,11 +248,20 @@ func after(d time.Duration, p piece) piece    { p.delay = d; return p }
 func gated(gate chan struct{}, p piece) piece { p.gate = gate; return p }
 func ended(o wirepb.TunnelOutcome, kind wirepb.FailureKind, msg string) error {
 	te := &transport.TunnelError{Outcome: o}
+	if o == wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED {
+		te.Stall = testStall
+	}
 	if kind != wirepb.FailureKind_FAILURE_KIND_UNSPECIFIED || msg != "" {
 		te.Failure = &wirepb.Failure{Kind: kind, Message: msg}
 	}
 	return te
 }
+
+// testStall is the observation of the stalled terminals ended makes.
+var testStall = &wirepb.StallObservation{StallTimeoutMs: 2000, SinceLastProgressMs: 2000, CloseConfirmed: true,
+	ProviderHealth: "available", LivenessClassification: "request_stalled", HealthObservationSeq: 1, Retryable: true}
+
+const stallText = "the provider stopped responding (response stalled): no progress for 2s (stall timeout 2s); provider health available, classification request_stalled"
 
 // testAuth accepts testKey only.
 func testAuth(t *testing.T) *auth.Authenticator {

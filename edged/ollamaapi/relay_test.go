@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -174,7 +175,7 @@ func TestErrorLineAfterOutput(t *testing.T) {
 		{"disconnected", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED, wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "node lost"), false,
 			"the Node running the request was lost: node lost", "node_disconnected"},
 		{"stalled", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED, 0, ""), false,
-			"the provider stopped responding (response stalled)", "response_stalled"},
+			stallText, "response_stalled"},
 		{"deadline", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DEADLINE_EXCEEDED, 0, ""), false,
 			"the request did not finish within its deadline", "deadline_exceeded"},
 		{"cancelled by the node", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED, 0, "shutting down"), false,
@@ -236,7 +237,7 @@ func TestHTTPErrorBeforeOutput(t *testing.T) {
 		{"unavailable", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "down"),
 			503, "the provider is unavailable: down"},
 		{"stalled in prefill", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED, 0, ""),
-			504, "the provider stopped responding (response stalled)"},
+			504, stallText},
 		{"deadline", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DEADLINE_EXCEEDED, 0, ""),
 			504, "the request did not finish within its deadline"},
 		{"disconnected", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED, 0, ""),
@@ -251,6 +252,9 @@ func TestHTTPErrorBeforeOutput(t *testing.T) {
 			}
 			if got := errorOf(t, w.Body.String()); got != tt.msg {
 				t.Errorf("error %q, want %q", got, tt.msg)
+			}
+			if tt.status == http.StatusGatewayTimeout && tt.msg == stallText && w.Header().Get(gateway.LivenessHeader) != "request_stalled" {
+				t.Errorf("%s = %q, want request_stalled", gateway.LivenessHeader, w.Header().Get(gateway.LivenessHeader))
 			}
 			if e.ttftCount(t, routeGenerate) != 0 {
 				t.Error("a time to first token was observed without output")
@@ -297,6 +301,9 @@ func TestRequestsRefusedBeforeTheTunnel(t *testing.T) {
 			}
 			if got := errorOf(t, w.Body.String()); got != tt.msg {
 				t.Errorf("error %q, want %q", got, tt.msg)
+			}
+			if tt.status == http.StatusGatewayTimeout && tt.msg == stallText && w.Header().Get(gateway.LivenessHeader) != "request_stalled" {
+				t.Errorf("%s = %q, want request_stalled", gateway.LivenessHeader, w.Header().Get(gateway.LivenessHeader))
 			}
 			if len(f.starts) != 0 {
 				t.Error("a tunnel was started")

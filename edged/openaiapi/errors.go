@@ -38,6 +38,8 @@ type apiError struct {
 	// refusal and retryAfter are set for scheduler refusals.
 	refusal    string
 	retryAfter time.Duration
+	// liveness is a stall's classification (gateway.LivenessHeader).
+	liveness string
 }
 
 func (e *apiError) Error() string { return e.message }
@@ -68,6 +70,9 @@ func (e *apiError) body() errorBody {
 func writeError(w http.ResponseWriter, e *apiError) {
 	if e.refusal != "" {
 		w.Header().Set(RefusalHeader, e.refusal)
+	}
+	if e.liveness != "" {
+		w.Header().Set(gateway.LivenessHeader, e.liveness)
 	}
 	if e.status == http.StatusTooManyRequests || e.retryAfter > 0 {
 		secs := max(int64(math.Ceil(e.retryAfter.Seconds())), 1)
@@ -171,7 +176,8 @@ func terminalError(ev *wirepb.RunEvent, cause error) *apiError {
 		return errDeadline
 	case wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED:
 		return &apiError{status: http.StatusGatewayTimeout, typ: typeServer, code: "response_stalled",
-			message: "The provider stopped responding."}
+			liveness: ev.GetStall().GetLivenessClassification(),
+			message:  "The provider stopped responding: " + gateway.StallSummary(ev.GetStall()) + "."}
 	case wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED:
 		return &apiError{status: http.StatusBadGateway, typ: typeServer, code: "cancelled",
 			message: with("The run was cancelled")}

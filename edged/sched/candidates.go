@@ -37,6 +37,9 @@ func (c Candidate) key() providerKey { return providerKey{c.NodeID, c.Generation
 type candidate struct {
 	Candidate
 	conn *nodes.Conn
+	// stalls is the target's count of consecutive request_stalled
+	// observations (the health overlay): it breaks ties.
+	stalls uint64
 }
 
 // SameModel reports whether a provider target serves what a client asked
@@ -90,7 +93,13 @@ func (s *Scheduler) refreshLocked() bool {
 				continue
 			}
 			for _, t := range p.GetTargets() {
-				s.cands = append(s.cands, candidate{conn: conn, Candidate: Candidate{
+				// provider_unhealthy evidence keeps a target out until the
+				// Node reports it back (nodes/health.go).
+				h := conn.TargetHealth(p.GetName(), t.GetName())
+				if h.Unhealthy {
+					continue
+				}
+				s.cands = append(s.cands, candidate{conn: conn, stalls: h.Stalls, Candidate: Candidate{
 					NodeID:     conn.NodeID(),
 					Generation: conn.Generation(),
 					Provider:   p.GetName(),
@@ -119,12 +128,13 @@ func (s *Scheduler) anyCandidateLocked(r *Request) bool {
 }
 
 // pickLocked returns r's candidate with the largest share of its capacity
-// free, ties taken in turn so that equal Nodes share the load. A provider
+// free, then the fewest consecutive stalls; ties are taken in turn so that
+// equal Nodes share the load. A provider
 // counts once however many of its targets match (its first matching
 // target is used). ok is false when every candidate is busy.
 func (s *Scheduler) pickLocked(r *Request) (c candidate, ok bool) {
 	s.tied = s.tied[:0]
-	bestFree, bestCap := 0, 1
+	bestFree, bestCap, bestStalls := 0, 1, uint64(0)
 	var seen providerKey // the provider last considered
 	for i := range s.cands {
 		c := &s.cands[i]
@@ -139,10 +149,10 @@ func (s *Scheduler) pickLocked(r *Request) (c candidate, ok bool) {
 		}
 		// free/Capacity against bestFree/bestCap, without division.
 		switch d := free*bestCap - bestFree*c.Capacity; {
-		case d > 0:
+		case d > 0 || d == 0 && c.stalls < bestStalls:
 			s.tied = append(s.tied[:0], i)
-			bestFree, bestCap = free, c.Capacity
-		case d == 0:
+			bestFree, bestCap, bestStalls = free, c.Capacity, c.stalls
+		case d == 0 && c.stalls == bestStalls:
 			s.tied = append(s.tied, i)
 		}
 	}

@@ -191,3 +191,45 @@ func TestImplicitLatestTag(t *testing.T) {
 		}
 	})
 }
+
+// R6 at the Edge: a target with provider_unhealthy evidence is out of
+// selection until its Node reports it back; one with request_stalled
+// evidence is picked after its healthier peers.
+func TestHealthOverlayShapesSelection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFleet(t)
+		a := f.join("a", provider("p", "ollama", 1, "m"))
+		b := f.join("b", provider("p", "ollama", 1, "m"))
+		obs := func(c *nodes.Conn, seq uint64, class string) {
+			t.Helper()
+			if err := f.reg.ObserveStall(c, &wirepb.StallObservation{NodeId: c.NodeID(), Generation: c.Generation(),
+				HealthObservationSeq: seq, Provider: "p", Target: "m", LivenessClassification: class}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		obs(a, 1, "request_stalled")
+		for range 4 { // equal capacity: b, with fewer stalls, always first
+			slot := f.acquire(req("r", "m"))
+			if slot.Candidate.NodeID != "b" {
+				t.Fatalf("picked %s, want b (a has a stall against it)", slot.Candidate.NodeID)
+			}
+			slot.Release()
+		}
+		obs(b, 1, "provider_unhealthy")
+		for range 2 { // b is out: only a, stall or not
+			slot := f.acquire(req("r", "m"))
+			if slot.Candidate.NodeID != "a" {
+				t.Fatalf("picked %s, want a (b is unhealthy)", slot.Candidate.NodeID)
+			}
+			slot.Release()
+		}
+		obs(a, 2, "provider_unhealthy")
+		_, err := f.s.Acquire(t.Context(), req("r", "m"))
+		wantRefusal(t, err, sched.ReasonNoCandidate)
+		// b's Node reports the target back (after its observation 1).
+		f.reg.UpdateProviders(b, []*wirepb.Provider{provider("p", "ollama", 1, "m")}, 1)
+		if slot := f.acquire(req("r", "m")); slot.Candidate.NodeID != "b" {
+			t.Fatalf("picked %s after b recovered", slot.Candidate.NodeID)
+		}
+	})
+}

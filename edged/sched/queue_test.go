@@ -181,7 +181,7 @@ func TestCapacityIncreaseGrantsAWaiter(t *testing.T) {
 		c := f.join("n", provider("p", "ollama", 1, "m"))
 		f.acquire(req("running", "m"))
 		w := f.enqueue(req("w", "m"))
-		f.reg.UpdateProviders(c, []*wirepb.Provider{provider("p", "ollama", 2, "m")})
+		f.reg.UpdateProviders(c, []*wirepb.Provider{provider("p", "ollama", 2, "m")}, 0)
 		synctest.Wait()
 		w.granted(t)
 	})

@@ -22,7 +22,24 @@ type Dispatched struct {
 	*quicwire.Stream
 	// Conn is the generation the stream was opened on.
 	Conn *nodes.Conn
+	srv  *Server
 	done sync.Once
+}
+
+// observe hands a stall observation that came on this stream to the
+// registry's health overlay (R6, R7), which ignores a stale one.
+func (d *Dispatched) observe(o *wirepb.StallObservation) {
+	if o == nil {
+		return
+	}
+	if err := d.srv.reg.ObserveStall(d.Conn, o); err != nil {
+		d.srv.log.Info("stall observation ignored", "node", d.Conn.NodeID(), "err", err)
+		return
+	}
+	d.srv.log.Warn("response stalled", "node", o.GetNodeId(), "generation", o.GetGeneration(),
+		"provider", o.GetProvider(), "target", o.GetTarget(), "health", o.GetProviderHealth(),
+		"classification", o.GetLivenessClassification(), "seq", o.GetHealthObservationSeq(),
+		"since_last_progress_ms", o.GetSinceLastProgressMs(), "close_confirmed", o.GetCloseConfirmed())
 }
 
 // Finish ends the stream after its outcome was read: this side's half is
@@ -59,7 +76,7 @@ func (s *Server) Dispatch(ctx context.Context, nodeID string, hdr *wirepb.Stream
 	}
 	hdr.Generation = conn.Generation()
 	conn.StreamOpened()
-	d := &Dispatched{Stream: quicwire.NewStream(st, quicwire.HeaderKind(hdr)), Conn: conn}
+	d := &Dispatched{Stream: quicwire.NewStream(st, quicwire.HeaderKind(hdr)), Conn: conn, srv: s}
 	if err := d.Send(hdr); err != nil {
 		d.Cancel(quicwire.StreamCancelled)
 		return nil, fmt.Errorf("dispatch to %s: %w", nodeID, err)

@@ -16,6 +16,7 @@ import (
 // error).
 type RunStream struct {
 	d       *Dispatched
+	req     *wirepb.RunRequest
 	ctx     context.Context
 	stop    func() bool
 	lastSeq uint64
@@ -32,7 +33,7 @@ func (s *Server) Run(ctx context.Context, nodeID string, req *wirepb.RunRequest)
 	// The Edge sends nothing after the header but keeps its half open:
 	// resetting it is how a cancel reaches the Node even during a silent
 	// prefill, when the Node is not writing.
-	r := &RunStream{d: d, ctx: ctx}
+	r := &RunStream{d: d, req: req, ctx: ctx}
 	r.stop = context.AfterFunc(ctx, func() { d.Cancel(quicwire.StreamCancelled) })
 	return r, nil
 }
@@ -79,6 +80,12 @@ func (r *RunStream) end(ev *wirepb.RunEvent) *wirepb.RunEvent {
 	r.ended = true
 	r.stop()
 	r.d.Finish()
+	switch ev.GetType() {
+	case wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED:
+		r.d.observe(ev.GetStall())
+	case wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
+		r.d.srv.reg.ObserveCompleted(r.d.Conn, r.req.GetProvider(), r.req.GetTarget())
+	}
 	return ev
 }
 

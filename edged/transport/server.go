@@ -289,7 +289,7 @@ func (s *Server) controlLoop(conn *nodes.Conn, cs *quicwire.ControlStream, hb *q
 			}
 			s.log.Info("node ready", "node", conn.NodeID(), "generation", conn.Generation())
 		case *wirepb.ControlFrame_ProviderStatus:
-			s.reg.UpdateProviders(conn, m.ProviderStatus.GetProviders())
+			s.reg.UpdateProviders(conn, m.ProviderStatus.GetProviders(), m.ProviderStatus.GetHealthObservationSeq())
 		case *wirepb.ControlFrame_Drain:
 			s.reg.MarkDraining(conn)
 			s.log.Info("node draining", "node", conn.NodeID(), "generation", conn.Generation(), "reason", m.Drain.GetReason())

@@ -25,6 +25,8 @@ const finWait = 5 * time.Second
 type TunnelError struct {
 	Outcome wirepb.TunnelOutcome
 	Failure *wirepb.Failure
+	// Stall is the Node's observation of a RESPONSE_STALLED outcome.
+	Stall *wirepb.StallObservation
 	// Err is the local cause of a terminal the Edge made (the context's
 	// error, the disconnect, the request body's read error, the stream
 	// error); nil for the Node's own terminal.
@@ -274,7 +276,10 @@ func (t *TunnelStream) end(term *wirepb.TunnelTerminal, cause error) {
 	if term.GetOutcome() == wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED {
 		t.err = io.EOF
 	} else {
-		t.err = &TunnelError{Outcome: term.GetOutcome(), Failure: term.GetFailure(), Err: cause}
+		t.err = &TunnelError{Outcome: term.GetOutcome(), Failure: term.GetFailure(), Stall: term.GetStall(), Err: cause}
+	}
+	if term.GetOutcome() == wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED {
+		t.d.observe(term.GetStall())
 	}
 	switch {
 	case term.GetFailure().GetKind() == wirepb.FailureKind_FAILURE_KIND_PROTOCOL && cause != nil:

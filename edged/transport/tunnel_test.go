@@ -461,7 +461,7 @@ func TestTunnelThroughTheNodeRuntimeToOllama(t *testing.T) {
 	}
 	h := newUDPHarness(t)
 	e := h.startEdge(0)
-	h.startNode("n1", withHandler(runtime.NewHandler(set, slog.New(slog.DiscardHandler), func() nodetransport.Status { return nodetransport.Status{} })))
+	h.startNode("n1", withHandler(runtime.NewHandler(set, slog.New(slog.DiscardHandler), func() nodetransport.Status { return nodetransport.Status{} }, runtime.Liveness{})))
 	h.waitReady("n1")
 	chat := func(ctx context.Context, model string) *transport.TunnelStream {
 		req := &wirepb.TunnelRequest{TunnelId: model, Target: model, Method: "POST", Path: "/api/chat",

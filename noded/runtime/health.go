@@ -3,13 +3,15 @@ package runtime
 import (
 	"context"
 	"time"
+
+	"github.com/iop-dev/iop/quicwire"
 )
 
 // TargetHealthUnavailable is the wire Target.health of a target that an
 // exact-target probe found unavailable after a stall (R6). The Node keeps
 // re-probing it (Supervision.Recovery) and clears the mark when it answers;
 // the Edge keeps such a target out of selection meanwhile.
-const TargetHealthUnavailable = "unavailable"
+const TargetHealthUnavailable = quicwire.TargetHealthUnavailable
 
 // observe records the evidence of a finalized stall on target (R6). Only
 // unavailable evidence changes anything: the target is marked and a

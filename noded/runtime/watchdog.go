@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 )
@@ -44,14 +45,15 @@ const (
 )
 
 // Health evidence values (R6): provider_health / liveness_classification.
+// They are quicwire's, which the Edge reads.
 const (
-	HealthAvailable   = "available"
-	HealthUnavailable = "unavailable"
-	HealthUnknown     = "unknown"
+	HealthAvailable   = quicwire.HealthAvailable
+	HealthUnavailable = quicwire.HealthUnavailable
+	HealthUnknown     = quicwire.HealthUnknown
 
-	LivenessRequestStalled    = "request_stalled"
-	LivenessProviderUnhealthy = "provider_unhealthy"
-	LivenessHealthUnknown     = "health_unknown"
+	LivenessRequestStalled    = quicwire.LivenessRequestStalled
+	LivenessProviderUnhealthy = quicwire.LivenessProviderUnhealthy
+	LivenessHealthUnknown     = quicwire.LivenessHealthUnknown
 )
 
 // DefaultCloseGrace and DefaultProbeTimeout are used when a WatchdogConfig
