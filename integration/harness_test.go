@@ -145,9 +145,11 @@ type nodeView struct {
 	FenceReason string   `json:"fence_reason"`
 	RTT         *float64 `json:"last_heartbeat_rtt_ms"`
 	Providers   []struct {
-		Name    string   `json:"name"`
-		State   string   `json:"state"`
-		Targets []string `json:"targets"`
+		Name             string            `json:"name"`
+		State            string            `json:"state"`
+		Targets          []string          `json:"targets"`
+		UnhealthyTargets []string          `json:"unhealthy_targets"`
+		Stalls           map[string]uint64 `json:"stalls"`
 	} `json:"providers"`
 }
 

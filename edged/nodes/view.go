@@ -37,6 +37,12 @@ type ProviderView struct {
 	Targets      []string `json:"targets"`
 	Capabilities []string `json:"capabilities,omitempty"`
 	Detail       string   `json:"detail,omitempty"`
+	// UnhealthyTargets are out of selection: a stall's probe found them
+	// unavailable and the Node has not reported them back yet (R6).
+	UnhealthyTargets []string `json:"unhealthy_targets,omitempty"`
+	// Stalls counts each target's consecutive request_stalled
+	// observations; a completed run resets it.
+	Stalls map[string]uint64 `json:"stalls,omitempty"`
 }
 
 // Snapshot returns every known Node, sorted by id. Fenced Nodes that have
@@ -63,7 +69,7 @@ func (r *Registry) Snapshot() []NodeView {
 			RemoteAddr:  c.info.RemoteAddr,
 			ConnectedAt: c.connectedAt,
 			Labels:      c.info.Labels,
-			Providers:   providerViews(c.providers),
+			Providers:   providerViews(c.providers, c.health),
 		}
 		if c.state == Fenced {
 			// A fenced generation's providers are offline (R9).
@@ -93,7 +99,7 @@ func (r *Registry) Snapshot() []NodeView {
 	return views
 }
 
-func providerViews(ps []*wirepb.Provider) []ProviderView {
+func providerViews(ps []*wirepb.Provider, health map[targetKey]*targetHealth) []ProviderView {
 	out := make([]ProviderView, 0, len(ps))
 	for _, p := range ps {
 		v := ProviderView{
@@ -107,6 +113,19 @@ func providerViews(ps []*wirepb.Provider) []ProviderView {
 		}
 		for _, t := range p.GetTargets() {
 			v.Targets = append(v.Targets, t.GetName())
+			h := health[targetKey{p.GetName(), t.GetName()}]
+			if h == nil {
+				continue
+			}
+			if h.unhealthy {
+				v.UnhealthyTargets = append(v.UnhealthyTargets, t.GetName())
+			}
+			if h.stalls > 0 {
+				if v.Stalls == nil {
+					v.Stalls = make(map[string]uint64)
+				}
+				v.Stalls[t.GetName()] = h.stalls
+			}
 		}
 		out = append(out, v)
 	}
