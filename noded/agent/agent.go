@@ -43,8 +43,6 @@ type Options struct {
 	Self []string
 	// Supervision defaults to runtime.DefaultSupervision.
 	Supervision *runtime.Supervision
-	// Stall is how stalls are finished; zero fields take their defaults.
-	Stall runtime.Liveness
 }
 
 // Agent is a running Node.
@@ -88,6 +86,8 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 	if opts.Supervision != nil {
 		sup = *opts.Supervision
 	}
+	stall := runtime.Liveness{CloseGrace: time.Duration(cfg.Stall.CloseGrace), ProbeTimeout: time.Duration(cfg.Stall.ProbeTimeout)}
+	sup.ProbeTimeout = stall.ProbeTimeout
 	a := &Agent{cfg: cfg, log: opts.Logger, key: key, providers: runtime.NewSet()}
 	for _, p := range cfg.Providers {
 		launch, err := launcher(p, opts.Self, opts.Logger)
@@ -112,7 +112,7 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 		LeasePublicKey: key.Public[:],
 		Labels:         cfg.Labels,
 		Providers:      a.providers,
-		Handler:        runtime.NewHandler(a.providers, opts.Logger, func() transport.Status { return a.client.Status() }, opts.Stall),
+		Handler:        runtime.NewHandler(a.providers, opts.Logger, func() transport.Status { return a.client.Status() }, stall),
 		Logger:         opts.Logger,
 	})
 	if err != nil {

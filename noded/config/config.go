@@ -54,11 +54,14 @@ type Config struct {
 	LeaseKeyFile string `yaml:"lease_key_file"`
 	// DrainTimeout is how long a stopping Node lets in-flight runs finish before cancelling
 	// them; default 30s, at most 1h.
-	DrainTimeout configs.Duration  `yaml:"drain_timeout"`
-	Reconnect    Reconnect         `yaml:"reconnect"`
-	Providers    []Provider        `yaml:"providers,omitempty"`
-	Labels       map[string]string `yaml:"labels,omitempty"` // free-form tags reported to the Edge
-	Log          Log               `yaml:"log"`
+	DrainTimeout configs.Duration `yaml:"drain_timeout"`
+	Reconnect    Reconnect        `yaml:"reconnect"`
+	// Stall is how the Node finishes a response stall (R5, R6); the stall
+	// timeout itself comes from the Edge with each request (R4).
+	Stall     Stall             `yaml:"stall"`
+	Providers []Provider        `yaml:"providers,omitempty"`
+	Labels    map[string]string `yaml:"labels,omitempty"` // free-form tags reported to the Edge
+	Log       Log               `yaml:"log"`
 }
 
 // Edge is the `edge` section: the Edge this Node dials.
@@ -100,6 +103,48 @@ type Provider struct {
 	Config map[string]any `yaml:"config,omitempty"`
 }
 
+// Stall is the `stall` section.
+type Stall struct {
+	// CloseGrace is how long a stalled provider call, once cancelled, has
+	// to return; only a return inside it makes the stall retryable.
+	// Default 5s.
+	CloseGrace configs.Duration `yaml:"close_grace"`
+	// ProbeTimeout bounds the exact-target health probe run after a stall
+	// (concurrently with the close grace), and each recovery probe of a
+	// target found unavailable. Default 5s.
+	ProbeTimeout configs.Duration `yaml:"probe_timeout"`
+}
+
+// Stall defaults and bounds.
+const (
+	DefaultCloseGrace   = 5 * time.Second
+	DefaultProbeTimeout = 5 * time.Second
+	MaxStallWait        = time.Minute
+)
+
+// SetDefaults fills unset durations.
+func (s *Stall) SetDefaults() {
+	if s.CloseGrace == 0 {
+		s.CloseGrace = configs.Duration(DefaultCloseGrace)
+	}
+	if s.ProbeTimeout == 0 {
+		s.ProbeTimeout = configs.Duration(DefaultProbeTimeout)
+	}
+}
+
+func (s Stall) validate() []*configs.Error {
+	var es configs.Errors
+	for _, f := range []struct {
+		name string
+		d    configs.Duration
+	}{{"stall.close_grace", s.CloseGrace}, {"stall.probe_timeout", s.ProbeTimeout}} {
+		if d := time.Duration(f.d); d <= 0 || d > MaxStallWait {
+			es.Add(f.name, "must be more than 0s and at most %s, got %s", MaxStallWait, d)
+		}
+	}
+	return es
+}
+
 // Log is the `log` section.
 type Log = configs.Log
 
@@ -119,6 +164,7 @@ func (c *Config) SetDefaults() {
 		c.DrainTimeout = configs.Duration(DefaultDrainTimeout)
 	}
 	c.Reconnect.SetDefaults()
+	c.Stall.SetDefaults()
 	for i := range c.Providers {
 		c.Providers[i].SetDefaults()
 	}
@@ -207,6 +253,7 @@ func (c *Config) Validate() error {
 		es.Add("drain_timeout", "must be more than 0s and at most %s, got %s", MaxDrainTimeout, d)
 	}
 	es.Append(c.Reconnect.validate()...)
+	es.Append(c.Stall.validate()...)
 	names := make(map[string]int, len(c.Providers))
 	for i, p := range c.Providers {
 		path := "providers[" + strconv.Itoa(i) + "]"

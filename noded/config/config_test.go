@@ -55,6 +55,7 @@ func TestParseFillsDefaults(t *testing.T) {
 		Identity:     Identity{Identity: configs.Identity{Mode: "loopback", TrustDomain: "iop.local"}},
 		DrainTimeout: configs.Duration(30 * time.Second),
 		Reconnect:    Reconnect{InitialBackoff: configs.Duration(500 * time.Millisecond), MaxBackoff: configs.Duration(30 * time.Second)},
+		Stall:        Stall{CloseGrace: configs.Duration(5 * time.Second), ProbeTimeout: configs.Duration(5 * time.Second)},
 		Providers: []Provider{
 			{Name: "sim", Adapter: "simulator", Targets: []string{"sim-small"}, Capacity: 4},
 			{Name: "llm", Adapter: "ollama", Capacity: 4},

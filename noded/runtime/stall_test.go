@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -336,4 +337,72 @@ func TestTunnelStallKeepAlivesAreNotProgress(t *testing.T) {
 			}
 		}
 	})
+}
+
+// S5 and decision 5 through serveRun: every cause that can end a silent
+// run, a little before, at, or a little after the instant the stall timer
+// fires (4s), ends it with exactly one terminal, and the right one: what
+// comes first wins, and a hard deadline wins a tie with the stall.
+func TestRunOneTerminalUnderEveryInterleaving(t *testing.T) {
+	const T = stallMs * time.Millisecond
+	stalled := wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED
+	for _, c := range []struct {
+		cause string
+		at    time.Duration
+		want  wirepb.RunEventType
+	}{
+		{"provider returns", T - time.Millisecond, wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED},
+		{"provider returns", T + time.Millisecond, stalled},
+		{"edge cancels", T - time.Millisecond, wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED},
+		{"edge cancels", T + time.Millisecond, stalled},
+		{"deadline", T - time.Millisecond, wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED},
+		{"deadline", T, wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED},
+		{"deadline", T + time.Millisecond, stalled},
+		{"disconnect", T - time.Millisecond, wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED},
+		{"disconnect", T + time.Millisecond, stalled},
+	} {
+		t.Run(fmt.Sprintf("%s at %v", c.cause, c.at), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				pl := newFakePlugin(func(ctx context.Context, _ *wirepb.RunRequest, _ func(*wirepb.RunEvent) error) (*sdk.Result, error) {
+					if c.cause != "provider returns" {
+						<-ctx.Done()
+						return nil, ctx.Err()
+					}
+					select {
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					case <-time.After(c.at):
+						return &sdk.Result{DoneReason: "stop"}, nil
+					}
+				})
+				pl.probe = health(sdk.HealthAvailable)
+				_, h := onlineSet(t, 1, pl)
+				conn, disconnect := context.WithCancel(t.Context())
+				st := newFakeStream()
+				req := stallReq("r")
+				switch c.cause {
+				case "edge cancels":
+					time.AfterFunc(c.at, st.cancel)
+				case "deadline":
+					req.DeadlineUnixMs = time.Now().Add(c.at).UnixMilli()
+				case "disconnect":
+					time.AfterFunc(c.at, disconnect)
+				}
+				h.serveRun(conn, nil, req, st)
+				evs := st.events()
+				st.cancel()
+				if c.cause == "edge cancels" && c.want != stalled {
+					// The Edge reset the stream: the terminal cannot reach it;
+					// nothing may have been sent after the cancel either.
+					if len(evs) != 0 {
+						t.Fatalf("events after the Edge's cancel: %v", evs)
+					}
+					return
+				}
+				if term := requireOneTerminal(t, evs); term.GetType() != c.want {
+					t.Fatalf("terminal = %v, want %v", term.GetType(), c.want)
+				}
+			})
+		})
+	}
 }
