@@ -12,3 +12,6 @@ func NewIssuerWithRand(key ed25519.PrivateKey, r io.Reader) *Issuer {
 	i.rand = r
 	return i
 }
+
+// ToProto is toProto, for tests that build raw leases.
+var ToProto = toProto

@@ -181,20 +181,5 @@ func sealBytes(t testing.TB, content []byte, recipient *[32]byte) []byte {
 // validProto is claims("raw") as a leasepb.Lease.
 func validProto() *leasepb.Lease {
 	c := claims("raw")
-	return &leasepb.Lease{
-		LeaseId:            c.ID,
-		Principal:          c.Principal,
-		Route:              c.Route,
-		Slot:               c.Slot,
-		Profile:            c.Profile,
-		Target:             c.Target,
-		Provider:           c.Provider,
-		NodeId:             c.NodeID,
-		Credential:         c.Credential,
-		CredentialRevision: c.Revision,
-		Generation:         c.Generation,
-		IssuedUnixMs:       c.IssuedAt.UnixMilli(),
-		ExpiresUnixMs:      c.ExpiresAt.UnixMilli(),
-		Secret:             []byte(testSecret),
-	}
+	return lease.ToProto(&c, []byte(testSecret))
 }

@@ -1,43 +1,13 @@
 package wirepb_test
 
 import (
-	"bytes"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/iop-dev/iop/quicwire/internal/protofresh"
 )
 
 // The committed generated code is what `go generate` makes from wire.proto
-// today. protoc comes from Debian's protobuf-compiler (.ci/run installs it);
-// without it the check is skipped locally and fails in CI.
+// today.
 func TestGeneratedCodeIsFresh(t *testing.T) {
-	if _, err := exec.LookPath("protoc"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("protoc is not installed; .ci/run installs protobuf-compiler")
-		}
-		t.Skip("protoc not installed (apt-get install protobuf-compiler); skipping the freshness check")
-	}
-	plugin, err := exec.Command("go", "tool", "-n", "protoc-gen-go").Output()
-	if err != nil {
-		t.Fatalf("go tool -n protoc-gen-go: %v", err)
-	}
-	out := t.TempDir()
-	cmd := exec.Command("protoc", "--plugin=protoc-gen-go="+strings.TrimSpace(string(plugin)),
-		"--go_out="+out, "--go_opt=paths=source_relative", "wire.proto")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("protoc: %v\n%s", err, msg)
-	}
-	fresh, err := os.ReadFile(filepath.Join(out, "wire.pb.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	committed, err := os.ReadFile("wire.pb.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(fresh, committed) {
-		t.Fatal("wire.pb.go is stale: run `go generate ./quicwire/...` and commit the result")
-	}
+	protofresh.Check(t, "wire.proto", "go generate ./quicwire/...")
 }
