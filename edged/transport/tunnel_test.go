@@ -17,7 +17,6 @@ import (
 
 	"github.com/iop-dev/iop/edged/transport"
 	"github.com/iop-dev/iop/noded/runtime"
-	nodetransport "github.com/iop-dev/iop/noded/transport"
 	"github.com/iop-dev/iop/plugins/fakeollama"
 	"github.com/iop-dev/iop/plugins/ollama"
 	"github.com/iop-dev/iop/quicwire"
@@ -461,7 +460,7 @@ func TestTunnelThroughTheNodeRuntimeToOllama(t *testing.T) {
 	}
 	h := newUDPHarness(t)
 	e := h.startEdge(0)
-	h.startNode("n1", withHandler(runtime.NewHandler(set, slog.New(slog.DiscardHandler), func() nodetransport.Status { return nodetransport.Status{} }, runtime.Liveness{})))
+	h.startNode("n1", withHandler(runtime.NewHandler(set, slog.New(slog.DiscardHandler), runtime.HandlerOptions{})))
 	h.waitReady("n1")
 	chat := func(ctx context.Context, model string) *transport.TunnelStream {
 		req := &wirepb.TunnelRequest{TunnelId: model, Target: model, Method: "POST", Path: "/api/chat",

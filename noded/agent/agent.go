@@ -25,6 +25,7 @@ import (
 	"github.com/iop-dev/iop/noded/transport"
 	"github.com/iop-dev/iop/plugins/builtin"
 	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/lease"
 	"github.com/iop-dev/iop/quicwire/pki"
 	"github.com/iop-dev/iop/sdk"
 	"github.com/iop-dev/iop/sdk/pluginhost"
@@ -86,6 +87,9 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 	if opts.Supervision != nil {
 		sup = *opts.Supervision
 	}
+	// The lease opener (R11): this Node's X25519 key; the Edge's signing
+	// key arrives with each registration.
+	leases := lease.NewOpener(lease.OpenerConfig{Key: &key.Private, Public: &key.Public})
 	stall := runtime.Liveness{CloseGrace: time.Duration(cfg.Stall.CloseGrace), ProbeTimeout: time.Duration(cfg.Stall.ProbeTimeout)}
 	sup.ProbeTimeout = stall.ProbeTimeout
 	a := &Agent{cfg: cfg, log: opts.Logger, key: key, providers: runtime.NewSet()}
@@ -112,8 +116,13 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 		LeasePublicKey: key.Public[:],
 		Labels:         cfg.Labels,
 		Providers:      a.providers,
-		Handler:        runtime.NewHandler(a.providers, opts.Logger, func() transport.Status { return a.client.Status() }, stall),
-		Logger:         opts.Logger,
+		Leases:         leases,
+		Handler: runtime.NewHandler(a.providers, opts.Logger, runtime.HandlerOptions{
+			Status: func() transport.Status { return a.client.Status() },
+			Stall:  stall,
+			Leases: leases,
+		}),
+		Logger: opts.Logger,
 	})
 	if err != nil {
 		return nil, err

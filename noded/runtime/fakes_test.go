@@ -61,6 +61,17 @@ type fakePlugin struct {
 	// probe, if set, answers Probe; probes counts the calls.
 	probe  func(ctx context.Context, target string) (sdk.Health, error)
 	probes atomic.Int32
+	// creds are the credentials Execute was given ("" for none), and
+	// leases the sealed leases its requests still carried.
+	credMu sync.Mutex
+	creds  []string
+	leases int
+}
+
+func (p *fakePlugin) credentials() ([]string, int) {
+	p.credMu.Lock()
+	defer p.credMu.Unlock()
+	return append([]string(nil), p.creds...), p.leases
 }
 
 func newFakePlugin(exec func(ctx context.Context, req *wirepb.RunRequest, emit func(*wirepb.RunEvent) error) (*sdk.Result, error)) *fakePlugin {
@@ -69,8 +80,18 @@ func newFakePlugin(exec func(ctx context.Context, req *wirepb.RunRequest, emit f
 
 func (p *fakePlugin) Capabilities() []string                      { return nil }
 func (p *fakePlugin) Configure(context.Context, sdk.Config) error { return nil }
-func (p *fakePlugin) Execute(ctx context.Context, req *wirepb.RunRequest, _ *sdk.Credential, emit func(*wirepb.RunEvent) error) (*sdk.Result, error) {
+func (p *fakePlugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.Credential, emit func(*wirepb.RunEvent) error) (*sdk.Result, error) {
 	p.calls.Add(1)
+	p.credMu.Lock()
+	secret := ""
+	if cred != nil {
+		secret = cred.Secret
+	}
+	p.creds = append(p.creds, secret)
+	if len(req.GetSealedLease()) > 0 {
+		p.leases++
+	}
+	p.credMu.Unlock()
 	return p.exec(ctx, req, emit)
 }
 func (p *fakePlugin) ListTargets(context.Context) ([]sdk.Target, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/iop-dev/iop/noded/transport"
 	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/lease"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -20,15 +21,29 @@ type Handler struct {
 	log    *slog.Logger
 	status func() transport.Status
 	live   Liveness
+	leases *lease.Opener
+}
+
+// HandlerOptions configure a Handler.
+type HandlerOptions struct {
+	// Status reports the transport's state for the transport_status
+	// command.
+	Status func() transport.Status
+	// Stall is how stalls are finished; zero fields take their defaults.
+	Stall Liveness
+	// Leases opens credential leases (R11). Nil refuses every run or
+	// tunnel that carries one.
+	Leases *lease.Opener
 }
 
 var _ transport.Handler = (*Handler)(nil)
 
-// NewHandler returns a handler for the providers in set. status reports
-// the transport's state for the transport_status command; live is how
-// stalls are finished (zero fields take their defaults).
-func NewHandler(set *Set, log *slog.Logger, status func() transport.Status, live Liveness) *Handler {
-	return &Handler{set: set, log: log, status: status, live: live}
+// NewHandler returns a handler for the providers in set.
+func NewHandler(set *Set, log *slog.Logger, opts HandlerOptions) *Handler {
+	if opts.Status == nil {
+		opts.Status = func() transport.Status { return transport.Status{} }
+	}
+	return &Handler{set: set, log: log, status: opts.Status, live: opts.Stall, leases: opts.Leases}
 }
 
 // ServeStream implements transport.Handler.

@@ -113,6 +113,16 @@ func (h *Handler) serveRun(ctx context.Context, sess *quicwire.Session, req *wir
 		return
 	}
 
+	// R11: the lease is opened after admission, immediately before the
+	// provider call; a refusal ends the run without one (S4).
+	cred, refused := h.openLease(sess, req.GetSealedLease(), req.GetBinding(), prov.Name(), req.GetTarget())
+	if refused != nil {
+		release()
+		out.finish(&wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: refused})
+		return
+	}
+	req.SealedLease = nil // the adapter gets the credential, not the lease
+
 	// The call's context ends with the connection, the hard deadline, the
 	// Edge's cancel or a stall, whichever comes first; the guard claims
 	// the outcome once.
@@ -134,7 +144,7 @@ func (h *Handler) serveRun(ctx context.Context, sess *quicwire.Session, req *wir
 	g.wd.Start()
 	go func() {
 		defer close(callDone)
-		result, err := plugin.Execute(g.ctx, req, nil, emit)
+		result, err := plugin.Execute(g.ctx, req, cred, emit)
 		g.wd.CallReturned()
 		ret.term = outcome(ctx, g.ctx, result, err)
 		ret.claim = g.settle(runClaim(ret.term))

@@ -7,7 +7,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/iop-dev/iop/noded/transport"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 )
@@ -25,7 +24,7 @@ func onlineSet(t *testing.T, capacity int, pl Plugin) (*Set, *Handler) {
 	if err := set.WaitReady(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return set, NewHandler(set, discard(), func() transport.Status { return transport.Status{} }, Liveness{})
+	return set, NewHandler(set, discard(), HandlerOptions{})
 }
 
 func run(id string) *wirepb.RunRequest { return &wirepb.RunRequest{RunId: id, Target: "m"} }

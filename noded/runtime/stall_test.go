@@ -378,6 +378,7 @@ func TestRunOneTerminalUnderEveryInterleaving(t *testing.T) {
 				pl.probe = health(sdk.HealthAvailable)
 				_, h := onlineSet(t, 1, pl)
 				conn, disconnect := context.WithCancel(t.Context())
+				defer disconnect()
 				st := newFakeStream()
 				req := stallReq("r")
 				switch c.cause {

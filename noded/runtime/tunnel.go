@@ -159,13 +159,23 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *quicwire.Session, req *
 		out.finish(tunnelFailed(wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "%v", err))
 		return
 	}
-	defer release()
 	// The capability of the plugin that would serve it, not of the last
 	// one reported: a restart may bring another adapter build.
 	if !slices.Contains(plugin.Capabilities(), sdk.CapTunnel) {
+		release()
 		out.finish(tunnelFailed(wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED, "provider %s (adapter %s) does not relay its raw API", prov.Name(), prov.cfg.Adapter))
 		return
 	}
+
+	// R11: the lease is opened after admission, immediately before the
+	// provider call; a refusal ends the tunnel without one (S4).
+	cred, refused := h.openLease(sess, req.GetSealedLease(), req.GetBinding(), prov.Name(), req.GetTarget())
+	if refused != nil {
+		release()
+		out.finish(&wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, Failure: refused})
+		return
+	}
+	req.SealedLease = nil
 
 	// The call's context ends with the connection, the hard deadline, the
 	// Edge's cancel or a stall, whichever comes first; the guard claims
@@ -209,7 +219,7 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *quicwire.Session, req *
 	g.wd.Start()
 	go func() {
 		defer close(callDone)
-		callErr = plugin.Tunnel(g.ctx, req, nil, body, emit)
+		callErr = plugin.Tunnel(g.ctx, req, cred, body, emit)
 		g.wd.CallReturned()
 		if out.claimed() == nil {
 			claim = g.settle(tunnelClaim(tunnelOutcome(ctx, g.ctx, callErr)))

@@ -6,6 +6,7 @@ package transport
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -40,6 +41,15 @@ type Providers interface {
 	Changed() <-chan struct{}
 }
 
+// Leases is the Node's lease opener as the transport feeds it: the Edge's
+// lease signing key, learned at each registration over the authenticated
+// connection, and the Edge's credential notices (revocations and
+// disables). *lease.Opener implements it.
+type Leases interface {
+	SetEdgeKey(key ed25519.PublicKey)
+	Apply(n *wirepb.CredentialNotice)
+}
+
 // Faults make a healthy Node misbehave on purpose, for tests of the Edge's
 // liveness handling. Production code leaves Options.Faults nil.
 type Faults struct {
@@ -62,6 +72,8 @@ type Options struct {
 	Labels         map[string]string
 	Providers      Providers
 	Handler        Handler
+	// Leases, if set, learns the Edge's signing key and credential notices.
+	Leases Leases
 	// PacketConn, if set, carries QUIC instead of a new UDP socket (tests
 	// use quic-go's simnet). The client does not close it.
 	PacketConn net.PacketConn
@@ -248,9 +260,14 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 		return false, fmt.Errorf("open control stream: %w", quicwire.DescribeHandshakeError(err))
 	}
 	cs := quicwire.NewControlStream(st)
-	gen, err := c.register(st, cs)
+	gen, edgeKey, err := c.register(st, cs)
 	if err != nil {
 		return false, err
+	}
+	if c.opts.Leases != nil {
+		// A lease is bound to this generation: one signed by a previous
+		// Edge process (another key) is refused as it should be.
+		c.opts.Leases.SetEdgeKey(edgeKey)
 	}
 	conn := &connection{qc: qc, cs: cs, sess: quicwire.NewSession(c.opts.NodeID, gen, time.Now())}
 	conn.hb = quicwire.NewHeartbeat(c.opts.Liveness, cs.Send, func() {
@@ -304,8 +321,8 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 }
 
 // register sends the RegisterRequest and reads the answer.
-func (c *Client) register(st *quic.Stream, cs *quicwire.ControlStream) (uint64, error) {
-	err := cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterRequest{RegisterRequest: &wirepb.RegisterRequest{
+func (c *Client) register(st *quic.Stream, cs *quicwire.ControlStream) (gen uint64, edgeKey ed25519.PublicKey, err error) {
+	err = cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterRequest{RegisterRequest: &wirepb.RegisterRequest{
 		NodeId:          c.opts.NodeID,
 		NodeVersion:     c.opts.Version,
 		ProtocolVersion: quicwire.ProtocolVersion,
@@ -314,29 +331,29 @@ func (c *Client) register(st *quic.Stream, cs *quicwire.ControlStream) (uint64, 
 		Labels:          c.opts.Labels,
 	}}})
 	if err != nil {
-		return 0, fmt.Errorf("register: %w", err)
+		return 0, nil, fmt.Errorf("register: %w", err)
 	}
 	_ = st.SetReadDeadline(time.Now().Add(quicwire.HandshakeTimeout))
 	defer st.SetReadDeadline(time.Time{})
 	f, err := cs.Recv()
 	if err != nil {
 		if cc, ok := quicwire.CloseReason(err); ok && cc.Remote {
-			return 0, &RefusedError{Code: cc.Code, Reason: cc.Detail}
+			return 0, nil, &RefusedError{Code: cc.Code, Reason: cc.Detail}
 		}
 		// TLS 1.3: the Edge verifies this Node's certificate after the
 		// Node's handshake is done, so its refusal surfaces here.
-		return 0, fmt.Errorf("register: %w", quicwire.DescribeHandshakeError(err))
+		return 0, nil, fmt.Errorf("register: %w", quicwire.DescribeHandshakeError(err))
 	}
 	resp := f.GetRegisterResponse()
 	switch {
 	case resp == nil:
-		return 0, &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T instead of RegisterResponse", quicwire.ErrUnexpectedFrame, f.GetMsg())}
+		return 0, nil, &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T instead of RegisterResponse", quicwire.ErrUnexpectedFrame, f.GetMsg())}
 	case !resp.GetAccepted():
-		return 0, &RefusedError{Code: quicwire.CloseCode(resp.GetRefusalCode()), Reason: resp.GetRefusalReason()}
+		return 0, nil, &RefusedError{Code: quicwire.CloseCode(resp.GetRefusalCode()), Reason: resp.GetRefusalReason()}
 	case resp.GetGeneration() == 0:
-		return 0, &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: accepted registration without a generation", quicwire.ErrUnexpectedFrame)}
+		return 0, nil, &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: accepted registration without a generation", quicwire.ErrUnexpectedFrame)}
 	}
-	return resp.GetGeneration(), nil
+	return resp.GetGeneration(), resp.GetLeaseSigningKey(), nil
 }
 
 // announce waits for the providers to be up, sends the ready request, and
@@ -403,8 +420,13 @@ func (c *Client) controlLoop(conn *connection, ready *bool) error {
 			})
 			c.log.Info("ready", "generation", conn.sess.Generation())
 		case *wirepb.ControlFrame_CredentialNotice:
-			// Leases arrive with managed credentials (a later issue); until
-			// then there is nothing to revoke.
+			// Revocations and disables take effect before the next lease
+			// is opened (S4).
+			if c.opts.Leases != nil {
+				c.opts.Leases.Apply(m.CredentialNotice)
+			}
+			c.log.Info("credential notice", "revisions", len(m.CredentialNotice.GetCredentialRevisions()),
+				"disabled_profiles", m.CredentialNotice.GetDisabledProfiles(), "disabled_credentials", m.CredentialNotice.GetDisabledCredentials())
 		default:
 			return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T from the edge", quicwire.ErrUnexpectedFrame, m)}
 		}
