@@ -125,8 +125,8 @@ func TestLeaseRefusalsFailClosed(t *testing.T) {
 		req  *wirepb.RunRequest
 	}
 	cases := []struct {
-		name   string
-		reason lease.Reason
+		name    string
+		reason  lease.Reason
 		arrange func(t *testing.T, s *setup)
 	}{
 		{"revoked", lease.Revoked, func(t *testing.T, s *setup) {
