@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -21,6 +23,7 @@ import (
 	"github.com/iop-dev/iop/edged/adminapi"
 	"github.com/iop-dev/iop/edged/auth"
 	"github.com/iop-dev/iop/edged/config"
+	"github.com/iop-dev/iop/edged/credentials"
 	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/edged/metrics"
 	"github.com/iop-dev/iop/edged/nodes"
@@ -69,7 +72,7 @@ func runUntilSignal(app *fx.App, stopTimeout time.Duration) error {
 func edgeModule(cfg *config.Config) fx.Option {
 	return fx.Options(
 		fx.Supply(cfg),
-		fx.Provide(newLogger, newRegistry, newEdgeTLS, newQUICListener, newTransport, newScheduler, newMetrics,
+		fx.Provide(newLogger, newRegistry, newEdgeTLS, newQUICListener, newCredentials, newLeases, newTransport, newScheduler, newMetrics,
 			newAuthenticator, newGateway, newHTTPServer),
 		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: log}
@@ -124,13 +127,32 @@ func newQUICListener(lc fx.Lifecycle, cfg *config.Config, tlsConf *tls.Config) (
 	return ln, nil
 }
 
-func newTransport(cfg *config.Config, reg *nodes.Registry, log *slog.Logger) *transport.Server {
+// newCredentials loads every configured credential from its source (an
+// environment variable or a file); a missing one fails the start.
+func newCredentials(cfg *config.Config) (*credentials.Store, error) {
+	return credentials.New(cfg, nil, nil)
+}
+
+// newLeases makes the lease issuer with a signing key of this process:
+// leases are short-lived and bound to one Node generation, and Nodes learn
+// the key at every registration, so it need not outlive the process.
+func newLeases(store *credentials.Store) (*gateway.Leases, error) {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("lease signing key: %w", err)
+	}
+	return gateway.NewLeases(store, key), nil
+}
+
+func newTransport(cfg *config.Config, reg *nodes.Registry, store *credentials.Store, leases *gateway.Leases, log *slog.Logger) *transport.Server {
 	return transport.NewServer(transport.Options{
-		EdgeID:      cfg.EdgeID,
-		Liveness:    quicwire.DefaultLiveness,
-		Managed:     cfg.Identity.Mode == configs.ModeMTLS,
-		TrustDomain: cfg.Identity.TrustDomain,
-		Logger:      log,
+		EdgeID:          cfg.EdgeID,
+		Liveness:        quicwire.DefaultLiveness,
+		Managed:         cfg.Identity.Mode == configs.ModeMTLS,
+		TrustDomain:     cfg.Identity.TrustDomain,
+		LeaseSigningKey: leases.PublicKey(),
+		Credentials:     store,
+		Logger:          log,
 	}, reg)
 }
 
@@ -190,8 +212,8 @@ func newAuthenticator(cfg *config.Config, log *slog.Logger) (*auth.Authenticator
 	return a, nil
 }
 
-func newGateway(cfg *config.Config, s *sched.Scheduler, srv *transport.Server, m *metrics.Metrics, log *slog.Logger) *gateway.Gateway {
-	return gateway.New(cfg, s, srv, m, log)
+func newGateway(cfg *config.Config, s *sched.Scheduler, srv *transport.Server, m *metrics.Metrics, leases *gateway.Leases, log *slog.Logger) *gateway.Gateway {
+	return gateway.New(cfg, s, srv, m, log).WithLeases(leases)
 }
 
 // httpServer is the Edge's HTTP listener and whether it is serving.
@@ -205,14 +227,15 @@ type httpServer struct {
 // newHTTPServer mounts everything the Edge serves over HTTP on one
 // listener: the client APIs, the admin and health endpoints, the metrics.
 func newHTTPServer(cfg *config.Config, reg *nodes.Registry, s *sched.Scheduler, m *metrics.Metrics,
-	g *gateway.Gateway, authn *auth.Authenticator, log *slog.Logger) *httpServer {
+	g *gateway.Gateway, authn *auth.Authenticator, store *credentials.Store, log *slog.Logger) *httpServer {
 	h := &httpServer{addr: cfg.Listen.HTTP}
 	admin := adminapi.Handler(reg, func() error {
 		if !h.serving.Load() {
 			return errors.New("starting")
 		}
 		return nil
-	}, func() any { return s.Snapshot() })
+	}, func() any { return s.Snapshot() },
+		adminapi.WithCredentials(store), adminapi.WithAuthenticator(authn), adminapi.WithLogger(log))
 	mux := http.NewServeMux()
 	mux.Handle("/admin/", admin)
 	mux.Handle("/healthz", admin)

@@ -29,7 +29,7 @@ func TestHTTPServerMountsOllamaAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := gateway.New(cfg, s, transport.NewServer(transport.Options{EdgeID: "e"}, reg), m, log)
-	h := newHTTPServer(cfg, reg, s, m, g, a, log).srv.Handler
+	h := newHTTPServer(cfg, reg, s, m, g, a, nil, log).srv.Handler
 	tests := []struct {
 		method, path string
 		status       int

@@ -32,11 +32,15 @@ var (
 // sensible and is refused as invalid without being hashed.
 const maxKeyLen = 4096
 
-// Principal is who a request acts as: a name for logs, metrics and leases, and the routes it may
-// use. Its Routes are shared with the Authenticator and must not be modified.
+// Principal is who a request acts as: a name for logs, metrics and leases, the routes it may
+// use, and whether it may change the Edge's state through the admin API. Its Routes are shared
+// with the Authenticator and must not be modified.
 type Principal struct {
 	Name   string
 	Routes []string // route names, or config.AllRoutes ("*") for every route
+	// Admin is config.Principal.Admin: the principal may call the admin endpoints that change
+	// state (revoke, reload, disable, enable). The anonymous principal never is.
+	Admin bool
 }
 
 // MayUse reports whether p may use the route named route.
@@ -44,7 +48,8 @@ func (p Principal) MayUse(route string) bool {
 	return slices.Contains(p.Routes, config.AllRoutes) || slices.Contains(p.Routes, route)
 }
 
-// anonymous is the principal of a request without a key, when the config allows that.
+// anonymous is the principal of a request without a key, when the config allows that. It is
+// never an admin: whoever reaches a loopback listener is not thereby trusted to revoke keys.
 var anonymous = Principal{Name: config.AnonymousPrincipal, Routes: []string{config.AllRoutes}}
 
 // Authenticator maps the API key of a request to its principal. It is immutable after New and
@@ -69,7 +74,7 @@ func New(cfg *config.Config) (*Authenticator, error) {
 	}
 	principals := make(map[string]Principal, len(cfg.Principals))
 	for _, p := range cfg.Principals {
-		principals[p.Name] = Principal{Name: p.Name, Routes: slices.Clone(p.Routes)}
+		principals[p.Name] = Principal{Name: p.Name, Routes: slices.Clone(p.Routes), Admin: p.Admin}
 	}
 	a := &Authenticator{anonymous: cfg.AnonymousAllowed()}
 	seen := make(map[[sha256.Size]byte]bool, len(cfg.API.Keys))

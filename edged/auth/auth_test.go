@@ -181,3 +181,38 @@ func BenchmarkAuthenticate(b *testing.B) {
 		}
 	}
 }
+
+func TestAdminFollowsTheConfigAndAnonymousNeverIs(t *testing.T) {
+	c := keyedConfig(true)
+	c.Principals[0].Admin = true // alice
+	a := mustNew(t, c)
+	c.Principals[1].Admin = true // after New: changes nothing
+	tests := []struct {
+		name   string
+		header string
+		who    string
+		admin  bool
+	}{
+		{"admin principal", aliceKey, "alice", true},
+		{"principal without admin", bobKey, "bob", false},
+		{"anonymous", "", config.AnonymousPrincipal, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/admin/v1/credentials/upstream/revoke", nil)
+			if tt.header != "" {
+				r.Header.Set("Authorization", "Bearer "+tt.header)
+			}
+			p, err := a.Authenticate(r)
+			if err != nil || p.Name != tt.who || p.Admin != tt.admin {
+				t.Errorf("Authenticate = %+v, %v; want %s with admin %v", p, err, tt.who, tt.admin)
+			}
+		})
+	}
+	// With no keys at all, any key acts as anonymous, which is not an admin either.
+	r := httptest.NewRequest("POST", "/admin/v1/credentials/upstream/revoke", nil)
+	r.Header.Set("Authorization", "Bearer sk-anything")
+	if p, err := mustNew(t, config.Default()).Authenticate(r); err != nil || p.Admin {
+		t.Errorf("keyless Edge: %+v, %v; want a non-admin anonymous", p, err)
+	}
+}

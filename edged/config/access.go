@@ -53,12 +53,17 @@ func (k APIKey) Digest() ([sha256.Size]byte, bool) {
 	return d, true
 }
 
-// Principal is one entry of `principals`: a caller of the client APIs, and the routes it may use.
+// Principal is one entry of `principals`: a caller of the client APIs, the routes it may use,
+// and whether it may change the Edge's state through the admin API.
 type Principal struct {
 	Name string `yaml:"name"` // unique; id rules (see configs.CheckID); not AnonymousPrincipal
 	// Routes are the names of the routes this principal may use, or AllRoutes ("*") for all of
 	// them; at least one.
 	Routes []string `yaml:"routes,omitempty"`
+	// Admin lets this principal call the admin endpoints that change state: revoking,
+	// reloading, disabling and enabling credentials and profiles. Default false. The anonymous
+	// principal is never an admin.
+	Admin bool `yaml:"admin,omitempty"`
 }
 
 // AnonymousAllowed reports whether requests without a key are let through as AnonymousPrincipal:

@@ -75,7 +75,7 @@ func TestParseReadsAccessAndRoutes(t *testing.T) {
 	if !reflect.DeepEqual(c.API, want) {
 		t.Errorf("api %+v\nwant %+v", c.API, want)
 	}
-	if want := []Principal{{"alice", []string{"*"}}, {"bob", []string{"llama"}}}; !reflect.DeepEqual(c.Principals, want) {
+	if want := []Principal{{Name: "alice", Routes: []string{"*"}}, {Name: "bob", Routes: []string{"llama"}}}; !reflect.DeepEqual(c.Principals, want) {
 		t.Errorf("principals %+v\nwant %+v", c.Principals, want)
 	}
 	batch := Profile{Name: "batch", Deadline: configs.Duration(time.Hour), QueueTimeout: 0, MaxQueueDepth: DefaultMaxQueueDepth,

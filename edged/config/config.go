@@ -39,7 +39,11 @@ type Config struct {
 	Profiles []Profile `yaml:"profiles,omitempty"`
 	// Routes map the model names clients ask for to a profile and candidate targets.
 	Routes []Route `yaml:"routes,omitempty"`
-	Log    Log     `yaml:"log"`
+	// Credentials are the secrets some model servers need, by reference (an environment
+	// variable or a file); profiles name them, and the Edge leases them to Nodes per dispatch
+	// (see credentials.go). Only in mtls (managed) mode may a profile use one.
+	Credentials []Credential `yaml:"credentials,omitempty"`
+	Log         Log          `yaml:"log"`
 }
 
 // Listen is the `listen` section: the Edge's two listening addresses, as host:port.
@@ -82,6 +86,9 @@ func (c *Config) SetDefaults() {
 	}
 	for i := range c.Routes {
 		c.Routes[i].SetDefaults()
+	}
+	for i := range c.Credentials {
+		c.Credentials[i].SetDefaults()
 	}
 	c.Log.SetDefaults()
 }
@@ -128,22 +135,24 @@ func Parse(data []byte) (*Config, error) {
 // Load reads and parses the file at path; every error names the file
 // ("edge.yaml: identity.ca_file (line 4): required in mtls mode").
 //
-// Relative identity.ca_file, cert_file and key_file are resolved against the directory of path,
-// not the working directory, and made absolute: `ca_file: iop-ca.pem` is the iop-ca.pem next to
-// the configuration file. Absolute paths and empty fields are kept as they are.
+// Relative identity.ca_file, cert_file, key_file and credentials[].file are resolved against the
+// directory of path, not the working directory, and made absolute: `ca_file: iop-ca.pem` is the
+// iop-ca.pem next to the configuration file. Absolute paths and empty fields are kept as they are.
 func Load(path string) (*Config, error) {
 	c, err := configs.Load(path, Parse)
 	if err != nil {
 		return nil, err
 	}
 	c.Identity.ResolvePaths(filepath.Dir(path))
+	c.resolveCredentialPaths(filepath.Dir(path))
 	return c, nil
 }
 
 // Validate reports every problem with c, as a configs.Errors of *configs.Error, or nil. It checks
 // values only; it does not open the certificate files or the listening addresses. Besides each
 // field's own rules it checks that names refer to things that exist: a route's profile, a
-// principal's routes, a key's principal.
+// principal's routes, a key's principal, a profile's credential; and that no profile uses a
+// credential in loopback mode (SPEC S3).
 func (c *Config) Validate() error {
 	var es configs.Errors
 	es.Append(configs.CheckID("edge_id", c.EdgeID))
@@ -156,6 +165,7 @@ func (c *Config) Validate() error {
 	}
 	es.Append(c.validateAccess(httpErr == nil)...)
 	es.Append(c.validateRoutes()...)
+	es.Append(c.validateCredentials()...)
 	es.Append(c.Log.Validate("log")...)
 	return es.Err()
 }

@@ -46,6 +46,12 @@ func FuzzParse(f *testing.F) {
 		loopbackFile + "profiles: [{name: p, response_stall_timeout: 1500us}]\n",
 		loopbackFile + "api: {allow_anonymous: false}\nprincipals: [{name: anonymous, routes: ['*']}]\n",
 		loopbackFile + "routes: [{name: a, model: 'm:latest'}, {name: b, model: m}]\n",
+		credentialFile,
+		strings.Replace(credentialFile, "credential: upstream", "credential: openai", 1),
+		strings.Replace(credentialFile, "kind: bearer", "kind: basic", 1),
+		credentialFile + "  - {name: both, env: K, file: k}\n  - {name: neither}\n  - {name: upstream, env: 'sk-x'}\n",
+		loopbackFile + "credentials: [{name: c, env: KEY}]\nprofiles: [{name: default, credential: c}]\n",
+		loopbackFile + "credentials: [{name: c, file: ./k, kind: bearer}]\nprincipals: [{name: ops, routes: ['*'], admin: true}]\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -48,9 +48,6 @@ const (
 
 // Profile is one entry of `profiles`: the timers and queue limits of the requests on the routes
 // that name it. Each timer has its own owner and its own error (SPEC S5).
-//
-// Credentials for providers that need one (issue 6) will belong to profiles too, as a reference
-// to an environment variable or a file, in a field added here.
 type Profile struct {
 	Name string `yaml:"name"` // unique; id rules (see configs.CheckID)
 	// Deadline is the request's hard deadline, from arrival to its last byte, queueing included;
@@ -73,6 +70,10 @@ type Profile struct {
 	// provider that route selects, including a candidate re-resolved after a failover, gets the
 	// same value. Default 5m; from 1ms to 1h, in whole milliseconds.
 	ResponseStallTimeout configs.Duration `yaml:"response_stall_timeout"`
+	// Credential names an entry of `credentials` whose value the model servers of this profile's
+	// routes need. Each dispatch then carries a lease of it, sealed to the Node (SPEC R11). Empty
+	// (the default) means no credential. Only allowed in mtls (managed) mode (SPEC S3).
+	Credential string `yaml:"credential,omitempty"`
 }
 
 // DefaultProfile returns the profile named DefaultProfileName with every default, which is what

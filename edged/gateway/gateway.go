@@ -36,12 +36,21 @@ type Gateway struct {
 	log     *slog.Logger
 	ids     atomic.Uint64
 	prefix  string
+	leases  *Leases
 }
 
 // New returns a gateway.
 func New(cfg *config.Config, s *sched.Scheduler, srv *transport.Server, m *metrics.Metrics, log *slog.Logger) *Gateway {
 	return &Gateway{cfg: cfg, sched: s, srv: srv, metrics: m, log: log,
 		prefix: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)}
+}
+
+// WithLeases makes the gateway issue credential leases for the profiles
+// that name a credential; without it such requests fail with
+// ErrCredentialUnavailable. Call it before serving.
+func (g *Gateway) WithLeases(l *Leases) *Gateway {
+	g.leases = l
+	return g
 }
 
 // NewID returns a new request id with the given prefix ("run", "tun").

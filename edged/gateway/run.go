@@ -23,6 +23,7 @@ type Run struct {
 	Plan Plan
 
 	g      *Gateway
+	p      auth.Principal
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stop   context.CancelFunc // releases the deadline timer
@@ -45,7 +46,7 @@ func (g *Gateway) StartRun(ctx context.Context, p auth.Principal, model string, 
 	if err != nil {
 		return nil, err
 	}
-	r := &Run{ID: g.NewID("run"), Plan: plan, g: g}
+	r := &Run{ID: g.NewID("run"), Plan: plan, g: g, p: p}
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	deadline := time.Now().Add(time.Duration(plan.Profile.Deadline))
 	r.ctx, r.stop = context.WithDeadline(r.ctx, deadline)
@@ -77,6 +78,12 @@ func (r *Run) start() error {
 		c := slot.Candidate
 		req := proto.Clone(r.req).(*wirepb.RunRequest)
 		req.Provider, req.Adapter, req.Target = c.Provider, c.Adapter, c.Target
+		deadline, _ := r.ctx.Deadline()
+		req.SealedLease, req.Binding, err = r.g.seal(r.p, r.Plan, fmt.Sprintf("%s#%d", r.ID, attempt), c, slot.Conn(), deadline)
+		if err != nil {
+			slot.Release()
+			return err // no other credential, no other way (S4)
+		}
 		rs, err := r.g.srv.Run(r.ctx, c.NodeID, req)
 		if err == nil {
 			var ev *wirepb.RunEvent

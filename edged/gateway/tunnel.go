@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -65,6 +66,12 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 		c := slot.Candidate
 		r := proto.Clone(base).(*wirepb.TunnelRequest)
 		r.Provider, r.Target = c.Provider, c.Target
+		r.SealedLease, r.Binding, err = g.seal(p, plan, fmt.Sprintf("%s#%d", t.ID, attempt), c, slot.Conn(), deadline)
+		if err != nil {
+			slot.Release()
+			t.Close()
+			return nil, err // no other credential, no other way (S4)
+		}
 		ts, err := g.srv.Tunnel(t.ctx, c.NodeID, r, bytes.NewReader(body))
 		if err == nil {
 			var head *wirepb.TunnelResponseHead

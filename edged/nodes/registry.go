@@ -144,6 +144,14 @@ func (c *Conn) FencedAt() time.Time {
 	return c.fencedAt
 }
 
+// Identity is the connection's verified workload identity (a SPIFFE URI),
+// or "loopback" for an unauthenticated single-machine connection.
+func (c *Conn) Identity() string { return c.info.Identity }
+
+// Verified reports whether the Node's identity was verified by mutual TLS
+// (S3): only such a connection is issued credential leases.
+func (c *Conn) Verified() bool { return c.info.Identity != "" && c.info.Identity != "loopback" }
+
 // LeaseKey is the X25519 key the Node registered for sealed leases.
 func (c *Conn) LeaseKey() []byte { return c.info.LeaseKey }
 

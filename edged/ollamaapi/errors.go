@@ -111,6 +111,9 @@ func startError(err, cause error, model string) *apiError {
 		return errDeadline
 	case errors.Is(err, gateway.ErrForbidden):
 		return modelNotFound(model)
+	case errors.Is(err, gateway.ErrCredentialUnavailable):
+		return &apiError{status: http.StatusServiceUnavailable, code: "credential_unavailable",
+			message: "the request's provider credential cannot be used now: " + err.Error()}
 	case errors.As(err, &refusal):
 		e := &apiError{status: http.StatusServiceUnavailable, code: refusal.Reason, refusal: refusal.Reason, message: refusal.Error()}
 		if refusal.Busy() {
@@ -184,6 +187,8 @@ func terminalError(te *transport.TunnelError, cause error) *apiError {
 		e.status, e.message = http.StatusNotFound, with("the provider does not have the model")
 	case wirepb.FailureKind_FAILURE_KIND_RATE_LIMITED:
 		e.status, e.message = http.StatusTooManyRequests, with("the provider is rate limited")
+	case wirepb.FailureKind_FAILURE_KIND_LEASE_REJECTED:
+		e.message = with("the Node refused the credential lease (" + f.GetReason() + ")")
 	case wirepb.FailureKind_FAILURE_KIND_UNAUTHENTICATED:
 		// The provider refused the Node's credentials, not the client's.
 		e.code, e.message = "upstream_unauthenticated", with("the provider refused its credentials")

@@ -134,6 +134,9 @@ func startError(err, cause error, model string) *apiError {
 		return errDeadline
 	case errors.Is(err, gateway.ErrForbidden):
 		return modelNotFound(model)
+	case errors.Is(err, gateway.ErrCredentialUnavailable):
+		return &apiError{status: http.StatusServiceUnavailable, typ: typeServer, code: "credential_unavailable",
+			message: "The request's provider credential cannot be used now: " + err.Error()}
 	case errors.As(err, &refusal):
 		e := &apiError{status: http.StatusServiceUnavailable, typ: typeServer, code: refusal.Reason,
 			refusal: refusal.Reason, message: refusal.Error()}
@@ -198,6 +201,8 @@ func terminalError(ev *wirepb.RunEvent, cause error) *apiError {
 		e.status, e.typ, e.message = http.StatusNotFound, typeInvalidRequest, with("The provider does not have the model")
 	case wirepb.FailureKind_FAILURE_KIND_RATE_LIMITED:
 		e.status, e.typ, e.message = http.StatusTooManyRequests, typeRateLimit, with("The provider is rate limited")
+	case wirepb.FailureKind_FAILURE_KIND_LEASE_REJECTED:
+		e.message = with("The Node refused the credential lease (" + f.GetReason() + ")")
 	case wirepb.FailureKind_FAILURE_KIND_UNAUTHENTICATED:
 		// The provider refused the Node's credentials, not the client's.
 		e.code, e.message = "upstream_unauthenticated", with("The provider refused its credentials")

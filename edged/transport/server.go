@@ -37,10 +37,21 @@ type Options struct {
 	// LeaseSigningKey is the Ed25519 key Nodes learn at registration to
 	// check sealed leases.
 	LeaseSigningKey ed25519.PublicKey
+	// Credentials, if set, is the state of credentials and profiles that
+	// every connected Node is told on its control stream (CredentialNotice):
+	// right after registration, and again at every change.
+	Credentials CredentialState
 	// RegisterTimeout bounds the wait for the control stream and the
 	// RegisterRequest after the handshake. Default 10 s.
 	RegisterTimeout time.Duration
 	Logger          *slog.Logger
+}
+
+// CredentialState is the Edge's credential revocations and disables
+// (edged/credentials.Store implements it).
+type CredentialState interface {
+	Notice() *wirepb.CredentialNotice
+	Changed() <-chan struct{}
 }
 
 // Server accepts Node connections. Create it with NewServer, run Serve, and
@@ -207,10 +218,33 @@ func (s *Server) handle(ctx context.Context, qc *quic.Conn) {
 	hctx, stop := context.WithCancel(qc.Context())
 	defer stop()
 	go hb.Run(hctx)
+	if s.opts.Credentials != nil {
+		go s.sendNotices(hctx, conn, cs)
+	}
 	err = s.controlLoop(conn, cs, hb)
 	s.fenceFor(conn, err)
 	code, detail, _ := conn.FenceReason()
 	log.Info("node connection fenced", "reason", code.String(), "detail", detail)
+}
+
+// sendNotices tells the Node the credential state now, and again at every
+// change, until ctx ends. It goes out right after registration, before the
+// ready handshake, so the Node knows every revocation before its first
+// lease.
+func (s *Server) sendNotices(ctx context.Context, conn *nodes.Conn, cs *quicwire.ControlStream) {
+	for {
+		changed := s.opts.Credentials.Changed()
+		n := s.opts.Credentials.Notice()
+		if err := cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_CredentialNotice{CredentialNotice: n}}); err != nil {
+			return
+		}
+		s.log.Debug("credential notice sent", "node", conn.NodeID(), "generation", conn.Generation())
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }
 
 // peerIdentity returns the verified workload identity of the peer, or
