@@ -320,6 +320,17 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 	return ready, err
 }
 
+// registerError explains why sending the registration or reading its answer
+// failed. TLS 1.3: the Edge verifies this Node's certificate after the
+// Node's handshake is done, so its refusal surfaces here, on the send or on
+// the read, whichever the connection's end reaches first.
+func registerError(err error) error {
+	if cc, ok := quicwire.CloseReason(err); ok && cc.Remote && cc.Transport == nil {
+		return &RefusedError{Code: cc.Code, Reason: cc.Detail}
+	}
+	return fmt.Errorf("register: %w", quicwire.DescribeHandshakeError(err))
+}
+
 // register sends the RegisterRequest and reads the answer.
 func (c *Client) register(st *quic.Stream, cs *quicwire.ControlStream) (gen uint64, edgeKey ed25519.PublicKey, err error) {
 	err = cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterRequest{RegisterRequest: &wirepb.RegisterRequest{
@@ -331,18 +342,13 @@ func (c *Client) register(st *quic.Stream, cs *quicwire.ControlStream) (gen uint
 		Labels:          c.opts.Labels,
 	}}})
 	if err != nil {
-		return 0, nil, fmt.Errorf("register: %w", err)
+		return 0, nil, registerError(err)
 	}
 	_ = st.SetReadDeadline(time.Now().Add(quicwire.HandshakeTimeout))
 	defer st.SetReadDeadline(time.Time{})
 	f, err := cs.Recv()
 	if err != nil {
-		if cc, ok := quicwire.CloseReason(err); ok && cc.Remote {
-			return 0, nil, &RefusedError{Code: cc.Code, Reason: cc.Detail}
-		}
-		// TLS 1.3: the Edge verifies this Node's certificate after the
-		// Node's handshake is done, so its refusal surfaces here.
-		return 0, nil, fmt.Errorf("register: %w", quicwire.DescribeHandshakeError(err))
+		return 0, nil, registerError(err)
 	}
 	resp := f.GetRegisterResponse()
 	switch {
