@@ -157,6 +157,21 @@ func TestStallEvidenceReachesTheClientAndSelection(t *testing.T) {
 	if _, stalls := f.provider(t, "n1"); stalls[stallModel] != 1 {
 		t.Errorf("stalls against the target = %v, want 1", stalls)
 	}
+	// A request that completes there (here a raw tunnel) clears the count.
+	f.heal("n1")
+	resp, err := http.Post(f.base+"/api/chat", "application/json", strings.NewReader(chatJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"done":true`) {
+		t.Fatalf("tunnel after healing: %d %s", resp.StatusCode, b)
+	}
+	if _, stalls := f.provider(t, "n1"); stalls[stallModel] != 0 {
+		t.Errorf("stalls against the target after a completed request = %v, want none", stalls)
+	}
+	f.stall("n1", 2)
 
 	// Down for the probe too: the server stops answering new requests
 	// while the stream it already serves is stuck.

@@ -57,6 +57,7 @@ func (e *TunnelError) Unwrap() error { return e.Err }
 // the Tunnel's ctx may happen anywhere.
 type TunnelStream struct {
 	d    *Dispatched
+	req  *wirepb.TunnelRequest
 	ctx  context.Context
 	stop func() bool
 
@@ -87,7 +88,7 @@ func (s *Server) Tunnel(ctx context.Context, nodeID string, req *wirepb.TunnelRe
 	if err != nil {
 		return nil, err
 	}
-	t := &TunnelStream{d: d, ctx: ctx}
+	t := &TunnelStream{d: d, req: req, ctx: ctx}
 	t.stop = context.AfterFunc(ctx, func() { d.Cancel(quicwire.StreamCancelled) })
 	if body == nil {
 		if d.CloseSend() == nil {
@@ -278,8 +279,13 @@ func (t *TunnelStream) end(term *wirepb.TunnelTerminal, cause error) {
 	} else {
 		t.err = &TunnelError{Outcome: term.GetOutcome(), Failure: term.GetFailure(), Stall: term.GetStall(), Err: cause}
 	}
-	if term.GetOutcome() == wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED {
+	switch term.GetOutcome() {
+	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED:
 		t.d.observe(term.GetStall())
+	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED:
+		if !t.req.GetMetadata() {
+			t.d.srv.reg.ObserveCompleted(t.d.Conn, t.req.GetProvider(), t.req.GetTarget())
+		}
 	}
 	switch {
 	case term.GetFailure().GetKind() == wirepb.FailureKind_FAILURE_KIND_PROTOCOL && cause != nil:
