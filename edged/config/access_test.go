@@ -201,14 +201,7 @@ func TestValidateAccessAndRoutes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := accessConfig()
 			tt.change(c)
-			err := c.Validate()
-			var es configs.Errors
-			if !errors.As(err, &es) || len(es) != 1 {
-				t.Fatalf("Validate() = %v, want exactly one problem", err)
-			}
-			if es[0].Path != tt.path || !strings.Contains(es[0].Reason, tt.reason) {
-				t.Errorf("got %q: %q\nwant %q: containing %q", es[0].Path, es[0].Reason, tt.path, tt.reason)
-			}
+			wantOneProblem(t, c.Validate(), tt.path, tt.reason)
 		})
 	}
 }

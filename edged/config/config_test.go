@@ -108,15 +108,21 @@ func TestValidateReportsFieldAndReason(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := mtlsConfig()
 			tt.change(c)
-			err := c.Validate()
-			var es configs.Errors
-			if !errors.As(err, &es) || len(es) != 1 {
-				t.Fatalf("Validate() = %v, want exactly one problem", err)
-			}
-			if es[0].Path != tt.path || !strings.Contains(es[0].Reason, tt.reason) {
-				t.Errorf("got %q: %q\nwant %q: containing %q", es[0].Path, es[0].Reason, tt.path, tt.reason)
-			}
+			wantOneProblem(t, c.Validate(), tt.path, tt.reason)
 		})
+	}
+}
+
+// wantOneProblem checks that err reports exactly one problem, at path, with
+// a reason containing reason.
+func wantOneProblem(t *testing.T, err error, path, reason string) {
+	t.Helper()
+	var es configs.Errors
+	if !errors.As(err, &es) || len(es) != 1 {
+		t.Fatalf("Validate() = %v, want exactly one problem", err)
+	}
+	if es[0].Path != path || !strings.Contains(es[0].Reason, reason) {
+		t.Errorf("got %q: %q\nwant %q: containing %q", es[0].Path, es[0].Reason, path, reason)
 	}
 }
 
