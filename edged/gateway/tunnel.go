@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -33,11 +35,21 @@ type Tunnel struct {
 	ended  bool // Read returned its final error
 }
 
+// TunnelBody makes a tunnel's request body for one candidate, given its
+// target (the model's name on that provider): a client API whose body names
+// the model can put the target there, for a route whose target is not the
+// name the client asked for. StartTunnel calls it once per attempt, in
+// order, on the caller's goroutine, so the tunnel it returns carries the
+// body of the last call; an error from it ends StartTunnel with that error.
+type TunnelBody func(target string) ([]byte, error)
+
 // StartTunnel resolves model for principal p among providers of adapter,
-// and relays req with body to one of them, moving to another candidate
-// while nothing has come back (a Node lost or refusing before the response
-// head). body is held in memory so that it can be sent again.
-func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adapter string, req *wirepb.TunnelRequest, body []byte) (*Tunnel, error) {
+// and relays req with a body made by body to one of them, moving to another
+// candidate (with a body made for its target) while nothing has come back:
+// a Node lost or refusing before the response head. The body is held in
+// memory so that it can be sent again. The request's Content-Length header
+// is set to the length of each body sent, whatever req said.
+func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adapter string, req *wirepb.TunnelRequest, body TunnelBody) (*Tunnel, error) {
 	plan, err := g.Resolve(p, model, adapter)
 	if err != nil {
 		return nil, err
@@ -64,15 +76,22 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 			return nil, err
 		}
 		c := slot.Candidate
+		b, err := body(c.Target)
+		if err != nil {
+			slot.Release()
+			t.Close()
+			return nil, err
+		}
 		r := proto.Clone(base).(*wirepb.TunnelRequest)
 		r.Provider, r.Target = c.Provider, c.Target
+		setContentLength(r, len(b))
 		r.SealedLease, r.Binding, err = g.seal(p, plan, fmt.Sprintf("%s#%d", t.ID, attempt), c, slot.Conn(), deadline)
 		if err != nil {
 			slot.Release()
 			t.Close()
 			return nil, err // no other credential, no other way (S4)
 		}
-		ts, err := g.srv.Tunnel(t.ctx, c.NodeID, r, bytes.NewReader(body))
+		ts, err := g.srv.Tunnel(t.ctx, c.NodeID, r, bytes.NewReader(b))
 		if err == nil {
 			var head *wirepb.TunnelResponseHead
 			if head, err = ts.Head(); err == nil {
@@ -100,6 +119,19 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 	}
 	t.Close()
 	return nil, lastErr
+}
+
+// setContentLength makes r's Content-Length header say n, the length of
+// the body that goes with it, in place of any the client sent: the body may
+// have been rewritten for the candidate's target.
+func setContentLength(r *wirepb.TunnelRequest, n int) {
+	hs := r.Headers[:0]
+	for _, h := range r.Headers {
+		if !strings.EqualFold(h.GetName(), "Content-Length") {
+			hs = append(hs, h)
+		}
+	}
+	r.Headers = append(hs, &wirepb.Header{Name: "Content-Length", Value: strconv.Itoa(n)})
 }
 
 // tunnelFailoverable reports whether a tunnel that ended before its head

@@ -194,3 +194,47 @@ func TestOfficialClientSeesErrorsBeforeOutput(t *testing.T) {
 		})
 	}
 }
+
+// TestOfficialClientSeesStreamWithoutDoneLine (R3, issue 10 item 8): a
+// provider stream that just stops, its tunnel completed, is an error from
+// Chat and Generate (the client alone would report success), after the
+// chunks that came.
+func TestOfficialClientSeesStreamWithoutDoneLine(t *testing.T) {
+	c, _ := officialClient(t, &fakeRunner{pieces: []piece{
+		line(`{"model":"m1","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"Hel"},"response":"Hel","done":false}`),
+	}})
+	var content strings.Builder
+	err := c.Chat(t.Context(), &api.ChatRequest{Model: "m1", Messages: []api.Message{{Role: "user", Content: "hi"}}},
+		func(r api.ChatResponse) error { content.WriteString(r.Message.Content); return nil })
+	if err == nil || err.Error() != errIncomplete.message {
+		t.Errorf("chat err = %v, want %q", err, errIncomplete.message)
+	}
+	if content.String() != "Hel" {
+		t.Errorf("content before the error %q", content.String())
+	}
+	err = c.Generate(t.Context(), &api.GenerateRequest{Model: "m1", Prompt: "hi"}, func(api.GenerateResponse) error { return nil })
+	if err == nil || err.Error() != errIncomplete.message {
+		t.Errorf("generate err = %v, want %q", err, errIncomplete.message)
+	}
+}
+
+// TestOfficialClientThroughAnAliasRoute (P2, issue 10 item 8): a client
+// asking for "fast", on a route whose target is "llama3.2:latest", gets
+// every chunk named "fast", while the provider was asked for the target.
+func TestOfficialClientThroughAnAliasRoute(t *testing.T) {
+	c, e := officialClient(t, &fakeRunner{targets: []string{"llama3.2:latest"}, pieces: []piece{
+		line(`{"model":"llama3.2:latest","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"Hi"},"done":false}`),
+		line(`{"model":"llama3.2:latest","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop"}`),
+	}})
+	var models []string
+	err := c.Chat(t.Context(), &api.ChatRequest{Model: "fast", Messages: []api.Message{{Role: "user", Content: "hi"}}},
+		func(r api.ChatResponse) error { models = append(models, r.Model); return nil })
+	if err != nil || strings.Join(models, ",") != "fast,fast" {
+		t.Errorf("chunks named %v, %v; want fast,fast", models, err)
+	}
+	s := e.runner.start(t)
+	var sent api.ChatRequest
+	if err := json.Unmarshal(s.body, &sent); err != nil || sent.Model != "llama3.2:latest" || len(sent.Messages) != 1 || sent.Messages[0].Content != "hi" {
+		t.Errorf("the provider got %s (%v)", s.body, err)
+	}
+}

@@ -23,7 +23,7 @@ type gatewayRunner struct {
 
 var _ Runner = gatewayRunner{}
 
-func (gr gatewayRunner) StartTunnel(ctx context.Context, p auth.Principal, model string, req *wirepb.TunnelRequest, body []byte) (Tunnel, error) {
+func (gr gatewayRunner) StartTunnel(ctx context.Context, p auth.Principal, model string, req *wirepb.TunnelRequest, body gateway.TunnelBody) (Tunnel, error) {
 	t, err := gr.g.StartTunnel(ctx, p, model, Adapter, req, body)
 	if err != nil {
 		return nil, err

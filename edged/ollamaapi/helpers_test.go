@@ -56,6 +56,7 @@ type fakeRunner struct {
 	deadline    time.Duration // the tunnel's hard deadline; 0 for none
 	idle        time.Duration // the profile's idle timeout
 	forbidden   []string      // models the principal may not use
+	targets     []string      // the candidates' targets StartTunnel tries, in order; nil: the model's name
 	replies     map[string][]gateway.MetadataReply
 
 	mu      sync.Mutex
@@ -66,14 +67,28 @@ type fakeRunner struct {
 
 // started is one StartTunnel call.
 type started struct {
-	model string
-	req   *wirepb.TunnelRequest
-	body  []byte
+	model  string
+	req    *wirepb.TunnelRequest
+	body   []byte   // the body of the candidate tried last
+	bodies []string // the body made for each target tried, in order
 }
 
-func (f *fakeRunner) StartTunnel(ctx context.Context, p auth.Principal, model string, req *wirepb.TunnelRequest, body []byte) (Tunnel, error) {
+func (f *fakeRunner) StartTunnel(ctx context.Context, p auth.Principal, model string, req *wirepb.TunnelRequest, body gateway.TunnelBody) (Tunnel, error) {
+	targets := f.targets
+	if targets == nil {
+		targets = []string{model}
+	}
+	s := started{model: model, req: req}
+	for _, target := range targets { // as the gateway does, one call per candidate tried
+		b, err := body(target)
+		if err != nil {
+			return nil, err
+		}
+		s.body = b
+		s.bodies = append(s.bodies, string(b))
+	}
 	f.mu.Lock()
-	f.starts = append(f.starts, started{model, req, body})
+	f.starts = append(f.starts, s)
 	f.mu.Unlock()
 	if f.startBlocks {
 		<-ctx.Done()

@@ -14,12 +14,16 @@
 //
 // The tunnelled endpoints are not translated: the provider's own request
 // and answer pass through, minus hop-by-hop headers and the client's key to
-// the Edge. What the package adds is the failure handling Ollama's clients
-// need. Every error has Ollama's shape, {"error":"..."}: before output as
-// an HTTP status, after it as one more NDJSON line. The official Ollama Go
-// client treats a stream that just stops as a success, so a tunnel that
-// ends with anything but a completed terminal after output started always
-// gets that line: never a silent end.
+// the Edge. One name is changed: through an alias route (the client's model
+// name is not the chosen target's) the provider is asked for the target,
+// and the answer gives the client its own name back (alias.go). What the
+// package adds is the failure handling Ollama's clients need. Every error
+// has Ollama's shape, {"error":"..."}: before output as an HTTP status,
+// after it as one more NDJSON line. The official Ollama Go client treats a
+// stream that just stops as a success, so a tunnel that ends with anything
+// but a completed terminal after output started always gets that line, and
+// so does a completed chat or generate stream without its done line
+// (ending.go): never a silent end.
 //
 // Statuses before output: 400 for a body without a model or that is not
 // JSON; 401 for a bad or missing key; 404 `model "X" not found`, also for a
@@ -61,10 +65,11 @@ const Adapter = "ollama"
 // Runner is what the handlers need from the gateway; tests fake it.
 type Runner interface {
 	// StartTunnel resolves model for p among Ollama providers and relays
-	// req with body to one, as gateway.Gateway.StartTunnel does: it
-	// returns once a response head came back, moving to another candidate
-	// while none has. The tunnel's context derives from ctx.
-	StartTunnel(ctx context.Context, p auth.Principal, model string, req *wirepb.TunnelRequest, body []byte) (Tunnel, error)
+	// req with a body made by body for the chosen candidate's target to
+	// one, as gateway.Gateway.StartTunnel does: it returns once a response
+	// head came back, moving to another candidate while none has. The
+	// tunnel's context derives from ctx.
+	StartTunnel(ctx context.Context, p auth.Principal, model string, req *wirepb.TunnelRequest, body gateway.TunnelBody) (Tunnel, error)
 	// Profile is the profile a request by p for model runs under; an
 	// error wrapping gateway.ErrForbidden when p may not use it.
 	Profile(p auth.Principal, model string) (config.Profile, error)

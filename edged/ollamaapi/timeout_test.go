@@ -71,10 +71,10 @@ func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
 func TestIdleTimerRestartsOnEveryByte(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t, &fakeRunner{idle: 10 * time.Second, pieces: []piece{
-			after(8*time.Second, line("a")), after(8*time.Second, line("b")), after(8*time.Second, line("c")),
+			after(8*time.Second, line("a")), after(8*time.Second, line("b")), after(8*time.Second, line(`{"done":true}`)),
 		}})
 		w := e.do(req(http.MethodPost, "/api/chat", chatBody))
-		if w.Code != 200 || w.Body.String() != "a\nb\nc\n" {
+		if w.Code != 200 || w.Body.String() != "a\nb\n{\"done\":true}\n" {
 			t.Fatalf("status %d: %s", w.Code, w.Body)
 		}
 	})

@@ -104,6 +104,13 @@ type exchange struct {
 	started bool // the head and a byte have gone to the client
 	status  int  // the provider's status, once started
 	last    byte // the last byte sent: an error line must start a line
+
+	// target is the name the provider got in place of the client's, for
+	// an alias route (see bodyFor); "" when it got the client's.
+	target string
+	rename *renamer   // gives the answer the client's name back; nil unless target is set
+	lines  *lineWatch // the stream's last line, when it must be final; else nil
+	failed bool       // the stream ended with the provider's own error line
 }
 
 // readBody reads the whole request body and the model it names.
@@ -152,7 +159,7 @@ func (x *exchange) serve(body []byte) *apiError {
 		defer x.idle.Stop()
 	}
 
-	t, err := x.h.runner.StartTunnel(x.ctx, x.p, x.model, tunnelRequest(x.r, len(body)), body)
+	t, err := x.h.runner.StartTunnel(x.ctx, x.p, x.model, tunnelRequest(x.r), x.bodyFor(body))
 	if err != nil {
 		return startError(err, context.Cause(x.ctx), x.model)
 	}
@@ -180,40 +187,84 @@ func (x *exchange) serve(body []byte) *apiError {
 // so NDJSON lines reach the client as the provider flushed them; a client
 // that reads slowly blocks the write and so slows the Node. The head is
 // committed with the first byte, so that a tunnel that ends before any is
-// answered with a fitting HTTP error instead.
+// answered with a fitting HTTP error instead. A completed chat or generate
+// stream without its final line is an error too (see lineWatch).
 func (x *exchange) relay(t Tunnel) *apiError {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	rc := http.NewResponseController(x.w)
+	if x.target != "" {
+		x.rename = newRenamer(x.target, x.model)
+	}
+	if watchesEnding(x.route, t.Head()) {
+		x.lines = &lineWatch{}
+	}
 	for {
 		n, err := t.Read(*bp)
-		if n > 0 {
-			if !x.send(rc, (*bp)[:n]) {
-				x.stop(ErrClientGone)
-				return errGone
-			}
+		if n > 0 && !x.forward(rc, (*bp)[:n]) {
+			x.stop(ErrClientGone)
+			return errGone
 		}
-		switch {
-		case err == nil:
-		case errors.Is(err, io.EOF):
-			if !x.started {
-				x.begin() // a head without a body
-			}
-			return nil
-		default:
-			e := relayError(err, x.why())
-			if x.started && e != errGone {
-				// Output started: the error goes in-stream, on a line of
-				// its own, so the client does not take the end for success.
-				if x.last != '\n' {
-					_, _ = x.w.Write([]byte{'\n'})
-				}
-				_, _ = x.w.Write(e.line())
-				_ = rc.Flush()
-			}
-			return e
+		if err == nil {
+			continue
 		}
+		if x.rename != nil && !x.pass(rc, x.rename.flush()) {
+			x.stop(ErrClientGone)
+			return errGone
+		}
+		var e *apiError
+		if errors.Is(err, io.EOF) {
+			e = x.incomplete()
+		} else {
+			e = relayError(err, x.why())
+		}
+		if e == nil && !x.started {
+			x.begin() // a head without a body
+		}
+		if x.started && e != nil && e != errGone {
+			// Output started: the error goes in-stream, on a line of its
+			// own, so the client does not take the end for success.
+			if x.last != '\n' {
+				_, _ = x.w.Write([]byte{'\n'})
+			}
+			_, _ = x.w.Write(e.line())
+			_ = rc.Flush()
+		}
+		return e
 	}
+}
+
+// forward passes one read on: noted for the final line, renamed for an
+// alias, sent.
+func (x *exchange) forward(rc *http.ResponseController, p []byte) bool {
+	if x.lines != nil {
+		x.lines.see(p)
+	}
+	if x.rename != nil {
+		p = x.rename.rename(p)
+	}
+	return x.pass(rc, p)
+}
+
+// pass sends p unless it is empty (a read the renamer holds back whole).
+func (x *exchange) pass(rc *http.ResponseController, p []byte) bool {
+	return len(p) == 0 || x.send(rc, p)
+}
+
+// incomplete judges a completed stream: errIncomplete if it had to end
+// with a final line and did not.
+func (x *exchange) incomplete() *apiError {
+	if x.lines == nil {
+		return nil
+	}
+	switch x.lines.ending() {
+	case endDone:
+		return nil
+	case endError:
+		x.failed = true // relayed as the provider wrote it
+		return nil
+	}
+	return errIncomplete
 }
 
 // send writes p and flushes it, committing the head first; it reports
@@ -258,8 +309,9 @@ func (x *exchange) begin() {
 }
 
 // tunnelRequest is what goes to the provider: the method, path and query
-// as the client sent them, and its headers minus those not forwarded.
-func tunnelRequest(r *http.Request, bodyLen int) *wirepb.TunnelRequest {
+// as the client sent them, and its headers minus those not forwarded. The
+// gateway adds the Content-Length of the body it sends.
+func tunnelRequest(r *http.Request) *wirepb.TunnelRequest {
 	req := &wirepb.TunnelRequest{Method: r.Method, Path: r.URL.RequestURI()}
 	var hs []*wirepb.Header
 	for name, vs := range r.Header {
@@ -274,7 +326,6 @@ func tunnelRequest(r *http.Request, bodyLen int) *wirepb.TunnelRequest {
 			req.Headers = append(req.Headers, kv)
 		}
 	}
-	req.Headers = append(req.Headers, &wirepb.Header{Name: "Content-Length", Value: strconv.Itoa(bodyLen)})
 	return req
 }
 
@@ -329,7 +380,7 @@ func (x *exchange) end(e *apiError) {
 		case e != errGone:
 			level = slog.LevelWarn // the client saw part of an answer, then an error
 		}
-	case x.status >= 400:
+	case x.status >= 400 || x.failed:
 		outcome = "provider_error" // relayed as the provider answered
 	}
 	x.h.count(x.route, outcome)
@@ -347,6 +398,9 @@ func (x *exchange) end(e *apiError) {
 		slog.String("outcome", outcome), slog.Duration("elapsed", time.Since(x.arrived))}
 	if x.model != "" {
 		attrs = append(attrs, slog.String("model", x.model))
+	}
+	if x.target != "" {
+		attrs = append(attrs, slog.String("target", x.target))
 	}
 	if x.tun != nil {
 		attrs = append(attrs, slog.String("tunnel_id", x.tun.ID()))
