@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
@@ -29,6 +30,7 @@ import (
 	"github.com/iop-dev/iop/edged/nodes"
 	"github.com/iop-dev/iop/edged/ollamaapi"
 	"github.com/iop-dev/iop/edged/openaiapi"
+	"github.com/iop-dev/iop/edged/resetkey"
 	"github.com/iop-dev/iop/edged/sched"
 	"github.com/iop-dev/iop/edged/transport"
 	"github.com/iop-dev/iop/quicwire"
@@ -117,13 +119,40 @@ func newEdgeTLS(cfg *config.Config, log *slog.Logger) (*tls.Config, error) {
 }
 
 // newQUICListener binds the Node-facing QUIC listener at construction, so
-// a taken port fails the start and the bound address is known.
-func newQUICListener(lc fx.Lifecycle, cfg *config.Config, tlsConf *tls.Config) (*quic.Listener, error) {
-	ln, err := quic.ListenAddr(cfg.Listen.QUIC, tlsConf, quicwire.EdgeQUICConfig(quicwire.DefaultLiveness))
+// a taken port fails the start and the bound address is known. Its
+// transport has the Edge's stateless reset key (see edged/resetkey), so
+// that after a restart Nodes learn at once that their connections are gone.
+func newQUICListener(lc fx.Lifecycle, cfg *config.Config, tlsConf *tls.Config, log *slog.Logger) (*quic.Listener, error) {
+	var identityKey crypto.PrivateKey
+	if cfg.Identity.Mode == configs.ModeMTLS && len(tlsConf.Certificates) > 0 {
+		identityKey = tlsConf.Certificates[0].PrivateKey
+	}
+	key, source, err := resetkey.Load(cfg.DataDir, identityKey)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := net.ResolveUDPAddr("udp", cfg.Listen.QUIC)
 	if err != nil {
 		return nil, fmt.Errorf("listen.quic %s: %w", cfg.Listen.QUIC, err)
 	}
-	lc.Append(fx.StopHook(ln.Close))
+	udp, err := net.ListenUDP("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen.quic %s: %w", cfg.Listen.QUIC, err)
+	}
+	tr := quicwire.EdgeTransport(udp, key)
+	ln, err := tr.Listen(tlsConf, quicwire.EdgeQUICConfig(quicwire.DefaultLiveness))
+	if err != nil {
+		tr.Close()
+		udp.Close()
+		return nil, fmt.Errorf("listen.quic %s: %w", cfg.Listen.QUIC, err)
+	}
+	log.Info("quic stateless reset key", "source", string(source))
+	lc.Append(fx.StopHook(func() error {
+		err := ln.Close()
+		tr.Close()
+		udp.Close()
+		return err
+	}))
 	return ln, nil
 }
 

@@ -80,6 +80,23 @@ func (h *Heartbeat) ping() bool {
 	return err == nil
 }
 
+// Probe sends a heartbeat now, ahead of the schedule, unless one is
+// already waiting for its answer; it reports whether it sent one. The
+// owner calls it when the peer falls silent (SilenceWatch): the response
+// wait then runs from the silence, not from the next tick, and the
+// heartbeat still decides the verdict (R8, R9). The heartbeat's frame is
+// also what draws a stateless reset from a restarted Edge
+// (EdgeConnectionIDLength). The regular schedule is unchanged.
+func (h *Heartbeat) Probe() bool {
+	h.mu.Lock()
+	if h.expired || len(h.pending) > 0 {
+		h.mu.Unlock()
+		return false
+	}
+	h.mu.Unlock()
+	return h.ping()
+}
+
 // Acked handles the peer's HeartbeatAck. Acks come in order on one stream,
 // so an ack for seq also settles every earlier heartbeat. An ack for a
 // heartbeat never sent is ignored.

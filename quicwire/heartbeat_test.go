@@ -455,5 +455,9 @@ func TestIdleTimeoutLeavesRoomForTheHeartbeatVerdict(t *testing.T) {
 		if ka := l.KeepAlive(); ka <= 0 || ka > 15*time.Second || ka >= l.IdleTimeout() {
 			t.Errorf("%+v: KeepAlive %v, want in (0, 15s] and below the idle timeout", l, ka)
 		}
+		// P4: suspicion comes well before the heartbeat's verdict.
+		if sa := l.SuspectAfter(); sa <= l.KeepAlive() || sa >= l.ResponseWait {
+			t.Errorf("%+v: SuspectAfter %v, want above KeepAlive %v and below the response wait", l, sa, l.KeepAlive())
+		}
 	}
 }

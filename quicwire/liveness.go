@@ -45,10 +45,27 @@ func (l Liveness) Validate() error {
 	return nil
 }
 
-// KeepAlive is the QUIC keep-alive period: below common NAT binding
-// timeouts, so an idle Node stays reachable.
+// SuspectAfter is how long a peer may go unheard at the transport level (no
+// QUIC packet at all: no data, no ACK, no keep-alive) before it is suspect
+// (P4): a quarter of the response wait, at most 6 s. Suspicion is not the
+// verdict: the heartbeat still decides the fence and names its reason (R8,
+// R9). It only stops new work from going to a peer that has fallen silent,
+// and makes the suspecting side send a heartbeat at once (Heartbeat.Probe),
+// so that the verdict comes one response wait after the silence began
+// rather than up to an interval later.
+func (l Liveness) SuspectAfter() time.Duration {
+	return min(6*time.Second, l.ResponseWait/4)
+}
+
+// KeepAlive is the QUIC keep-alive period: a third of SuspectAfter (2 s in
+// the default profile). quic-go sends a PING when it has received nothing
+// for this long, and the peer ACKs it, so on a healthy link each side hears
+// from the other at least this often, even when no stream carries data: a
+// silence of SuspectAfter is then three keep-alives missed, not an idle
+// link. It is also far below common NAT binding timeouts, so an idle Node
+// stays reachable.
 func (l Liveness) KeepAlive() time.Duration {
-	return min(15*time.Second, l.Interval/2)
+	return l.SuspectAfter() / 3
 }
 
 // IdleTimeout is the QUIC idle timeout. The worst case for the heartbeat to

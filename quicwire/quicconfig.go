@@ -1,6 +1,7 @@
 package quicwire
 
 import (
+	"net"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -16,28 +17,62 @@ import (
 // connection window covers every stream that can be open at once at its full
 // stream window, plus a reserve:
 //
-//	ConnectionWindow = (MaxDispatchedStreams + MaxNodeStreams) × StreamWindow + ConnectionReserve
+//	ConnectionWindow(streams) = (streams + MaxNodeStreams) × StreamWindow + ConnectionReserve
 //
 // Unread streams can then fill their own windows but never take credit from
 // another stream, the control stream included.
+//
+// How many dispatched streams may be open at once is the Node's to say: it
+// accepts them, so its QUIC stream limit is DispatchedStreams(capacity), its
+// total provider capacity plus StreamHeadroom, and it tells the Edge that
+// number at registration (RegisterRequest.max_dispatched_streams) so that
+// the Edge never grants more slots on the connection than it can open
+// streams for. The Edge cannot know a Node's limit before the handshake, so
+// its own connection window covers MaxDispatchedStreams, the largest limit
+// any Node may declare. A window is credit, not memory: the Edge only ever
+// holds what the streams it opened carry, each at most StreamWindow.
 const (
 	// StreamWindow is the fixed receive window of every stream.
 	StreamWindow = 256 << 10
-	// MaxDispatchedStreams caps the Edge-opened streams (runs, tunnels,
-	// commands) open at once on one connection. The Edge's OpenStreamSync
-	// waits for a free slot beyond it.
-	MaxDispatchedStreams = 256
+	// MaxDispatchedStreams is the largest stream limit a Node may declare:
+	// its total provider capacity plus StreamHeadroom may not exceed it.
+	MaxDispatchedStreams = 16384
+	// StreamHeadroom is how many streams a Node accepts beyond its total
+	// capacity: for the Edge's metadata calls and commands, which hold no
+	// capacity slot, and for streams whose slot is already released while
+	// the stream's last frames and its MAX_STREAMS credit are in flight.
+	StreamHeadroom = 64
+	// LegacyDispatchedStreams is the stream limit of a Node that does not
+	// declare one (an older noded): what every Node accepted before the
+	// limit followed capacity.
+	LegacyDispatchedStreams = 256
 	// MaxNodeStreams is how many streams the Node may open: the control
 	// stream only.
 	MaxNodeStreams = 1
 	// ConnectionReserve is extra connection-level credit beyond the sum of
 	// stream windows.
 	ConnectionReserve = 1 << 20
-	// ConnectionWindow is the fixed connection-level receive window.
-	ConnectionWindow = (MaxDispatchedStreams+MaxNodeStreams)*StreamWindow + ConnectionReserve
 	// HandshakeTimeout bounds the QUIC/TLS handshake.
 	HandshakeTimeout = 10 * time.Second
+	// EdgeConnectionIDLength is the length of the connection IDs the Edge
+	// issues. Every packet a Node sends carries one, and a longer ID makes
+	// the Node's heartbeat packet comfortably larger than the 42 bytes
+	// below which quic-go never answers with a stateless reset (RFC 9000
+	// §10.3: a reset must be smaller than what provoked it). So the first
+	// heartbeat a Node sends to a restarted Edge is answered with a reset,
+	// and the Node reconnects at once (P4).
+	EdgeConnectionIDLength = 8
 )
+
+// DispatchedStreams is the stream limit of a Node whose providers'
+// capacities add up to capacity: the capacity plus StreamHeadroom.
+func DispatchedStreams(capacity int) int { return capacity + StreamHeadroom }
+
+// ConnectionWindow is the fixed connection-level receive window of a
+// connection on which up to streams dispatched streams can be open.
+func ConnectionWindow(streams int) uint64 {
+	return uint64(streams+MaxNodeStreams)*StreamWindow + ConnectionReserve
+}
 
 // Control stream send priority (RFC 9218 urgency; lower is more urgent).
 // Dispatched streams keep quic-go's default urgency of 3.
@@ -45,27 +80,39 @@ const controlUrgency = 0
 
 // EdgeQUICConfig is the QUIC configuration of the Edge's listener.
 func EdgeQUICConfig(l Liveness) *quic.Config {
-	c := baseConfig(l)
+	c := baseConfig(l, MaxDispatchedStreams)
 	c.MaxIncomingStreams = MaxNodeStreams
 	return c
 }
 
-// NodeQUICConfig is the QUIC configuration the Node dials with.
-func NodeQUICConfig(l Liveness) *quic.Config {
-	c := baseConfig(l)
-	c.MaxIncomingStreams = MaxDispatchedStreams
+// NodeQUICConfig is the QUIC configuration the Node dials with; streams is
+// its stream limit, DispatchedStreams of its total capacity.
+func NodeQUICConfig(l Liveness, streams int) *quic.Config {
+	c := baseConfig(l, streams)
+	c.MaxIncomingStreams = int64(streams)
 	return c
 }
 
-func baseConfig(l Liveness) *quic.Config {
+func baseConfig(l Liveness, streams int) *quic.Config {
+	w := ConnectionWindow(streams)
 	return &quic.Config{
 		HandshakeIdleTimeout:           HandshakeTimeout,
 		MaxIdleTimeout:                 l.IdleTimeout(),
 		KeepAlivePeriod:                l.KeepAlive(),
 		InitialStreamReceiveWindow:     StreamWindow,
 		MaxStreamReceiveWindow:         StreamWindow,
-		InitialConnectionReceiveWindow: ConnectionWindow,
-		MaxConnectionReceiveWindow:     ConnectionWindow,
+		InitialConnectionReceiveWindow: w,
+		MaxConnectionReceiveWindow:     w,
 		MaxIncomingUniStreams:          -1,
 	}
+}
+
+// EdgeTransport is the QUIC transport of the Edge's listener on conn. key
+// is its stateless reset key: a restarted Edge that has the same key
+// answers the packets of connections it no longer knows with a stateless
+// reset, and their Nodes learn at once that the connection is gone instead
+// of waiting out their heartbeat (P4). A key that changes at every start
+// gives no such answer; nil sends none at all.
+func EdgeTransport(conn net.PacketConn, key *quic.StatelessResetKey) *quic.Transport {
+	return &quic.Transport{Conn: conn, StatelessResetKey: key, ConnectionIDLength: EdgeConnectionIDLength}
 }

@@ -29,6 +29,13 @@ type Config struct {
 	EdgeID   string   `yaml:"edge_id"`
 	Listen   Listen   `yaml:"listen"`
 	Identity Identity `yaml:"identity"`
+	// DataDir is where the Edge keeps what must outlive its process: today its QUIC stateless
+	// reset key (see edged/resetkey), with which a restarted Edge tells Nodes at once that their
+	// old connections are gone, so they reconnect within seconds. Made (mode 0700) if missing.
+	// Empty (the default): in mtls mode the key is derived from identity.key_file, which works
+	// as well while that key stays the same; in loopback mode it lives only as long as the
+	// process. Load resolves a relative path against the configuration file's directory.
+	DataDir string `yaml:"data_dir,omitempty"`
 	// API is who may call the client APIs: hashed keys and anonymous access (see access.go).
 	API API `yaml:"api"`
 	// Principals are the callers keys map to, each with the routes it may use.
@@ -135,7 +142,7 @@ func Parse(data []byte) (*Config, error) {
 // Load reads and parses the file at path; every error names the file
 // ("edge.yaml: identity.ca_file (line 4): required in mtls mode").
 //
-// Relative identity.ca_file, cert_file, key_file and credentials[].file are resolved against the
+// Relative identity.ca_file, cert_file, key_file, credentials[].file and data_dir are resolved against the
 // directory of path, not the working directory, and made absolute: `ca_file: iop-ca.pem` is the
 // iop-ca.pem next to the configuration file. Absolute paths and empty fields are kept as they are.
 func Load(path string) (*Config, error) {
@@ -145,6 +152,7 @@ func Load(path string) (*Config, error) {
 	}
 	c.Identity.ResolvePaths(filepath.Dir(path))
 	c.resolveCredentialPaths(filepath.Dir(path))
+	c.DataDir = configs.ResolvePath(filepath.Dir(path), c.DataDir)
 	return c, nil
 }
 

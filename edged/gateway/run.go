@@ -71,7 +71,7 @@ func (r *Run) start() error {
 		slot, err := r.g.acquire(r.ctx, r.ID, r.Plan, tried)
 		if err != nil {
 			if lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
-				return lastErr // every candidate tried failed: say why
+				return noStreamIsBusy(r.Plan.Model, lastErr) // every candidate tried failed: say why
 			}
 			return err
 		}
@@ -86,8 +86,13 @@ func (r *Run) start() error {
 		}
 		rs, err := r.g.srv.Run(r.ctx, c.NodeID, req)
 		if err == nil {
+			// A Node that turns suspect while the run has produced
+			// nothing gives the run up, and it moves on (P4).
+			unwatch := slot.Conn().AfterSuspect(func() { rs.Abandon(nodeSuspect(c.NodeID)) })
 			var ev *wirepb.RunEvent
-			if ev, err = rs.Next(); err == nil {
+			ev, err = rs.Next()
+			unwatch()
+			if err == nil {
 				r.g.countStall(ev.GetStall())
 			}
 			retry := err == nil && r.retryStall(ev)
@@ -106,9 +111,29 @@ func (r *Run) start() error {
 		}
 		tried = append(tried, c)
 		lastErr = err
-		r.g.failover(r.ID, c, err, reasonOf(err))
+		reason := reasonOf(err)
+		if rs != nil && rs.Abandoned() {
+			reason = "node_suspect"
+		}
+		r.g.failover(r.ID, c, err, reason)
 	}
-	return lastErr
+	return noStreamIsBusy(r.Plan.Model, lastErr)
+}
+
+// nodeSuspect is why work that waited for its first byte on a Node that
+// turned suspect was given up there.
+func nodeSuspect(nodeID string) error {
+	return fmt.Errorf("node %q turned suspect (not heard from at the transport level) before the first byte; moving the work", nodeID)
+}
+
+// noStreamIsBusy reports a dispatch that found no stream free on its
+// Node's connection as what it is to a client: every slot busy, a queue
+// timeout (429 with Retry-After), not a failure of the Node.
+func noStreamIsBusy(model string, err error) error {
+	if errors.Is(err, transport.ErrStreamWait) {
+		return &sched.RefusalError{Reason: sched.ReasonQueueTimeout, Model: model, RetryAfter: time.Second, Detail: err.Error()}
+	}
+	return err
 }
 
 // failoverable reports whether a first event means "try elsewhere": the

@@ -93,18 +93,24 @@ var (
 	connDesc  = prometheus.NewDesc("iop_edge_node_connections", "Node connections by state.", []string{"state"}, nil)
 	rttDesc   = prometheus.NewDesc("iop_edge_heartbeat_rtt_seconds", "Round trip of the last answered heartbeat, by node.", []string{"node"}, nil)
 	depthDesc = prometheus.NewDesc("iop_edge_queue_depth", "Requests waiting for a slot, by model.", []string{"model"}, nil)
+	suspDesc  = prometheus.NewDesc("iop_edge_nodes_suspect", "Nodes not heard from at the transport level for a few seconds: they get no new work until they are.", nil, nil)
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- connDesc
 	ch <- rttDesc
 	ch <- depthDesc
+	ch <- suspDesc
 }
 
 func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[nodes.State]int{nodes.Registering: 0, nodes.Ready: 0, nodes.Draining: 0, nodes.Fenced: 0}
+	suspect := 0
 	for _, v := range c.reg.Snapshot() {
 		counts[v.State]++
+		if v.Suspect {
+			suspect++
+		}
 		if v.LastHeartbeatRTTMillis != nil && v.State != nodes.Fenced {
 			ch <- prometheus.MustNewConstMetric(rttDesc, prometheus.GaugeValue, *v.LastHeartbeatRTTMillis/float64(time.Second/time.Millisecond), v.ID)
 		}
@@ -112,6 +118,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	for state, n := range counts {
 		ch <- prometheus.MustNewConstMetric(connDesc, prometheus.GaugeValue, float64(n), string(state))
 	}
+	ch <- prometheus.MustNewConstMetric(suspDesc, prometheus.GaugeValue, float64(suspect))
 	if c.depth != nil {
 		for model, n := range c.depth() {
 			ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(n), model)

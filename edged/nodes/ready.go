@@ -5,15 +5,16 @@ import (
 	"strings"
 )
 
-// Ready returns every Node's current generation that is ready (R1), sorted
-// by Node id: the connections a scheduler may place work on. Read
+// Ready returns every Node's current generation that is ready (R1) and not
+// suspect (P4), sorted by Node id: the connections a scheduler may place
+// work on. Read
 // Changed() before calling it so that no change after the read is missed.
 func (r *Registry) Ready() []*Conn {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]*Conn, 0, len(r.nodes))
 	for _, c := range r.nodes {
-		if c.state == Ready {
+		if c.state == Ready && c.suspectSince.IsZero() {
 			out = append(out, c)
 		}
 	}

@@ -42,11 +42,18 @@ type NotDispatchableError struct {
 	NodeID string
 	// State is the current generation's state, or "" for an unknown Node.
 	State State
+	// Suspect: the generation is ready but its Node has not been heard
+	// from since SilentSince (suspect.go).
+	Suspect     bool
+	SilentSince time.Time
 }
 
 func (e *NotDispatchableError) Error() string {
-	if e.State == "" {
+	switch {
+	case e.State == "":
 		return fmt.Sprintf("node %q is not connected", e.NodeID)
+	case e.Suspect:
+		return fmt.Sprintf("node %q is suspect: not heard from since %s", e.NodeID, e.SilentSince.Format(time.RFC3339Nano))
 	}
 	return fmt.Sprintf("node %q is %s", e.NodeID, e.State)
 }
@@ -70,6 +77,10 @@ type ConnInfo struct {
 	Close func(code quicwire.CloseCode, detail string)
 	// RTT reports the last heartbeat round trip and when it was measured.
 	RTT func() (time.Duration, time.Time)
+	// MaxStreams is how many dispatched streams the Node accepts open at
+	// once (RegisterRequest.max_dispatched_streams); 0 for an older Node,
+	// which accepts quicwire.LegacyDispatchedStreams.
+	MaxStreams int
 	// OpenStream opens a dispatched stream on the connection, waiting for
 	// a free stream slot.
 	OpenStream func(ctx context.Context) (*quic.Stream, error)
@@ -92,6 +103,9 @@ type Conn struct {
 	// The health overlay (health.go).
 	health          map[targetKey]*targetHealth
 	lastObservation uint64
+	// Suspicion (suspect.go): zero while the Node is heard from.
+	suspectSince, silentSince time.Time
+	onSuspect                 map[uint64]func()
 
 	streams streamCount // dispatched streams not yet finished
 }
@@ -155,6 +169,20 @@ func (c *Conn) Verified() bool { return c.info.Identity != "" && c.info.Identity
 // LeaseKey is the X25519 key the Node registered for sealed leases.
 func (c *Conn) LeaseKey() []byte { return c.info.LeaseKey }
 
+// Slots is how many capacity slots the scheduler may grant on this
+// generation at once: its stream limit less quicwire.StreamHeadroom, which
+// is kept for metadata calls and commands and for streams still closing.
+// A Node offers no more capacity than that (noded/config), so this binds
+// only a Node that misreports; then the excess waits in the queue, visible
+// and bounded by the queue timeout, instead of inside a stream open.
+func (c *Conn) Slots() int {
+	n := c.info.MaxStreams
+	if n == 0 {
+		n = quicwire.LegacyDispatchedStreams
+	}
+	return max(0, n-quicwire.StreamHeadroom)
+}
+
 // OpenStream opens a dispatched stream on this generation's connection.
 func (c *Conn) OpenStream(ctx context.Context) (*quic.Stream, error) { return c.info.OpenStream(ctx) }
 
@@ -203,6 +231,7 @@ type Registry struct {
 	genBase   uint64
 	changed   chan struct{}
 	retention time.Duration
+	seq       uint64 // ids of AfterSuspect callbacks
 }
 
 // New returns an empty registry. Generations of a Node start above genBase
@@ -334,7 +363,8 @@ func (r *Registry) fenceLocked(c *Conn, code quicwire.CloseCode, detail string) 
 	}
 }
 
-// Dispatchable returns the Node's current generation if it is ready (R1).
+// Dispatchable returns the Node's current generation if it is ready (R1)
+// and not suspect (P4).
 func (r *Registry) Dispatchable(nodeID string) (*Conn, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -344,6 +374,9 @@ func (r *Registry) Dispatchable(nodeID string) (*Conn, error) {
 	}
 	if c.state != Ready {
 		return nil, &NotDispatchableError{NodeID: nodeID, State: c.state}
+	}
+	if !c.suspectSince.IsZero() {
+		return nil, &NotDispatchableError{NodeID: nodeID, State: c.state, Suspect: true, SilentSince: c.silentSince}
 	}
 	return c, nil
 }

@@ -20,12 +20,18 @@ type NodeView struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 	// LastHeartbeatRTTMillis is the round trip of the last answered
 	// heartbeat the Edge sent, in milliseconds; absent before the first.
-	LastHeartbeatRTTMillis *float64       `json:"last_heartbeat_rtt_ms,omitempty"`
-	LastHeartbeatAt        *time.Time     `json:"last_heartbeat_at,omitempty"`
-	FenceReason            string         `json:"fence_reason,omitempty"`
-	FenceDetail            string         `json:"fence_detail,omitempty"`
-	FencedAt               *time.Time     `json:"fenced_at,omitempty"`
-	Providers              []ProviderView `json:"providers"`
+	LastHeartbeatRTTMillis *float64   `json:"last_heartbeat_rtt_ms,omitempty"`
+	LastHeartbeatAt        *time.Time `json:"last_heartbeat_at,omitempty"`
+	FenceReason            string     `json:"fence_reason,omitempty"`
+	FenceDetail            string     `json:"fence_detail,omitempty"`
+	FencedAt               *time.Time `json:"fenced_at,omitempty"`
+	// Suspect: the Node has not been heard from at the transport level for
+	// a few seconds; it gets no new work until it is (P4). SilentSince is
+	// when it was last heard from; SuspectSince when it became suspect.
+	Suspect      bool           `json:"suspect,omitempty"`
+	SilentSince  *time.Time     `json:"silent_since,omitempty"`
+	SuspectSince *time.Time     `json:"suspect_since,omitempty"`
+	Providers    []ProviderView `json:"providers"`
 }
 
 // ProviderView is one provider of a Node.
@@ -70,6 +76,10 @@ func (r *Registry) Snapshot() []NodeView {
 			ConnectedAt: c.connectedAt,
 			Labels:      c.info.Labels,
 			Providers:   providerViews(c.providers, c.health),
+		}
+		if !c.suspectSince.IsZero() && c.state != Fenced {
+			silent, since := c.silentSince, c.suspectSince
+			v.Suspect, v.SilentSince, v.SuspectSince = true, &silent, &since
 		}
 		if c.state == Fenced {
 			// A fenced generation's providers are offline (R9).

@@ -33,6 +33,15 @@ type providerKey struct {
 
 func (c Candidate) key() providerKey { return providerKey{c.NodeID, c.Generation, c.Provider} }
 
+// connKey names one Node generation: its slots, all providers together,
+// count against its stream limit.
+type connKey struct {
+	node string
+	gen  uint64
+}
+
+func (k providerKey) conn() connKey { return connKey{k.node, k.gen} }
+
 // candidate is a Candidate with the connection it lives on.
 type candidate struct {
 	Candidate
@@ -40,6 +49,9 @@ type candidate struct {
 	// stalls is the target's count of consecutive request_stalled
 	// observations (the health overlay): it breaks ties.
 	stalls uint64
+	// connSlots is how many slots the generation may hold at once, all
+	// its providers together (nodes.Conn.Slots).
+	connSlots int
 }
 
 // SameModel reports whether a provider target serves what a client asked
@@ -99,7 +111,7 @@ func (s *Scheduler) refreshLocked() bool {
 				if h.Unhealthy {
 					continue
 				}
-				s.cands = append(s.cands, candidate{conn: conn, stalls: h.Stalls, Candidate: Candidate{
+				s.cands = append(s.cands, candidate{conn: conn, stalls: h.Stalls, connSlots: conn.Slots(), Candidate: Candidate{
 					NodeID:     conn.NodeID(),
 					Generation: conn.Generation(),
 					Provider:   p.GetName(),
@@ -128,7 +140,9 @@ func (s *Scheduler) anyCandidateLocked(r *Request) bool {
 }
 
 // pickLocked returns r's candidate with the largest share of its capacity
-// free, then the fewest consecutive stalls; ties are taken in turn so that
+// free (a candidate whose Node generation holds as many slots as it has
+// streams for is busy, whatever its provider's capacity says), then the
+// fewest consecutive stalls; ties are taken in turn so that
 // equal Nodes share the load. A provider
 // counts once however many of its targets match (its first matching
 // target is used). ok is false when every candidate is busy.
@@ -144,7 +158,7 @@ func (s *Scheduler) pickLocked(r *Request) (c candidate, ok bool) {
 		}
 		seen = k
 		free := c.Capacity - s.inflight[k]
-		if free <= 0 {
+		if free <= 0 || s.connSlots[k.conn()] >= c.connSlots {
 			continue
 		}
 		// free/Capacity against bestFree/bestCap, without division.

@@ -62,10 +62,13 @@ type Scheduler struct {
 	changed  <-chan struct{} // closed when cands is stale
 	cands    []candidate     // sorted by node, provider, target
 	inflight map[providerKey]int
-	models   map[string]*modelCount // present while a model waits or runs
-	waiting  []*waiter              // every model's waiters, in arrival order
-	tied     []int                  // pickLocked's scratch
-	rr       uint64                 // turns among tied candidates
+	// connSlots counts the slots held on each Node generation, against
+	// its stream limit (nodes.Conn.Slots).
+	connSlots map[connKey]int
+	models    map[string]*modelCount // present while a model waits or runs
+	waiting   []*waiter              // every model's waiters, in arrival order
+	tied      []int                  // pickLocked's scratch
+	rr        uint64                 // turns among tied candidates
 }
 
 type modelCount struct{ waiting, inflight int }
@@ -88,11 +91,12 @@ func New(reg *nodes.Registry, opts Options) *Scheduler {
 	stale := make(chan struct{})
 	close(stale)
 	return &Scheduler{
-		reg:      reg,
-		now:      opts.Now,
-		changed:  stale,
-		inflight: make(map[providerKey]int),
-		models:   make(map[string]*modelCount),
+		reg:       reg,
+		now:       opts.Now,
+		changed:   stale,
+		inflight:  make(map[providerKey]int),
+		connSlots: make(map[connKey]int),
+		models:    make(map[string]*modelCount),
 	}
 }
 
@@ -144,6 +148,11 @@ func (sl *Slot) Release() {
 	k := sl.Candidate.key()
 	if s.inflight[k]--; s.inflight[k] <= 0 {
 		delete(s.inflight, k)
+	}
+	if ck := k.conn(); s.connSlots[ck] <= 1 {
+		delete(s.connSlots, ck)
+	} else {
+		s.connSlots[ck]--
 	}
 	m := s.models[sl.model]
 	m.inflight--
@@ -259,6 +268,7 @@ func (s *Scheduler) dispatchLocked() {
 // grantLocked counts a slot on c for model.
 func (s *Scheduler) grantLocked(c candidate, model string, waited time.Duration) *Slot {
 	s.inflight[c.key()]++
+	s.connSlots[c.key().conn()]++
 	s.modelLocked(model).inflight++
 	return &Slot{Candidate: c.Candidate, Waited: waited, s: s, conn: c.conn, model: model}
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -58,19 +59,33 @@ func (d *Dispatched) Cancel(code quicwire.StreamCode) {
 	d.done.Do(d.Conn.StreamDone)
 }
 
+// ErrStreamWait is a dispatch that found every stream its Node's
+// connection accepts in use for Options.StreamWait. The scheduler grants no
+// more slots on a generation than its stream limit has room for
+// (nodes.Conn.Slots), so this is rare: metadata calls and streams still
+// closing took the headroom. The work may move to another candidate.
+var ErrStreamWait = errors.New("no stream free on the node's connection")
+
 // Dispatch opens a stream to nodeID's current generation, which must be
-// ready (R1), and sends hdr as its first frame, stamped with that
-// generation. It waits for a free stream slot (quicwire.MaxDispatchedStreams
-// per connection) until ctx is done.
+// ready and not suspect (R1, P4), and sends hdr as its first frame, stamped
+// with that generation. When the Node's stream limit is reached it waits
+// for a free stream, until ctx is done or for at most Options.StreamWait,
+// and then fails with ErrStreamWait.
 func (s *Server) Dispatch(ctx context.Context, nodeID string, hdr *wirepb.StreamHeader) (*Dispatched, error) {
 	conn, err := s.reg.Dispatchable(nodeID)
 	if err != nil {
 		return nil, err
 	}
-	st, err := conn.OpenStream(ctx)
+	octx, cancel := context.WithTimeoutCause(ctx, s.opts.StreamWait, ErrStreamWait)
+	st, err := conn.OpenStream(octx)
+	cancel()
 	if err != nil {
 		if cc, ok := quicwire.CloseReason(err); ok {
 			return nil, fmt.Errorf("dispatch to %s: %w", nodeID, cc)
+		}
+		if ctx.Err() == nil && errors.Is(context.Cause(octx), ErrStreamWait) {
+			s.log.Warn("no stream free on a node's connection", "node", nodeID, "generation", conn.Generation(), "waited", s.opts.StreamWait)
+			return nil, fmt.Errorf("dispatch to %s: %w (waited %v)", nodeID, ErrStreamWait, s.opts.StreamWait)
 		}
 		return nil, fmt.Errorf("dispatch to %s: open stream: %w", nodeID, err)
 	}

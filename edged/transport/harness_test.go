@@ -3,6 +3,7 @@ package transport_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"log/slog"
 	"net"
@@ -53,6 +54,9 @@ type harness struct {
 	// edgeQUIC overrides the Edge's QUIC configuration (for the control
 	// experiment that shows why windows are fixed).
 	edgeQUIC *quic.Config
+	// resetKey is every Edge instance's stateless reset key; nil: a new
+	// random key per instance, as an Edge without a stable key has.
+	resetKey *quic.StatelessResetKey
 
 	// managed-mode material (nil in loopback mode)
 	ca          *pki.CA
@@ -66,6 +70,7 @@ type edgeInstance struct {
 	reg    *nodes.Registry
 	srv    *transport.Server
 	ln     *quic.Listener
+	tr     *quic.Transport
 	pc     net.PacketConn
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -172,7 +177,13 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 	if h.edgeQUIC != nil {
 		qconf = h.edgeQUIC
 	}
-	ln, err := quic.Listen(pc, tlsConf, qconf)
+	key := h.resetKey
+	if key == nil {
+		key = new(quic.StatelessResetKey)
+		rand.Read(key[:])
+	}
+	tr := quicwire.EdgeTransport(pc, key)
+	ln, err := tr.Listen(tlsConf, qconf)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -181,7 +192,7 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 		EdgeID: "edge-1", Liveness: h.live, Managed: h.ca != nil, TrustDomain: h.trustDomain, Logger: log,
 	}, reg)
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &edgeInstance{reg: reg, srv: srv, ln: ln, pc: pc, cancel: cancel, done: make(chan struct{})}
+	e := &edgeInstance{reg: reg, srv: srv, ln: ln, tr: tr, pc: pc, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(e.done)
 		srv.Serve(ctx, ln)
@@ -206,7 +217,18 @@ func (h *harness) stopEdge(e *edgeInstance) {
 	e.cancel()
 	e.ln.Close()
 	<-e.done
+	e.tr.Close()
 	e.pc.Close()
+}
+
+// crashEdge ends an Edge as kill -9 does: its socket goes first, so not a
+// packet more leaves it (no CONNECTION_CLOSE), then its state is dropped.
+func (h *harness) crashEdge(e *edgeInstance) {
+	e.pc.Close()
+	e.tr.Close()
+	e.cancel()
+	e.ln.Close()
+	<-e.done
 }
 
 type nodeInstance struct {

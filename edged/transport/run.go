@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -21,6 +22,12 @@ type RunStream struct {
 	stop    func() bool
 	lastSeq uint64
 	ended   bool
+
+	// mu orders Abandon against the first event: a run is abandoned only
+	// while it has produced nothing.
+	mu        sync.Mutex
+	produced  bool  // Next has returned an event
+	abandoned error // why Abandon ended the run
 }
 
 // Run dispatches req to nodeID's current ready generation. Cancelling ctx
@@ -49,7 +56,16 @@ func (r *RunStream) Next() (*wirepb.RunEvent, error) {
 	}
 	ev := new(wirepb.RunEvent)
 	err := r.d.Recv(ev)
+	r.mu.Lock()
+	abandoned := r.abandoned
+	r.produced = r.produced || abandoned == nil
+	r.mu.Unlock()
 	switch {
+	case abandoned != nil:
+		// Whatever came in the meantime is dropped: the run was given up
+		// before anything of it was used.
+		return r.end(&wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED,
+			Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, Message: abandoned.Error(), Retryable: true}}), nil
 	case err == nil && ev.GetSeq() <= r.lastSeq:
 		return r.end(protocolFailure(fmt.Errorf("event seq %d after %d", ev.GetSeq(), r.lastSeq))), nil
 	case err == nil:
@@ -87,6 +103,29 @@ func (r *RunStream) end(ev *wirepb.RunEvent) *wirepb.RunEvent {
 		r.d.srv.reg.ObserveCompleted(r.d.Conn, r.req.GetProvider(), r.req.GetTarget())
 	}
 	return ev
+}
+
+// Abandon gives up a run that has produced nothing yet, because of cause
+// (its Node turned suspect, P4): the run is cancelled on the Node, and
+// Next yields a DISCONNECTED terminal whose failure says cause, so the
+// work can move to another candidate. It reports false, and does nothing,
+// once Next has returned an event. Safe to call from any goroutine.
+func (r *RunStream) Abandon(cause error) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.produced || r.abandoned != nil {
+		return false
+	}
+	r.abandoned = cause
+	r.d.Cancel(quicwire.StreamCancelled)
+	return true
+}
+
+// Abandoned reports whether Abandon ended the run.
+func (r *RunStream) Abandoned() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.abandoned != nil
 }
 
 // Close abandons the run if it has not ended (cancelling it on the Node).

@@ -44,7 +44,10 @@ type Options struct {
 	// RegisterTimeout bounds the wait for the control stream and the
 	// RegisterRequest after the handshake. Default 10 s.
 	RegisterTimeout time.Duration
-	Logger          *slog.Logger
+	// StreamWait bounds how long a dispatch waits for a free stream on a
+	// Node's connection (see ErrStreamWait). Default 5 s.
+	StreamWait time.Duration
+	Logger     *slog.Logger
 }
 
 // CredentialState is the Edge's credential revocations and disables
@@ -71,6 +74,9 @@ type Server struct {
 func NewServer(opts Options, reg *nodes.Registry) *Server {
 	if opts.RegisterTimeout == 0 {
 		opts.RegisterTimeout = 10 * time.Second
+	}
+	if opts.StreamWait == 0 {
+		opts.StreamWait = 5 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -185,8 +191,15 @@ func (s *Server) handle(ctx context.Context, qc *quic.Conn) {
 		return
 	}
 
-	var hb *quicwire.Heartbeat
-	conn := s.reg.Register(nodes.ConnInfo{
+	// The heartbeat exists before the registry publishes the connection: a
+	// /metrics scrape or an admin read may call RTT the moment Register
+	// returns. Its timeout reads conn, which is set before Run starts it.
+	var conn *nodes.Conn
+	hb := quicwire.NewHeartbeat(s.opts.Liveness, cs.Send, func() {
+		s.reg.Fence(conn, quicwire.CloseHeartbeatTimeout,
+			fmt.Sprintf("no heartbeat answer within %v", s.opts.Liveness.ResponseWait))
+	})
+	conn = s.reg.Register(nodes.ConnInfo{
 		NodeID:     req.GetNodeId(),
 		Version:    req.GetNodeVersion(),
 		RemoteAddr: qc.RemoteAddr().String(),
@@ -194,13 +207,10 @@ func (s *Server) handle(ctx context.Context, qc *quic.Conn) {
 		LeaseKey:   req.GetLeasePublicKey(),
 		Labels:     req.GetLabels(),
 		Providers:  req.GetProviders(),
+		MaxStreams: int(req.GetMaxDispatchedStreams()),
 		Close:      func(code quicwire.CloseCode, detail string) { code.Close(qc, detail) },
-		RTT:        func() (time.Duration, time.Time) { return hb.LastRTT() },
+		RTT:        hb.LastRTT,
 		OpenStream: qc.OpenStreamSync,
-	})
-	hb = quicwire.NewHeartbeat(s.opts.Liveness, cs.Send, func() {
-		s.reg.Fence(conn, quicwire.CloseHeartbeatTimeout,
-			fmt.Sprintf("no heartbeat answer within %v", s.opts.Liveness.ResponseWait))
 	})
 	log = log.With("node", conn.NodeID(), "generation", conn.Generation())
 	if err := cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterResponse{RegisterResponse: &wirepb.RegisterResponse{
@@ -215,16 +225,42 @@ func (s *Server) handle(ctx context.Context, qc *quic.Conn) {
 	}
 	log.Info("node registered", "identity", identity, "version", req.GetNodeVersion())
 
+	// Everything started here lives as long as the connection and is
+	// joined before handle returns.
 	hctx, stop := context.WithCancel(qc.Context())
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	defer stop()
-	go hb.Run(hctx)
+	wg.Go(func() { hb.Run(hctx) })
+	wg.Go(func() { s.watchNode(hctx, qc, conn, hb, log) })
 	if s.opts.Credentials != nil {
-		go s.sendNotices(hctx, conn, cs)
+		wg.Go(func() { s.sendNotices(hctx, conn, cs) })
 	}
 	err = s.controlLoop(conn, cs, hb)
 	s.fenceFor(conn, err)
 	code, detail, _ := conn.FenceReason()
 	log.Info("node connection fenced", "reason", code.String(), "detail", detail)
+}
+
+// watchNode suspects the Node when nothing at all has come from it for
+// Liveness.SuspectAfter (P4): it gets no new work, and a heartbeat goes out
+// at once, whose response wait then decides the fence (R8, R9). When the
+// Node is heard from again it is dispatchable again at once.
+func (s *Server) watchNode(ctx context.Context, qc *quic.Conn, conn *nodes.Conn, hb *quicwire.Heartbeat, log *slog.Logger) {
+	w := quicwire.SilenceWatch{
+		After:   s.opts.Liveness.SuspectAfter(),
+		Packets: func() uint64 { return qc.ConnectionStats().PacketsReceived },
+		OnSuspect: func(silent time.Duration) {
+			s.reg.MarkSuspect(conn, silent)
+			log.Warn("node suspect", "silent_for", silent.Round(time.Millisecond))
+			hb.Probe()
+		},
+		OnHeard: func() {
+			s.reg.ClearSuspect(conn)
+			log.Info("node heard from again")
+		},
+	}
+	w.Run(ctx)
 }
 
 // sendNotices tells the Node the credential state now, and again at every

@@ -214,7 +214,7 @@ func (h *harness) rawDial() *quic.Conn {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	qc, err := tr.Dial(h.t.Context(), addr, quicwire.LoopbackNodeTLSConfig(), quicwire.NodeQUICConfig(h.live))
+	qc, err := tr.Dial(h.t.Context(), addr, quicwire.LoopbackNodeTLSConfig(), quicwire.NodeQUICConfig(h.live, quicwire.DispatchedStreams(8)))
 	if err != nil {
 		h.t.Fatal(err)
 	}

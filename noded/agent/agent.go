@@ -114,6 +114,7 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 		Liveness:       opts.Liveness,
 		Backoff:        transport.Backoff{Initial: time.Duration(cfg.Reconnect.InitialBackoff), Max: time.Duration(cfg.Reconnect.MaxBackoff)},
 		LeasePublicKey: key.Public[:],
+		Capacity:       cfg.TotalCapacity(),
 		Labels:         cfg.Labels,
 		Providers:      a.providers,
 		Leases:         leases,

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/configs"
+	"github.com/iop-dev/iop/quicwire"
 )
 
 // Defaults and limits.
@@ -26,12 +27,18 @@ const (
 	MaxDrainTimeout = time.Hour
 	// DefaultInitialBackoff is the first wait before redialling the Edge.
 	DefaultInitialBackoff = 500 * time.Millisecond
-	// DefaultMaxBackoff caps the wait between redials as it grows.
-	DefaultMaxBackoff = 30 * time.Second
+	// DefaultMaxBackoff caps the wait between redials as it grows. It is short so that a Node
+	// whose link healed, or whose Edge came back, is working again within seconds (P4); the
+	// jitter spreads a fleet's redials over half of it.
+	DefaultMaxBackoff = 5 * time.Second
 	// DefaultCapacity is how many runs a provider executes at once when the file does not say.
 	DefaultCapacity = 4
 	// MaxCapacity is the largest provider capacity accepted.
 	MaxCapacity = 4096
+	// MaxTotalCapacity is the largest sum of the providers' capacities: the Node accepts that many
+	// dispatched streams plus quicwire.StreamHeadroom, and no more than
+	// quicwire.MaxDispatchedStreams, so every slot it offers can open its stream.
+	MaxTotalCapacity = quicwire.MaxDispatchedStreams - quicwire.StreamHeadroom
 )
 
 // Adapter kinds a provider may name.
@@ -86,7 +93,7 @@ type Identity struct {
 // Edge ends. The wait starts at InitialBackoff and grows up to MaxBackoff.
 type Reconnect struct {
 	InitialBackoff configs.Duration `yaml:"initial_backoff"` // default 500ms
-	MaxBackoff     configs.Duration `yaml:"max_backoff"`     // default 30s
+	MaxBackoff     configs.Duration `yaml:"max_backoff"`     // default 5s
 }
 
 // Provider is one entry of `providers`: a model server reached through one adapter. Load resolves
@@ -263,6 +270,9 @@ func (c *Config) Validate() error {
 		names[p.Name] = i
 		es.Append(p.validate(path)...)
 	}
+	if total := c.TotalCapacity(); total > MaxTotalCapacity {
+		es.Add("providers", "the capacities add up to %d; a Node offers at most %d (each slot needs a stream on the Edge's connection)", total, MaxTotalCapacity)
+	}
 	for _, k := range slices.Sorted(maps.Keys(c.Labels)) {
 		if configs.CheckID("", k) != nil {
 			es.Add(fmt.Sprintf("labels[%q]", k), "a label name must be 1 to 128 characters of letters, digits, '.', '_' or '-'")
@@ -331,6 +341,16 @@ func (p Provider) validate(path string) []*configs.Error {
 		es.Add(path+".capacity", "must be from 1 to %d, got %d", MaxCapacity, p.Capacity)
 	}
 	return es
+}
+
+// TotalCapacity is the sum of the providers' capacities: how many runs and tunnels the Node
+// executes at once.
+func (c *Config) TotalCapacity() int {
+	total := 0
+	for _, p := range c.Providers {
+		total += p.Capacity
+	}
+	return total
 }
 
 var adapterList = fmt.Sprintf("%q, %q, %q, %q", AdapterOllama, AdapterOpenAI, AdapterSimulator, AdapterExternal)

@@ -54,7 +54,7 @@ func TestParseFillsDefaults(t *testing.T) {
 		Edge:         Edge{Address: "127.0.0.1:7443"},
 		Identity:     Identity{Identity: configs.Identity{Mode: "loopback", TrustDomain: "iop.local"}},
 		DrainTimeout: configs.Duration(30 * time.Second),
-		Reconnect:    Reconnect{InitialBackoff: configs.Duration(500 * time.Millisecond), MaxBackoff: configs.Duration(30 * time.Second)},
+		Reconnect:    Reconnect{InitialBackoff: configs.Duration(500 * time.Millisecond), MaxBackoff: configs.Duration(5 * time.Second)},
 		Stall:        Stall{CloseGrace: configs.Duration(5 * time.Second), ProbeTimeout: configs.Duration(5 * time.Second)},
 		Providers: []Provider{
 			{Name: "sim", Adapter: "simulator", Targets: []string{"sim-small"}, Capacity: 4},
@@ -121,7 +121,7 @@ func TestValidateReportsFieldAndReason(t *testing.T) {
 		{"initial backoff zero", func(c *Config) { c.Reconnect.InitialBackoff = 0 }, "reconnect.initial_backoff", "must be more than 0s, got 0s"},
 		{"max backoff negative", func(c *Config) { c.Reconnect.MaxBackoff = configs.Duration(-time.Second) }, "reconnect.max_backoff", "must be more than 0s, got -1s"},
 		{"initial above max", func(c *Config) { c.Reconnect.InitialBackoff = configs.Duration(time.Minute) }, "reconnect.initial_backoff",
-			"must not exceed reconnect.max_backoff (30s), got 1m0s"},
+			"must not exceed reconnect.max_backoff (5s), got 1m0s"},
 		{"provider name required", func(c *Config) { c.Providers[1].Name = "" }, "providers[1].name", "required"},
 		{"provider name charset", func(c *Config) { c.Providers[1].Name = "my model" }, "providers[1].name", "must be 1 to 128"},
 		{"provider name unique", func(c *Config) { c.Providers[1].Name = "ollama" }, "providers[1].name", `duplicate provider name "ollama" (also providers[0])`},
@@ -137,6 +137,13 @@ func TestValidateReportsFieldAndReason(t *testing.T) {
 		{"duplicate target", func(c *Config) { c.Providers[0].Targets = []string{"a", "a"} }, "providers[0].targets[1]", `duplicate target "a"`},
 		{"capacity zero", func(c *Config) { c.Providers[0].Capacity = 0 }, "providers[0].capacity", "must be from 1 to 4096, got 0"},
 		{"capacity too big", func(c *Config) { c.Providers[1].Capacity = 4097 }, "providers[1].capacity", "got 4097"},
+		// Issue 10 item 4: a Node may not offer more slots than it can accept streams for.
+		{"total capacity above the stream limit", func(c *Config) {
+			c.Providers = nil
+			for i := range 5 {
+				c.Providers = append(c.Providers, Provider{Name: fmt.Sprintf("p%d", i), Adapter: AdapterSimulator, Capacity: MaxCapacity})
+			}
+		}, "providers", "the capacities add up to 20480; a Node offers at most 16320"},
 		{"label name", func(c *Config) { c.Labels = map[string]string{"ok": "1", "a b": "2"} }, `labels["a b"]`, "a label name must be"},
 		{"log level", func(c *Config) { c.Log.Level = "INFO" }, "log.level", `got "INFO"`},
 	}

@@ -69,9 +69,14 @@ type Options struct {
 	Backoff  Backoff
 	// LeasePublicKey is the X25519 key leases are sealed to.
 	LeasePublicKey []byte
-	Labels         map[string]string
-	Providers      Providers
-	Handler        Handler
+	// Capacity is the sum of the providers' capacities: the connection
+	// accepts quicwire.DispatchedStreams(Capacity) dispatched streams at
+	// once, and the Edge is told so at registration. 0: only the headroom
+	// (a Node with no providers).
+	Capacity  int
+	Labels    map[string]string
+	Providers Providers
+	Handler   Handler
 	// Leases, if set, learns the Edge's signing key and credential notices.
 	Leases Leases
 	// PacketConn, if set, carries QUIC instead of a new UDP socket (tests
@@ -144,6 +149,9 @@ func New(opts Options) (*Client, error) {
 	}
 	if err := opts.Liveness.Validate(); err != nil {
 		return nil, fmt.Errorf("node transport: %w", err)
+	}
+	if streams := quicwire.DispatchedStreams(opts.Capacity); opts.Capacity < 0 || streams > quicwire.MaxDispatchedStreams {
+		return nil, fmt.Errorf("node transport: total capacity %d: a Node accepts at most %d streams", opts.Capacity, quicwire.MaxDispatchedStreams)
 	}
 	if opts.Backoff == (Backoff{}) {
 		opts.Backoff = DefaultBackoff
@@ -248,7 +256,7 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 		return false, fmt.Errorf("resolve edge address: %w", err)
 	}
 	dctx, cancel := context.WithTimeout(ctx, quicwire.HandshakeTimeout)
-	qc, err := tr.Dial(dctx, addr, c.opts.TLS, quicwire.NodeQUICConfig(c.opts.Liveness))
+	qc, err := tr.Dial(dctx, addr, c.opts.TLS, quicwire.NodeQUICConfig(c.opts.Liveness, c.streams()))
 	cancel()
 	if err != nil {
 		return false, fmt.Errorf("dial edge %s: %w", c.opts.EdgeAddr, quicwire.DescribeHandshakeError(err))
@@ -303,10 +311,11 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 		s.Connects++
 	})
 
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); conn.hb.Run(cctx) }()
 	go func() { defer wg.Done(); c.acceptStreams(cctx, conn) }()
 	go func() { defer wg.Done(); c.announce(cctx, conn) }()
+	go func() { defer wg.Done(); c.watchEdge(cctx, conn, log) }()
 
 	err = c.controlLoop(conn, &ready)
 	var pe *quicwire.ProtocolError
@@ -318,6 +327,28 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 	}
 	log.Info("edge connection ended", "err", err)
 	return ready, err
+}
+
+// streams is how many dispatched streams the connection accepts at once.
+func (c *Client) streams() int { return quicwire.DispatchedStreams(c.opts.Capacity) }
+
+// watchEdge suspects the Edge when nothing at all has come from it for
+// Liveness.SuspectAfter, and then sends a heartbeat at once (P4). If the
+// Edge process restarted, that heartbeat draws a stateless reset and the
+// connection ends now, not at the heartbeat timeout; if the link is down
+// or the Edge frozen, the heartbeat's response wait decides as always (R8,
+// R9). Work in flight is left alone.
+func (c *Client) watchEdge(ctx context.Context, conn *connection, log *slog.Logger) {
+	w := quicwire.SilenceWatch{
+		After:   c.opts.Liveness.SuspectAfter(),
+		Packets: func() uint64 { return conn.qc.ConnectionStats().PacketsReceived },
+		OnSuspect: func(silent time.Duration) {
+			log.Warn("edge not heard from; probing with a heartbeat", "silent_for", silent.Round(time.Millisecond))
+			conn.hb.Probe()
+		},
+		OnHeard: func() { log.Info("edge heard from again") },
+	}
+	w.Run(ctx)
 }
 
 // registerError explains why sending the registration or reading its answer
@@ -334,12 +365,13 @@ func registerError(err error) error {
 // register sends the RegisterRequest and reads the answer.
 func (c *Client) register(st *quic.Stream, cs *quicwire.ControlStream) (gen uint64, edgeKey ed25519.PublicKey, err error) {
 	err = cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterRequest{RegisterRequest: &wirepb.RegisterRequest{
-		NodeId:          c.opts.NodeID,
-		NodeVersion:     c.opts.Version,
-		ProtocolVersion: quicwire.ProtocolVersion,
-		Providers:       c.opts.Providers.Snapshot(),
-		LeasePublicKey:  c.opts.LeasePublicKey,
-		Labels:          c.opts.Labels,
+		NodeId:               c.opts.NodeID,
+		NodeVersion:          c.opts.Version,
+		ProtocolVersion:      quicwire.ProtocolVersion,
+		Providers:            c.opts.Providers.Snapshot(),
+		LeasePublicKey:       c.opts.LeasePublicKey,
+		Labels:               c.opts.Labels,
+		MaxDispatchedStreams: uint32(c.streams()),
 	}}})
 	if err != nil {
 		return 0, nil, registerError(err)

@@ -548,8 +548,13 @@ type RegisterRequest struct {
 	// X25519 public key (32 bytes) that credential leases are sealed to.
 	LeasePublicKey []byte            `protobuf:"bytes,5,opt,name=lease_public_key,json=leasePublicKey,proto3" json:"lease_public_key,omitempty"`
 	Labels         map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How many dispatched streams the Node accepts open at once (its QUIC
+	// stream limit): its total provider capacity plus headroom. The Edge
+	// grants no more slots on the connection than fit in it. 0: an older
+	// Node, whose limit is 256.
+	MaxDispatchedStreams uint32 `protobuf:"varint,7,opt,name=max_dispatched_streams,json=maxDispatchedStreams,proto3" json:"max_dispatched_streams,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
@@ -622,6 +627,13 @@ func (x *RegisterRequest) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *RegisterRequest) GetMaxDispatchedStreams() uint32 {
+	if x != nil {
+		return x.MaxDispatchedStreams
+	}
+	return 0
 }
 
 // Provider is one provider instance a Node runs (one adapter process with
@@ -2923,14 +2935,15 @@ const file_wire_proto_rawDesc = "" +
 	"\x0fprovider_status\x18\a \x01(\v2!.iop.wire.v1.ProviderStatusUpdateH\x00R\x0eproviderStatus\x120\n" +
 	"\x05drain\x18\b \x01(\v2\x18.iop.wire.v1.DrainNoticeH\x00R\x05drain\x12L\n" +
 	"\x11credential_notice\x18\t \x01(\v2\x1d.iop.wire.v1.CredentialNoticeH\x00R\x10credentialNoticeB\x05\n" +
-	"\x03msg\"\xd4\x02\n" +
+	"\x03msg\"\x8a\x03\n" +
 	"\x0fRegisterRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fnode_version\x18\x02 \x01(\tR\vnodeVersion\x12)\n" +
 	"\x10protocol_version\x18\x03 \x01(\rR\x0fprotocolVersion\x123\n" +
 	"\tproviders\x18\x04 \x03(\v2\x15.iop.wire.v1.ProviderR\tproviders\x12(\n" +
 	"\x10lease_public_key\x18\x05 \x01(\fR\x0eleasePublicKey\x12@\n" +
-	"\x06labels\x18\x06 \x03(\v2(.iop.wire.v1.RegisterRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x06 \x03(\v2(.iop.wire.v1.RegisterRequest.LabelsEntryR\x06labels\x124\n" +
+	"\x16max_dispatched_streams\x18\a \x01(\rR\x14maxDispatchedStreams\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf1\x01\n" +
