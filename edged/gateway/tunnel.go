@@ -70,7 +70,7 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 		slot, err := g.acquire(t.ctx, t.ID, plan, tried)
 		if err != nil {
 			if lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
-				err = lastErr
+				err = noStreamIsBusy(plan.Model, lastErr)
 			}
 			t.Close()
 			return nil, err
@@ -93,8 +93,13 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 		}
 		ts, err := g.srv.Tunnel(t.ctx, c.NodeID, r, bytes.NewReader(b))
 		if err == nil {
+			// A Node that turns suspect before the head gives the tunnel
+			// up, and it moves on (P4).
+			unwatch := slot.Conn().AfterSuspect(func() { ts.Abandon(nodeSuspect(c.NodeID)) })
 			var head *wirepb.TunnelResponseHead
-			if head, err = ts.Head(); err == nil {
+			head, err = ts.Head()
+			unwatch()
+			if err == nil {
 				t.slot, t.ts, t.head = slot, ts, head
 				return t, nil
 			}
@@ -115,10 +120,14 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 		}
 		tried = append(tried, c)
 		lastErr = err
-		g.failover(t.ID, c, err, reasonOf(err))
+		reason := reasonOf(err)
+		if ts != nil && ts.Abandoned() {
+			reason = "node_suspect"
+		}
+		g.failover(t.ID, c, err, reason)
 	}
 	t.Close()
-	return nil, lastErr
+	return nil, noStreamIsBusy(plan.Model, lastErr)
 }
 
 // setContentLength makes r's Content-Length header say n, the length of

@@ -14,6 +14,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/iop-dev/iop/edged/nodes"
+	"github.com/iop-dev/iop/edged/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -252,4 +253,48 @@ func TestReadingTheRegistryWhileNodesRegisterIsNotARace(t *testing.T) {
 	}
 	close(stop)
 	readers.Wait()
+}
+
+// P4: a tunnel whose head has not come can be given up the same way: Head
+// returns a DISCONNECTED *TunnelError that says why; once a head came,
+// Abandon does nothing.
+func TestAbandonEndsOnlyATunnelWithoutAHead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimHarness(t)
+		e := h.startEdge(0)
+		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
+			readBody(st)
+			if hdr.GetTunnel().GetTunnelId() == "answers" {
+				st.Send(tHead(200))
+			}
+			<-ctx.Done()
+		})))
+		h.waitReady("n1")
+
+		silent, err := e.srv.Tunnel(t.Context(), "n1", tunnelRequest("silent"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		if !silent.Abandon(errors.New("node n1 turned suspect")) {
+			t.Fatal("Abandon of a tunnel without a head reported false")
+		}
+		_, err = silent.Head()
+		var te *transport.TunnelError
+		if !errors.As(err, &te) || te.Outcome != wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED || !strings.Contains(te.Failure.GetMessage(), "turned suspect") {
+			t.Fatalf("Head after Abandon: %v, want a DISCONNECTED tunnel error saying why", err)
+		}
+
+		answers, err := e.srv.Tunnel(t.Context(), "n1", tunnelRequest("answers"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer answers.Close()
+		if head, err := answers.Head(); err != nil || head.GetStatus() != 200 {
+			t.Fatalf("head: %v %v", head, err)
+		}
+		if answers.Abandon(errors.New("too late")) {
+			t.Fatal("Abandon after the head reported true")
+		}
+	})
 }

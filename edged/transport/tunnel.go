@@ -66,6 +66,12 @@ type TunnelStream struct {
 	mu      sync.Mutex
 	bodyErr error // why the request body could not be read
 
+	// amu orders Abandon against the response head: a tunnel is abandoned
+	// only while no head has come.
+	amu       sync.Mutex
+	headSeen  bool
+	abandoned error
+
 	head  *wirepb.TunnelResponseHead
 	buf   []byte // the unread rest of the current body frame
 	term  *wirepb.TunnelTerminal
@@ -145,6 +151,14 @@ func (t *TunnelStream) Head() (*wirepb.TunnelResponseHead, error) {
 	if !ok {
 		return nil, t.err
 	}
+	t.amu.Lock()
+	abandoned := t.abandoned
+	t.headSeen = abandoned == nil
+	t.amu.Unlock()
+	if abandoned != nil { // what came is dropped: the tunnel was given up
+		t.end(abandonedTerminal(abandoned))
+		return nil, t.err
+	}
 	switch fr := f.GetFrame().(type) {
 	case *wirepb.TunnelFrame_Head:
 		t.head = fr.Head
@@ -202,6 +216,35 @@ func (t *TunnelStream) Read(p []byte) (int, error) {
 // returned an error (nil before): the Node's, or the one the Edge made.
 func (t *TunnelStream) Terminal() *wirepb.TunnelTerminal { return t.term }
 
+// Abandon gives up a tunnel whose response head has not come, because of
+// cause (its Node turned suspect, P4): the tunnel is cancelled on the Node,
+// and Head returns a DISCONNECTED *TunnelError whose failure says cause, so
+// the work can move to another candidate. It reports false, and does
+// nothing, once Head has returned a head. Safe to call from any goroutine.
+func (t *TunnelStream) Abandon(cause error) bool {
+	t.amu.Lock()
+	defer t.amu.Unlock()
+	if t.headSeen || t.abandoned != nil {
+		return false
+	}
+	t.abandoned = cause
+	t.d.Cancel(quicwire.StreamCancelled)
+	return true
+}
+
+// Abandoned reports whether Abandon ended the tunnel.
+func (t *TunnelStream) Abandoned() bool {
+	t.amu.Lock()
+	defer t.amu.Unlock()
+	return t.abandoned != nil
+}
+
+// abandonedTerminal is the terminal of a tunnel given up by Abandon.
+func abandonedTerminal(cause error) (*wirepb.TunnelTerminal, error) {
+	return &wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED,
+		Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, Message: cause.Error(), Retryable: true}}, cause
+}
+
 // Close abandons the tunnel if it has not ended, cancelling it on the Node.
 func (t *TunnelStream) Close() {
 	if !t.ended {
@@ -220,7 +263,12 @@ func (t *TunnelStream) recv() (*wirepb.TunnelFrame, bool) {
 	t.mu.Lock()
 	bodyErr := t.bodyErr
 	t.mu.Unlock()
+	t.amu.Lock()
+	abandoned := t.abandoned
+	t.amu.Unlock()
 	switch {
+	case abandoned != nil:
+		t.end(abandonedTerminal(abandoned))
 	case t.ctx.Err() != nil:
 		t.end(&wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED}, context.Cause(t.ctx))
 	case bodyErr != nil:
