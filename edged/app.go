@@ -25,6 +25,7 @@ import (
 	"github.com/iop-dev/iop/edged/auth"
 	"github.com/iop-dev/iop/edged/config"
 	"github.com/iop-dev/iop/edged/credentials"
+	"github.com/iop-dev/iop/edged/frontdoor"
 	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/edged/metrics"
 	"github.com/iop-dev/iop/edged/nodes"
@@ -75,7 +76,7 @@ func edgeModule(cfg *config.Config) fx.Option {
 	return fx.Options(
 		fx.Supply(cfg),
 		fx.Provide(newLogger, newRegistry, newEdgeTLS, newQUICListener, newCredentials, newLeases, newTransport, newScheduler, newMetrics,
-			newAuthenticator, newGateway, newHTTPServer),
+			newRefusals, newDoor, newAuthenticator, newGateway, newHTTPServer),
 		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: log}
 			// fx's own events are debugging detail; a failed start is
@@ -98,8 +99,22 @@ func newRegistry() *nodes.Registry {
 	return nodes.New(nil, uint64(time.Now().UnixMilli()))
 }
 
+// newRefusals counts what the Edge turns away and logs it without letting
+// a flood flood the log.
+func newRefusals(log *slog.Logger, m *metrics.Metrics) *frontdoor.Refusals {
+	return frontdoor.NewRefusals(log, m.Refusals)
+}
+
+// newDoor is the client listener's front door: the limits section (P3).
+func newDoor(cfg *config.Config, refused *frontdoor.Refusals) *frontdoor.Door {
+	return frontdoor.New(frontdoor.Limits{
+		MaxConns:   cfg.Limits.MaxConnections,
+		BodyMemory: int64(cfg.Limits.BodyMemoryMiB) << 20,
+	}, refused)
+}
+
 // newEdgeTLS builds the TLS configuration of the Node-facing listener.
-func newEdgeTLS(cfg *config.Config, log *slog.Logger) (*tls.Config, error) {
+func newEdgeTLS(cfg *config.Config, log *slog.Logger, refused *frontdoor.Refusals) (*tls.Config, error) {
 	id := cfg.Identity
 	if id.Mode == configs.ModeLoopback {
 		host, _, err := net.SplitHostPort(cfg.Listen.QUIC)
@@ -114,7 +129,7 @@ func newEdgeTLS(cfg *config.Config, log *slog.Logger) (*tls.Config, error) {
 		return nil, err
 	}
 	return quicwire.EdgeTLSConfig(pool, cert, id.TrustDomain, nil, func(remote string, err error) {
-		log.Warn("refused node connection", "remote", remote, "err", err)
+		refused.Refuse("tls_handshake", "refused node connection", "remote", remote, "err", err)
 	}), nil
 }
 
@@ -173,7 +188,7 @@ func newLeases(store *credentials.Store) (*gateway.Leases, error) {
 	return gateway.NewLeases(store, key), nil
 }
 
-func newTransport(cfg *config.Config, reg *nodes.Registry, store *credentials.Store, leases *gateway.Leases, log *slog.Logger) *transport.Server {
+func newTransport(cfg *config.Config, reg *nodes.Registry, store *credentials.Store, leases *gateway.Leases, refused *frontdoor.Refusals, log *slog.Logger) *transport.Server {
 	return transport.NewServer(transport.Options{
 		EdgeID:          cfg.EdgeID,
 		Liveness:        quicwire.DefaultLiveness,
@@ -181,6 +196,7 @@ func newTransport(cfg *config.Config, reg *nodes.Registry, store *credentials.St
 		TrustDomain:     cfg.Identity.TrustDomain,
 		LeaseSigningKey: leases.PublicKey(),
 		Credentials:     store,
+		Refused:         refused,
 		Logger:          log,
 	}, reg)
 }
@@ -248,6 +264,7 @@ func newGateway(cfg *config.Config, s *sched.Scheduler, srv *transport.Server, m
 // httpServer is the Edge's HTTP listener and whether it is serving.
 type httpServer struct {
 	srv     *http.Server
+	door    *frontdoor.Door
 	addr    string
 	serving atomic.Bool
 	bound   net.Addr
@@ -255,40 +272,43 @@ type httpServer struct {
 
 // newHTTPServer mounts everything the Edge serves over HTTP on one
 // listener: the client APIs, the admin and health endpoints, the metrics.
-func newHTTPServer(cfg *config.Config, reg *nodes.Registry, s *sched.Scheduler, m *metrics.Metrics,
+// The admin reads and /metrics follow api.admin_reads.
+func newHTTPServer(cfg *config.Config, reg *nodes.Registry, s *sched.Scheduler, m *metrics.Metrics, door *frontdoor.Door,
 	g *gateway.Gateway, authn *auth.Authenticator, store *credentials.Store, log *slog.Logger) *httpServer {
-	h := &httpServer{addr: cfg.Listen.HTTP}
+	h := &httpServer{addr: cfg.Listen.HTTP, door: door}
+	access := []adminapi.Option{adminapi.WithAuthenticator(authn), adminapi.WithLogger(log), adminapi.WithOpenReads(cfg.AdminReadsOpen())}
 	admin := adminapi.Handler(reg, func() error {
 		if !h.serving.Load() {
 			return errors.New("starting")
 		}
 		return nil
-	}, func() any { return s.Snapshot() },
-		adminapi.WithCredentials(store), adminapi.WithAuthenticator(authn), adminapi.WithLogger(log))
+	}, func() any { return s.Snapshot() }, append(access, adminapi.WithCredentials(store))...)
 	mux := http.NewServeMux()
 	mux.Handle("/admin/", admin)
 	mux.Handle("/healthz", admin)
 	mux.Handle("/readyz", admin)
-	mux.Handle("GET /metrics", m.Handler())
-	mux.Handle("/v1/", openaiapi.Handler(openaiapi.FromGateway(g, reg), authn, m, log))
+	mux.Handle("GET /metrics", adminapi.ReadAccess(m.Handler(), access...))
+	mux.Handle("/v1/", openaiapi.Handler(openaiapi.FromGateway(g, reg), authn, m, log, door))
 	// Ollama's API, and its root: the ollama CLI probes HEAD / first.
-	ollama := ollamaapi.Handler(ollamaapi.FromGateway(g, reg), authn, m, log)
+	ollama := ollamaapi.Handler(ollamaapi.FromGateway(g, reg), authn, m, log, door)
 	mux.Handle("/api/", ollama)
 	mux.Handle("/{$}", ollama)
-	h.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	h.srv = door.Server(mux, log)
 	return h
 }
 
-func serveHTTP(lc fx.Lifecycle, h *httpServer, log *slog.Logger) {
+func serveHTTP(lc fx.Lifecycle, h *httpServer, cfg *config.Config, log *slog.Logger) {
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			ln, err := net.Listen("tcp", h.addr)
+			ln, err := h.door.Listen(h.addr)
 			if err != nil {
 				return fmt.Errorf("listen.http %s: %w", h.addr, err)
 			}
 			h.bound = ln.Addr()
 			h.serving.Store(true)
-			log.Info("serving http", "addr", ln.Addr().String())
+			lim := h.door.Limits()
+			log.Info("serving http", "addr", ln.Addr().String(), "max_connections", lim.MaxConns,
+				"body_memory_mib", lim.BodyMemory>>20, "admin_reads_open", cfg.AdminReadsOpen())
 			go func() {
 				if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					log.Error("http server failed", "err", err)

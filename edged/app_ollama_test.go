@@ -8,6 +8,7 @@ import (
 
 	"github.com/iop-dev/iop/edged/auth"
 	"github.com/iop-dev/iop/edged/config"
+	"github.com/iop-dev/iop/edged/frontdoor"
 	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/edged/metrics"
 	"github.com/iop-dev/iop/edged/nodes"
@@ -29,7 +30,7 @@ func TestHTTPServerMountsOllamaAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := gateway.New(cfg, s, transport.NewServer(transport.Options{EdgeID: "e"}, reg), m, log)
-	h := newHTTPServer(cfg, reg, s, m, g, a, nil, log).srv.Handler
+	h := newHTTPServer(cfg, reg, s, m, frontdoor.New(frontdoor.Limits{}, nil), g, a, nil, log).srv.Handler
 	tests := []struct {
 		method, path string
 		status       int

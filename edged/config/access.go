@@ -30,6 +30,31 @@ type API struct {
 	// A reverse proxy on this host that forwards to a loopback listen.http makes the API public:
 	// configure keys then, or set allow_anonymous: false.
 	AllowAnonymous *bool `yaml:"allow_anonymous,omitempty"`
+	// AdminReads is who may read the Edge's operational state: GET /admin/v1/nodes, queues and
+	// credentials, and /metrics, which together show the fleet (Node ids and identities,
+	// addresses, labels, versions, providers, credential names). AdminReadsAdmins: only
+	// principals with admin: true, by key. AdminReadsOpen: anyone who reaches listen.http.
+	// Empty (the default): open exactly when anonymous access is allowed (the single-machine
+	// setup: loopback, no keys), admins otherwise. /healthz and /readyz are always open.
+	AdminReads string `yaml:"admin_reads,omitempty"`
+}
+
+// Values of api.admin_reads.
+const (
+	AdminReadsAdmins = "admins"
+	AdminReadsOpen   = "open"
+)
+
+// AdminReadsOpen reports whether the admin read endpoints and /metrics answer anyone:
+// api.admin_reads when the file sets it, otherwise AnonymousAllowed.
+func (c *Config) AdminReadsOpen() bool {
+	switch c.API.AdminReads {
+	case AdminReadsOpen:
+		return true
+	case AdminReadsAdmins:
+		return false
+	}
+	return c.AnonymousAllowed()
 }
 
 // APIKey is one entry of api.keys: the SHA-256 of a client API key and the principal it
@@ -90,6 +115,11 @@ var emptyKeyDigest = sha256.Sum256(nil)
 // so a bad address is not reported a second time as "not loopback".
 func (c *Config) validateAccess(httpValid bool) configs.Errors {
 	var es configs.Errors
+	switch c.API.AdminReads {
+	case "", AdminReadsAdmins, AdminReadsOpen:
+	default:
+		es.Add("api.admin_reads", "must be %q or %q (or left out: open exactly when anonymous access is), got %q", AdminReadsAdmins, AdminReadsOpen, c.API.AdminReads)
+	}
 	if a := c.API.AllowAnonymous; a != nil && *a && httpValid && !c.httpOnLoopback() {
 		es.Add("api.allow_anonymous", "anonymous access is only allowed on a loopback listen.http; got %q (configure api.keys instead)", c.Listen.HTTP)
 	}

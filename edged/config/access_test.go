@@ -95,6 +95,45 @@ func TestParseReadsAccessAndRoutes(t *testing.T) {
 	}
 }
 
+// Issue 10 item 7: admin reads follow api.admin_reads: open exactly when
+// anonymous access is, unless the file says admins or open; anything else
+// is refused with the field's path.
+func TestAdminReadsFollowTheSettingOrAnonymousAccess(t *testing.T) {
+	no := false
+	for _, tt := range []struct {
+		name       string
+		keys       bool
+		allow      *bool
+		adminReads string
+		want       bool
+	}{
+		{"single machine: loopback, no keys", false, nil, "", true},
+		{"keys configured", true, nil, "", false},
+		{"anonymous explicitly off", false, &no, "", false},
+		{"admins on the single machine", false, nil, AdminReadsAdmins, false},
+		{"open beside keys", true, nil, AdminReadsOpen, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := accessConfig()
+			c.API.AllowAnonymous, c.API.AdminReads = tt.allow, tt.adminReads
+			if !tt.keys {
+				c.API.Keys = nil
+			}
+			if got := c.AdminReadsOpen(); got != tt.want {
+				t.Errorf("AdminReadsOpen = %v, want %v", got, tt.want)
+			}
+			if err := c.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		})
+	}
+	c := accessConfig()
+	c.API.AdminReads = "everyone"
+	if got := paths(c.Validate()); len(got) != 1 || got[0] != "api.admin_reads" {
+		t.Errorf("admin_reads: everyone: problems at %q, want api.admin_reads", got)
+	}
+}
+
 func TestAnonymousAllowedDefaultsToLoopbackWithoutKeys(t *testing.T) {
 	yes, no := true, false
 	tests := []struct {

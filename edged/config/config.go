@@ -38,6 +38,8 @@ type Config struct {
 	DataDir string `yaml:"data_dir,omitempty"`
 	// API is who may call the client APIs: hashed keys and anonymous access (see access.go).
 	API API `yaml:"api"`
+	// Limits bound what clients of listen.http may make the Edge hold.
+	Limits Limits `yaml:"limits"`
 	// Principals are the callers keys map to, each with the routes it may use.
 	Principals []Principal `yaml:"principals,omitempty"`
 	// Profiles are named sets of per-request timers and queue limits that routes refer to. A
@@ -57,6 +59,48 @@ type Config struct {
 type Listen struct {
 	QUIC string `yaml:"quic"` // Node connections (UDP); default DefaultQUICAddr
 	HTTP string `yaml:"http"` // client APIs (TCP); default DefaultHTTPAddr
+}
+
+// Limits is the `limits` section: what the clients of listen.http may make the Edge hold, all
+// of them together (SPEC P3). Past max_connections a new connection is closed as it is accepted;
+// a request body that finds body_memory_mib taken waits briefly, then is refused with 503 and
+// Retry-After. Each API caps one body on its own (2 MiB for OpenAI, 32 MiB for Ollama).
+type Limits struct {
+	// MaxConnections is how many client connections may be open at once; default 4096, from 1
+	// to 1000000. Mind the process's file descriptor limit.
+	MaxConnections int `yaml:"max_connections"`
+	// BodyMemoryMiB is how many MiB of request bodies the Edge holds at once; default 128, from
+	// 1 to 65536.
+	BodyMemoryMiB int `yaml:"body_memory_mib"`
+}
+
+// Defaults and bounds of the limits section.
+const (
+	DefaultMaxConnections = 4096
+	MaxMaxConnections     = 1_000_000
+	DefaultBodyMemoryMiB  = 128
+	MaxBodyMemoryMiB      = 65536
+)
+
+// SetDefaults fills unset limits.
+func (l *Limits) SetDefaults() {
+	if l.MaxConnections == 0 {
+		l.MaxConnections = DefaultMaxConnections
+	}
+	if l.BodyMemoryMiB == 0 {
+		l.BodyMemoryMiB = DefaultBodyMemoryMiB
+	}
+}
+
+func (l Limits) validate() configs.Errors {
+	var es configs.Errors
+	if l.MaxConnections < 1 || l.MaxConnections > MaxMaxConnections {
+		es.Add("limits.max_connections", "must be from 1 to %d, got %d", MaxMaxConnections, l.MaxConnections)
+	}
+	if l.BodyMemoryMiB < 1 || l.BodyMemoryMiB > MaxBodyMemoryMiB {
+		es.Add("limits.body_memory_mib", "must be from 1 to %d, got %d", MaxBodyMemoryMiB, l.BodyMemoryMiB)
+	}
+	return es
 }
 
 // Identity is the `identity` section: mtls (managed) or loopback (development). In loopback mode
@@ -88,6 +132,7 @@ func (c *Config) SetDefaults() {
 		c.Listen.HTTP = DefaultHTTPAddr
 	}
 	c.Identity.SetDefaults()
+	c.Limits.SetDefaults()
 	for i := range c.Profiles {
 		c.Profiles[i].SetDefaults()
 	}
@@ -172,6 +217,7 @@ func (c *Config) Validate() error {
 		es.Add("listen.quic", "loopback mode accepts unauthenticated Nodes, so it may only listen on a loopback address; got %q", c.Listen.QUIC)
 	}
 	es.Append(c.validateAccess(httpErr == nil)...)
+	es.Append(c.Limits.validate()...)
 	es.Append(c.validateRoutes()...)
 	es.Append(c.validateCredentials()...)
 	es.Append(c.Log.Validate("log")...)

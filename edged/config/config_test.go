@@ -43,6 +43,7 @@ func TestParseFillsDefaults(t *testing.T) {
 		EdgeID:   hostnameID(),
 		Listen:   Listen{QUIC: "localhost:7443", HTTP: DefaultHTTPAddr},
 		Identity: Identity{Mode: "loopback", TrustDomain: "iop.local"},
+		Limits:   Limits{MaxConnections: DefaultMaxConnections, BodyMemoryMiB: DefaultBodyMemoryMiB},
 		Log:      Log{Level: "info", Format: "text"},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -144,7 +145,7 @@ func TestValidateAcceptsLoopbackAddresses(t *testing.T) {
 func TestValidateReportsEveryProblem(t *testing.T) {
 	c := &Config{Identity: Identity{Mode: "mtls"}}
 	want := []string{"edge_id", "listen.quic", "listen.http", "identity.trust_domain", "identity.ca_file",
-		"identity.cert_file", "identity.key_file", "log.level", "log.format"}
+		"identity.cert_file", "identity.key_file", "limits.max_connections", "limits.body_memory_mib", "log.level", "log.format"}
 	if got := paths(c.Validate()); !reflect.DeepEqual(got, want) {
 		t.Errorf("paths %q\nwant  %q", got, want)
 	}

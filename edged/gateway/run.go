@@ -34,19 +34,22 @@ type Run struct {
 	done   bool
 	// stallRetried: the one retry a stalled run gets was used (recovery).
 	stallRetried bool
+	admitted     func() // called at the first slot, then nil
 }
 
 // StartRun resolves model for principal p, then dispatches req, moving to
 // another candidate while the run has produced nothing (a Node lost or
 // refusing before the first event). req's ids, provider, target, deadline
 // and stall timeout are set here. ctx bounds the whole run; the profile's
-// hard deadline is applied on top.
-func (g *Gateway) StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest) (*Run, error) {
+// hard deadline is applied on top. admitted, if not nil, is called once, on
+// this goroutine, when the request first gets a slot: its queue wait, which
+// the queue timeout alone bounds (S5), is over.
+func (g *Gateway) StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest, admitted func()) (*Run, error) {
 	plan, err := g.Resolve(p, model, "")
 	if err != nil {
 		return nil, err
 	}
-	r := &Run{ID: g.NewID("run"), Plan: plan, g: g, p: p}
+	r := &Run{ID: g.NewID("run"), Plan: plan, g: g, p: p, admitted: admitted}
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	deadline := time.Now().Add(time.Duration(plan.Profile.Deadline))
 	r.ctx, r.stop = context.WithDeadline(r.ctx, deadline)
@@ -74,6 +77,10 @@ func (r *Run) start() error {
 				return noStreamIsBusy(r.Plan.Model, lastErr) // every candidate tried failed: say why
 			}
 			return err
+		}
+		if r.admitted != nil {
+			r.admitted()
+			r.admitted = nil
 		}
 		c := slot.Candidate
 		req := proto.Clone(r.req).(*wirepb.RunRequest)

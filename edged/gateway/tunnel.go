@@ -49,7 +49,11 @@ type TunnelBody func(target string) ([]byte, error)
 // a Node lost or refusing before the response head. The body is held in
 // memory so that it can be sent again. The request's Content-Length header
 // is set to the length of each body sent, whatever req said.
-func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adapter string, req *wirepb.TunnelRequest, body TunnelBody) (*Tunnel, error) {
+//
+// admitted, if not nil, is called once, on this goroutine, when the request
+// first gets a slot: its queue wait, which the queue timeout alone bounds
+// (S5), is over.
+func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adapter string, req *wirepb.TunnelRequest, body TunnelBody, admitted func()) (*Tunnel, error) {
 	plan, err := g.Resolve(p, model, adapter)
 	if err != nil {
 		return nil, err
@@ -74,6 +78,10 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 			}
 			t.Close()
 			return nil, err
+		}
+		if admitted != nil {
+			admitted()
+			admitted = nil
 		}
 		c := slot.Candidate
 		b, err := body(c.Target)

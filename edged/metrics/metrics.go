@@ -36,6 +36,10 @@ type Metrics struct {
 	Failovers *prometheus.CounterVec
 	// Stalls counts response_stalled outcomes by liveness classification.
 	Stalls *prometheus.CounterVec
+	// Refusals counts what the Edge turned away at its doors, by kind
+	// (http_connections, body_memory, slow_body, tls_handshake,
+	// node_identity, registration): the log shows a sample of them.
+	Refusals *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them, with collectors that read
@@ -67,8 +71,11 @@ func New(reg *nodes.Registry, depth func() map[string]int) *Metrics {
 		Stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iop_edge_stalls_total", Help: "response_stalled outcomes by liveness classification.",
 		}, []string{"classification"}),
+		Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iop_edge_refusals_total", Help: "Connections, request bodies, handshakes and registrations refused at the Edge's doors, by kind.",
+		}, []string{"kind"}),
 	}
-	m.reg.MustRegister(m.Requests, m.TimeToFirstToken, m.QueueWait, m.Active, m.Cancellations, m.Failovers, m.Stalls,
+	m.reg.MustRegister(m.Requests, m.TimeToFirstToken, m.QueueWait, m.Active, m.Cancellations, m.Failovers, m.Stalls, m.Refusals,
 		&nodeCollector{reg: reg, depth: depth},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

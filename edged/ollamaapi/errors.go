@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/iop-dev/iop/edged/frontdoor"
 	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/edged/sched"
 	"github.com/iop-dev/iop/edged/transport"
@@ -74,6 +75,25 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// bodyError is how a body the door refused is answered.
+func bodyError(err error) *apiError {
+	var be *frontdoor.BodyError
+	if !errors.As(err, &be) {
+		return &apiError{status: http.StatusBadRequest, code: "invalid_request", message: "reading the request body: " + err.Error()}
+	}
+	switch be.Status {
+	case http.StatusRequestEntityTooLarge:
+		return &apiError{status: be.Status, code: "request_too_large",
+			message: "request body too large: the limit is " + strconv.FormatInt(be.Limit, 10) + " bytes"}
+	case http.StatusServiceUnavailable:
+		return &apiError{status: be.Status, code: "server_busy", retryAfter: be.RetryAfter,
+			message: "the edge is holding as many request bodies as it may; retry shortly"}
+	case http.StatusRequestTimeout:
+		return &apiError{status: be.Status, code: "request_timeout", message: "the request body did not arrive in time"}
+	}
+	return &apiError{status: http.StatusBadRequest, code: "invalid_request", message: "reading the request body: " + be.Err.Error()}
 }
 
 func invalid(format string, args ...any) *apiError {

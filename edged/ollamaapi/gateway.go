@@ -23,8 +23,8 @@ type gatewayRunner struct {
 
 var _ Runner = gatewayRunner{}
 
-func (gr gatewayRunner) StartTunnel(ctx context.Context, p auth.Principal, model string, req *wirepb.TunnelRequest, body gateway.TunnelBody) (Tunnel, error) {
-	t, err := gr.g.StartTunnel(ctx, p, model, Adapter, req, body)
+func (gr gatewayRunner) StartTunnel(ctx context.Context, p auth.Principal, model string, req *wirepb.TunnelRequest, body gateway.TunnelBody, admitted func()) (Tunnel, error) {
+	t, err := gr.g.StartTunnel(ctx, p, model, Adapter, req, body, admitted)
 	if err != nil {
 		return nil, err
 	}

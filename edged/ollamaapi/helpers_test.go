@@ -22,6 +22,7 @@ import (
 	"github.com/iop-dev/iop/edged/config"
 	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/edged/metrics"
+	"github.com/iop-dev/iop/edged/sched"
 	"github.com/iop-dev/iop/edged/transport"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -53,6 +54,7 @@ type fakeRunner struct {
 	silent      bool
 	startErr    error
 	startBlocks bool          // StartTunnel waits for its context, as a queue wait does
+	queueFor    time.Duration // StartTunnel waits this long in the queue, then refuses with queue_timeout
 	deadline    time.Duration // the tunnel's hard deadline; 0 for none
 	idle        time.Duration // the profile's idle timeout
 	forbidden   []string      // models the principal may not use
@@ -73,7 +75,7 @@ type started struct {
 	bodies []string // the body made for each target tried, in order
 }
 
-func (f *fakeRunner) StartTunnel(ctx context.Context, p auth.Principal, model string, req *wirepb.TunnelRequest, body gateway.TunnelBody) (Tunnel, error) {
+func (f *fakeRunner) StartTunnel(ctx context.Context, p auth.Principal, model string, req *wirepb.TunnelRequest, body gateway.TunnelBody, admitted func()) (Tunnel, error) {
 	targets := f.targets
 	if targets == nil {
 		targets = []string{model}
@@ -90,12 +92,23 @@ func (f *fakeRunner) StartTunnel(ctx context.Context, p auth.Principal, model st
 	f.mu.Lock()
 	f.starts = append(f.starts, s)
 	f.mu.Unlock()
+	if f.queueFor > 0 {
+		select {
+		case <-time.After(f.queueFor):
+			return nil, &sched.RefusalError{Reason: sched.ReasonQueueTimeout, Model: model, RetryAfter: time.Second}
+		case <-ctx.Done():
+			return nil, errors.Join(errors.New("sched: queued"), ctx.Err())
+		}
+	}
 	if f.startBlocks {
 		<-ctx.Done()
 		return nil, errors.Join(errors.New("sched: queued"), ctx.Err())
 	}
 	if f.startErr != nil {
 		return nil, f.startErr
+	}
+	if admitted != nil {
+		admitted()
 	}
 	head := f.head
 	if head == nil {
@@ -303,7 +316,7 @@ type env struct {
 func newEnv(t *testing.T, f *fakeRunner) *env {
 	t.Helper()
 	m := metrics.New(nil, nil)
-	return &env{runner: f, metrics: m, handler: Handler(f, testAuth(t), m, nil)}
+	return &env{runner: f, metrics: m, handler: Handler(f, testAuth(t), m, nil, nil)}
 }
 
 // req builds an authenticated request.

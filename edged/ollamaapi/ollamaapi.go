@@ -53,6 +53,7 @@ import (
 
 	"github.com/iop-dev/iop/edged/auth"
 	"github.com/iop-dev/iop/edged/config"
+	"github.com/iop-dev/iop/edged/frontdoor"
 	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/edged/metrics"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -68,8 +69,10 @@ type Runner interface {
 	// req with a body made by body for the chosen candidate's target to
 	// one, as gateway.Gateway.StartTunnel does: it returns once a response
 	// head came back, moving to another candidate while none has. The
-	// tunnel's context derives from ctx.
-	StartTunnel(ctx context.Context, p auth.Principal, model string, req *wirepb.TunnelRequest, body gateway.TunnelBody) (Tunnel, error)
+	// tunnel's context derives from ctx. admitted, if not nil, is called on
+	// the caller's goroutine when the request leaves the queue with its
+	// first slot.
+	StartTunnel(ctx context.Context, p auth.Principal, model string, req *wirepb.TunnelRequest, body gateway.TunnelBody, admitted func()) (Tunnel, error)
 	// Profile is the profile a request by p for model runs under; an
 	// error wrapping gateway.ErrForbidden when p may not use it.
 	Profile(p auth.Principal, model string) (config.Profile, error)
@@ -131,11 +134,14 @@ type endpoint struct {
 
 // Handler serves the Ollama-compatible API; see the package comment for
 // its routes. Mount it at "/api/" and at "/{$}". m and log may be nil.
-func Handler(r Runner, a *auth.Authenticator, m *metrics.Metrics, log *slog.Logger) http.Handler {
+func Handler(r Runner, a *auth.Authenticator, m *metrics.Metrics, log *slog.Logger, door *frontdoor.Door) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &handler{runner: r, auth: a, metrics: m, log: log}
+	if door == nil {
+		door = frontdoor.New(frontdoor.Limits{}, nil)
+	}
+	h := &handler{runner: r, auth: a, metrics: m, log: log, door: door}
 	h.endpoints = map[string]endpoint{
 		"/api/chat":       {http.MethodPost, routeChat, h.tunnelled(routeChat, false)},
 		"/api/generate":   {http.MethodPost, routeGenerate, h.tunnelled(routeGenerate, false)},
@@ -156,6 +162,7 @@ type handler struct {
 	auth      *auth.Authenticator
 	metrics   *metrics.Metrics
 	log       *slog.Logger
+	door      *frontdoor.Door
 	endpoints map[string]endpoint
 }
 

@@ -16,8 +16,8 @@ import (
 // the bubble's clock advance.
 
 // TestIdleTimeoutEndsSilentRequest: the client response-idle timeout (SPEC
-// S5) counts from arrival, so a queue wait or a silent prefill ends with
-// 504, and a silence after output with the error line.
+// S5) counts from admission, so a silent prefill ends with 504, and a
+// silence after output with the error line.
 func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
 	const idle = 30 * time.Second
 	tests := []struct {
@@ -26,7 +26,6 @@ func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
 		started bool // output had started: the error is in-stream
 	}{
 		{"silent prefill", &fakeRunner{silent: true}, false},
-		{"waiting in StartTunnel", &fakeRunner{startBlocks: true}, false},
 		{"silent after output", &fakeRunner{silent: true, pieces: []piece{line(`{"response":"a"}`)}}, true},
 	}
 	for _, tt := range tests {
@@ -64,6 +63,27 @@ func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Issue 10, S5: the queue wait is the queue timeout's alone: with an idle
+// timeout shorter than the wait, the request still gets 429 queue_timeout.
+func TestQueueTimeoutWinsOverAShorterIdleTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeRunner{idle: 5 * time.Second, queueFor: 30 * time.Second}
+		e := newEnv(t, f)
+		start := time.Now()
+		w := e.do(req(http.MethodPost, "/api/chat", `{"model":"m1","messages":[]}`))
+		if d := time.Since(start); d != 30*time.Second {
+			t.Errorf("ended after %v, want the queue timeout (30s)", d)
+		}
+		if w.Code != http.StatusTooManyRequests || w.Header().Get(RefusalHeader) != "queue_timeout" || w.Header().Get("Retry-After") == "" {
+			t.Fatalf("status %d refusal %q Retry-After %q, want 429 queue_timeout: %s",
+				w.Code, w.Header().Get(RefusalHeader), w.Header().Get("Retry-After"), w.Body)
+		}
+		if e.cancellations(t, "idle_timeout") != 0 {
+			t.Error("the idle timer fired during the queue wait")
+		}
+	})
 }
 
 // TestIdleTimerRestartsOnEveryByte: pauses shorter than the idle timeout do

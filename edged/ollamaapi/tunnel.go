@@ -15,13 +15,15 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/edged/auth"
+	"github.com/iop-dev/iop/edged/frontdoor"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
 // maxRequestBody bounds a tunnelled request's body, which is held in
 // memory (the gateway may send it to a second candidate). Images go in
-// chat requests as base64, so it is generous.
+// chat requests as base64, so it is generous; how many such bodies are
+// held at once is the front door's body memory to bound (P3).
 const maxRequestBody = 32 << 20
 
 // bufPool holds relay buffers of one tunnel body frame: a Read returns at
@@ -62,12 +64,16 @@ func (h *handler) tunnelled(route string, nameToo bool) http.HandlerFunc {
 			x.end(e)
 			return
 		}
+		// The body's share of the door's memory is given back once
+		// StartTunnel no longer needs it for another candidate.
+		defer body.Release()
 		profile, err := h.runner.Profile(p, x.model)
 		if err != nil {
 			x.end(startError(err, nil, x.model))
 			return
 		}
 		x.idleAfter = time.Duration(profile.IdleTimeout)
+		x.wd = frontdoor.NewWriteDeadline(w, x.idleAfter)
 		x.end(x.serve(body))
 	}
 }
@@ -92,7 +98,8 @@ type exchange struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	idleAfter time.Duration
-	idle      *time.Timer
+	idle      *frontdoor.IdleTimer
+	wd        *frontdoor.WriteDeadline // every write's deadline: the idle timeout
 	tun       Tunnel
 
 	// mu orders stop against the tunnel's start: a tunnel started after
@@ -113,24 +120,24 @@ type exchange struct {
 	failed bool       // the stream ended with the provider's own error line
 }
 
-// readBody reads the whole request body and the model it names.
-func (x *exchange) readBody(nameToo bool) ([]byte, *apiError) {
-	body, err := io.ReadAll(http.MaxBytesReader(x.w, x.r.Body, maxRequestBody))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: "request_too_large",
-			message: "request body too large: the limit is " + strconv.Itoa(maxRequestBody) + " bytes"}
-	case err != nil:
-		return nil, &apiError{status: http.StatusBadRequest, code: "invalid_request", message: "reading the request body: " + err.Error()}
-	case len(bytes.TrimSpace(body)) == 0:
+// readBody reads the whole request body, within maxRequestBody and the
+// door's body memory, and the model it names.
+func (x *exchange) readBody(nameToo bool) (*frontdoor.Body, *apiError) {
+	body, err := x.h.door.ReadBody(x.w, x.r, maxRequestBody)
+	if err != nil {
+		return nil, bodyError(err)
+	}
+	if len(bytes.TrimSpace(body.Bytes)) == 0 {
+		body.Release()
 		return nil, invalid("missing request body")
 	}
+	// Two strings are all this decode allocates, however large the body.
 	var named struct {
 		Model string `json:"model"`
 		Name  string `json:"name"`
 	}
-	if err := json.Unmarshal(body, &named); err != nil {
+	if err := json.Unmarshal(body.Bytes, &named); err != nil {
+		body.Release()
 		return nil, invalid("%s", err.Error())
 	}
 	x.model = named.Model
@@ -138,6 +145,7 @@ func (x *exchange) readBody(nameToo bool) ([]byte, *apiError) {
 		x.model = named.Name
 	}
 	if x.model == "" {
+		body.Release()
 		return nil, invalid("model is required")
 	}
 	return body, nil
@@ -145,21 +153,22 @@ func (x *exchange) readBody(nameToo bool) ([]byte, *apiError) {
 
 // serve starts the tunnel and relays it; it returns how the request ended:
 // nil for a completed tunnel.
-func (x *exchange) serve(body []byte) *apiError {
+func (x *exchange) serve(body *frontdoor.Body) *apiError {
 	x.ctx, x.cancel = context.WithCancelCause(context.WithoutCancel(x.r.Context()))
 	defer x.cancel(nil)
 	stopGone := context.AfterFunc(x.r.Context(), func() { x.stop(ErrClientGone) })
 	defer stopGone()
-	// The idle timer runs from here: a queue wait and a silent prefill are
-	// time without a byte to the client as much as a pause mid-answer. The
-	// queue timeout and the deadline are separate timers with their own
-	// errors (SPEC S5); whichever fires first ends the request.
-	if x.idleAfter > 0 {
-		x.idle = time.AfterFunc(x.idleAfter, func() { x.stop(ErrIdleTimeout) })
-		defer x.idle.Stop()
-	}
+	// The idle timer runs from admission: a silent prefill is time without
+	// a byte to the client as much as a pause mid-answer, but the queue
+	// wait before it is the queue timeout's alone (429 queue_timeout,
+	// whatever the idle timeout). The deadline runs from arrival. Each
+	// timer has its own error (SPEC S5); whichever fires first ends the
+	// request.
+	x.idle = frontdoor.NewIdleTimer(x.idleAfter, func() { x.stop(ErrIdleTimeout) })
+	defer x.idle.Stop()
 
-	t, err := x.h.runner.StartTunnel(x.ctx, x.p, x.model, tunnelRequest(x.r), x.bodyFor(body))
+	t, err := x.h.runner.StartTunnel(x.ctx, x.p, x.model, tunnelRequest(x.r), x.bodyFor(body.Bytes), x.idle.Start)
+	body.Release()
 	if err != nil {
 		return startError(err, context.Cause(x.ctx), x.model)
 	}
@@ -224,6 +233,7 @@ func (x *exchange) relay(t Tunnel) *apiError {
 		if x.started && e != nil && e != errGone {
 			// Output started: the error goes in-stream, on a line of its
 			// own, so the client does not take the end for success.
+			x.wd.Extend()
 			if x.last != '\n' {
 				_, _ = x.w.Write([]byte{'\n'})
 			}
@@ -270,6 +280,7 @@ func (x *exchange) incomplete() *apiError {
 // send writes p and flushes it, committing the head first; it reports
 // false when the client could not be written to.
 func (x *exchange) send(rc *http.ResponseController, p []byte) bool {
+	x.wd.Extend()
 	if !x.started {
 		x.begin()
 	}
@@ -280,9 +291,7 @@ func (x *exchange) send(rc *http.ResponseController, p []byte) bool {
 		return false
 	}
 	x.last = p[len(p)-1]
-	if x.idle != nil {
-		x.idle.Reset(x.idleAfter)
-	}
+	x.idle.Reset()
 	return true
 }
 
@@ -376,6 +385,7 @@ func (x *exchange) end(e *apiError) {
 		outcome, level = e.code, slog.LevelInfo
 		switch {
 		case !x.started:
+			x.wd.Extend()
 			writeError(x.w, e)
 		case e != errGone:
 			level = slog.LevelWarn // the client saw part of an answer, then an error

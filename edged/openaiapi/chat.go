@@ -8,28 +8,49 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/edged/auth"
+	"github.com/iop-dev/iop/edged/frontdoor"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
-// chat serves POST /v1/chat/completions.
+// chat serves POST /v1/chat/completions. What a request may make the Edge
+// hold is bounded before it is built (P3): the body is read within
+// MaxRequestBytes and the door's memory budget; the model is read and the
+// principal's right to it checked before the rest is decoded; the decode
+// counts messages and parts as it goes; and the body's share of the budget
+// is given back as soon as the run request is built.
 func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	p, ok := h.authenticate(w, r, routeChat)
 	if !ok {
 		return
 	}
-	req, e := parseChat(r, w)
-	x := &exchange{h: h, w: w, r: r, p: p, req: req, arrived: arrived}
+	x := &exchange{h: h, w: w, r: r, p: p, arrived: arrived}
+	body, err := h.door.ReadBody(w, r, MaxRequestBytes)
+	if err != nil {
+		x.end(bodyError(err))
+		return
+	}
+	defer body.Release()
+	peek, e := peekChat(body.Bytes)
+	x.req = &parsedChat{model: peek.Model, stream: peek.Stream}
 	if e != nil {
 		x.end(e)
 		return
 	}
-	profile, err := h.runner.Profile(p, req.model)
+	profile, err := h.runner.Profile(p, peek.Model)
 	if err != nil {
-		x.end(startError(err, nil, req.model))
+		x.end(startError(err, nil, peek.Model))
 		return
 	}
+	req, e := parseChat(body.Bytes)
+	body.Release()
+	if e != nil {
+		x.end(e)
+		return
+	}
+	x.req = req
 	x.idleAfter = time.Duration(profile.IdleTimeout)
+	x.wd = frontdoor.NewWriteDeadline(w, x.idleAfter)
 	x.end(x.serve())
 }
 
@@ -51,7 +72,8 @@ type exchange struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	idleAfter time.Duration
-	idle      *time.Timer
+	idle      *frontdoor.IdleTimer
+	wd        *frontdoor.WriteDeadline // every write's deadline: the idle timeout
 	run       Run
 
 	// mu orders stop against the run's start: a run started after the
@@ -69,16 +91,16 @@ func (x *exchange) serve() *apiError {
 	defer x.cancel(nil)
 	stopGone := context.AfterFunc(x.r.Context(), func() { x.stop(ErrClientGone) })
 	defer stopGone()
-	// The idle timer runs from here: a queue wait and a silent prefill are
-	// time without a byte to the client as much as a pause mid-answer. The
-	// queue timeout and the deadline are separate timers with their own
-	// errors (SPEC S5); whichever fires first ends the request.
-	if x.idleAfter > 0 {
-		x.idle = time.AfterFunc(x.idleAfter, func() { x.stop(ErrIdleTimeout) })
-		defer x.idle.Stop()
-	}
+	// The idle timer runs from admission: a silent prefill is time without
+	// a byte to the client as much as a pause mid-answer, but the queue
+	// wait before it is the queue timeout's alone, so a request that waits
+	// its queue timeout out is told 429 queue_timeout, whatever the idle
+	// timeout. The deadline runs from arrival. Each timer has its own
+	// error (SPEC S5); whichever fires first ends the request.
+	x.idle = frontdoor.NewIdleTimer(x.idleAfter, func() { x.stop(ErrIdleTimeout) })
+	defer x.idle.Stop()
 
-	run, err := x.h.runner.StartRun(x.ctx, x.p, x.req.model, x.req.run)
+	run, err := x.h.runner.StartRun(x.ctx, x.p, x.req.model, x.req.run, x.idle.Start)
 	if err != nil {
 		return startError(err, context.Cause(x.ctx), x.req.model)
 	}
@@ -160,11 +182,7 @@ func (x *exchange) why() error {
 
 // wrote notes that a byte went to the client (or, for a response that is
 // sent whole, that the run made progress): the idle timer starts over.
-func (x *exchange) wrote() {
-	if x.idle != nil {
-		x.idle.Reset(x.idleAfter)
-	}
-}
+func (x *exchange) wrote() { x.idle.Reset() }
 
 // firstByte records the time to first token.
 func (x *exchange) firstByte() {
@@ -180,6 +198,7 @@ func (x *exchange) end(e *apiError) {
 	if e != nil {
 		outcome, level = e.code, slog.LevelInfo
 		if x.out == nil || !x.out.started {
+			x.wd.Extend()
 			writeError(x.w, e)
 		} else {
 			level = slog.LevelWarn // the client saw part of an answer, then an error
@@ -198,7 +217,7 @@ func (x *exchange) end(e *apiError) {
 	}
 	attrs := []slog.Attr{slog.String("principal", x.p.Name), slog.String("outcome", outcome),
 		slog.Duration("elapsed", time.Since(x.arrived))}
-	if x.req != nil {
+	if x.req != nil && x.req.model != "" {
 		attrs = append(attrs, slog.String("model", x.req.model), slog.Bool("stream", x.req.stream))
 	}
 	if x.run != nil {

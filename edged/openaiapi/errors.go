@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/iop-dev/iop/edged/frontdoor"
 	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/edged/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -95,6 +96,25 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func invalid(param, format string, args ...any) *apiError {
 	return &apiError{status: http.StatusBadRequest, typ: typeInvalidRequest, code: "invalid_request",
 		param: param, message: fmt.Sprintf(format, args...)}
+}
+
+// bodyError is how a body the door refused is answered.
+func bodyError(err error) *apiError {
+	var be *frontdoor.BodyError
+	if !errors.As(err, &be) {
+		return invalid("", "The request body could not be read: %v", err)
+	}
+	switch be.Status {
+	case http.StatusRequestEntityTooLarge:
+		return tooLarge("The request body is larger than %d bytes.", be.Limit)
+	case http.StatusServiceUnavailable:
+		return &apiError{status: be.Status, typ: typeServer, code: "server_busy", retryAfter: be.RetryAfter,
+			message: "The Edge is holding as many request bodies as it may; retry shortly."}
+	case http.StatusRequestTimeout:
+		return &apiError{status: be.Status, typ: typeInvalidRequest, code: "request_timeout",
+			message: "The request body did not arrive in time."}
+	}
+	return invalid("", "The request body could not be read: %v", be.Err)
 }
 
 func tooLarge(format string, args ...any) *apiError {

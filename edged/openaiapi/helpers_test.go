@@ -21,6 +21,7 @@ import (
 	"github.com/iop-dev/iop/edged/config"
 	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/edged/metrics"
+	"github.com/iop-dev/iop/edged/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -39,6 +40,7 @@ type fakeRunner struct {
 	steps       []step
 	startErr    error         // StartRun fails with it
 	startBlocks bool          // StartRun waits for its context, as a queue wait or prefill does
+	queueFor    time.Duration // StartRun waits this long in the queue, then refuses with queue_timeout
 	deadline    time.Duration // the run's hard deadline; 0 for none
 	idle        time.Duration // the profile's idle timeout
 	profileErr  error
@@ -49,16 +51,27 @@ type fakeRunner struct {
 	runs []*fakeRun
 }
 
-func (f *fakeRunner) StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest) (Run, error) {
+func (f *fakeRunner) StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest, admitted func()) (Run, error) {
 	f.mu.Lock()
 	f.reqs = append(f.reqs, req)
 	f.mu.Unlock()
+	if f.queueFor > 0 {
+		select {
+		case <-time.After(f.queueFor):
+			return nil, &sched.RefusalError{Reason: sched.ReasonQueueTimeout, Model: model, RetryAfter: time.Second}
+		case <-ctx.Done():
+			return nil, errors.Join(errors.New("sched: queued"), ctx.Err())
+		}
+	}
 	if f.startBlocks {
 		<-ctx.Done()
 		return nil, errors.Join(errors.New("sched: queued"), ctx.Err())
 	}
 	if f.startErr != nil {
 		return nil, f.startErr
+	}
+	if admitted != nil {
+		admitted()
 	}
 	r := &fakeRun{id: "run-1", steps: append([]step(nil), f.steps...), closed: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
@@ -229,7 +242,7 @@ type env struct {
 func newEnv(t *testing.T, f *fakeRunner) *env {
 	t.Helper()
 	m := metrics.New(nil, nil)
-	return &env{runner: f, metrics: m, handler: Handler(f, testAuth(t), m, nil)}
+	return &env{runner: f, metrics: m, handler: Handler(f, testAuth(t), m, nil, nil)}
 }
 
 // chatRequest builds an authenticated chat request with body.

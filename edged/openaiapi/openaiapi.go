@@ -39,6 +39,7 @@ import (
 
 	"github.com/iop-dev/iop/edged/auth"
 	"github.com/iop-dev/iop/edged/config"
+	"github.com/iop-dev/iop/edged/frontdoor"
 	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/edged/metrics"
 	"github.com/iop-dev/iop/edged/nodes"
@@ -50,8 +51,10 @@ type Runner interface {
 	// StartRun resolves model for p and dispatches req, as
 	// gateway.Gateway.StartRun does: it returns once the run has produced a
 	// first event that is not a refusal or a loss, or with the reason none
-	// could. The run's context derives from ctx.
-	StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest) (Run, error)
+	// could. The run's context derives from ctx. admitted, if not nil, is
+	// called on the caller's goroutine when the request leaves the queue
+	// with its first slot (the queue wait is over).
+	StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest, admitted func()) (Run, error)
 	// Models lists the models p may ask for.
 	Models(p auth.Principal) []gateway.Model
 	// Profile is the profile a request by p for model runs under; an error
@@ -93,21 +96,39 @@ const (
 )
 
 // Handler serves the OpenAI-compatible API; see the package comment for
-// its routes. m and log may be nil.
-func Handler(r Runner, a *auth.Authenticator, m *metrics.Metrics, log *slog.Logger) http.Handler {
+// its routes. m and log may be nil; door bounds request bodies (nil: a door
+// with the default limits).
+func Handler(r Runner, a *auth.Authenticator, m *metrics.Metrics, log *slog.Logger, door *frontdoor.Door) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &handler{runner: r, auth: a, metrics: m, log: log}
+	if door == nil {
+		door = frontdoor.New(frontdoor.Limits{}, nil)
+	}
+	h := &handler{runner: r, auth: a, metrics: m, log: log, door: door}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", h.chat)
 	mux.HandleFunc("GET /v1/models", h.models)
 	mux.HandleFunc("GET /v1/models/{model...}", h.model)
+	// A known path with another method is 405 with Allow, in OpenAI's
+	// shape (the catch-all below would say 404).
+	mux.HandleFunc("/v1/chat/completions", methodNotAllowed(http.MethodPost))
+	mux.HandleFunc("/v1/models", methodNotAllowed(http.MethodGet+", "+http.MethodHead))
+	mux.HandleFunc("/v1/models/{model...}", methodNotAllowed(http.MethodGet+", "+http.MethodHead))
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusNotFound, typ: typeInvalidRequest, code: "unknown_url",
 			message: "Unknown request URL: " + r.Method + " " + r.URL.Path + "."})
 	})
 	return mux
+}
+
+// methodNotAllowed answers a known path asked with the wrong method.
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, &apiError{status: http.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
+			message: "Method " + r.Method + " is not allowed for " + r.URL.Path + "; use " + allow + "."})
+	}
 }
 
 // handler holds what every request needs.
@@ -116,6 +137,7 @@ type handler struct {
 	auth    *auth.Authenticator
 	metrics *metrics.Metrics
 	log     *slog.Logger
+	door    *frontdoor.Door
 }
 
 // authenticate returns r's principal, or answers 401 and returns false.
@@ -199,8 +221,8 @@ type gatewayRunner struct {
 
 var _ Runner = gatewayRunner{}
 
-func (gr gatewayRunner) StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest) (Run, error) {
-	r, err := gr.g.StartRun(ctx, p, model, req)
+func (gr gatewayRunner) StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest, admitted func()) (Run, error) {
+	r, err := gr.g.StartRun(ctx, p, model, req, admitted)
 	if err != nil {
 		return nil, err
 	}

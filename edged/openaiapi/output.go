@@ -203,6 +203,7 @@ func (o *output) complete(doneReason string) bool {
 		}
 		o.x.firstByte()
 		o.started = true
+		o.x.wd.Extend()
 		writeJSON(o.x.w, http.StatusOK, completion{
 			ID: o.frame.ID, Object: "chat.completion", Created: o.frame.Created, Model: o.frame.Model,
 			Choices: []completionChoice{{Message: msg, FinishReason: finish}}, Usage: o.usageValue(),
@@ -271,6 +272,7 @@ func (o *output) raw(s string) bool { return o.send([]byte(s)) }
 // send writes p and flushes it, so the client has every event as soon as
 // the Node sent it.
 func (o *output) send(p []byte) bool {
+	o.x.wd.Extend()
 	if !o.started && !o.begin() {
 		return false
 	}

@@ -6,8 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
+	"reflect"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -16,11 +15,31 @@ import (
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
-// MaxRequestBytes bounds a chat request's body. The run request it becomes
-// must also fit one dispatched-stream frame (quicwire.MaxStreamFrameSize,
-// less headroom for what the gateway adds); a request past either is
-// refused with 413.
-const MaxRequestBytes = 8 << 20
+// MaxRequestBytes bounds a chat request's body. A request becomes one run
+// request that must fit one dispatched-stream frame
+// (quicwire.MaxStreamFrameSize, 1 MiB, less headroom for what the gateway
+// adds); the JSON of such a request is about as large, a little larger
+// where base64 images or escapes swell it. So reading more than twice the
+// frame buys nothing but memory: a body past this is refused with 413
+// before any of it is decoded, and one within it whose run is past the
+// frame is refused with 413 after.
+const MaxRequestBytes = 2 * quicwire.MaxStreamFrameSize
+
+// Bounds on what one request's JSON may make the Edge build. JSON is
+// compact and Go values are not (an empty message "{}" is 3 bytes of
+// JSON and some 200 bytes decoded), so the counts are bounded as the body
+// is decoded, not after: a body of a million empty messages is refused at
+// the first one past the bound.
+const (
+	// MaxMessages bounds a request's messages.
+	MaxMessages = 10_000
+	// MaxContentParts bounds one message's content parts.
+	MaxContentParts = 1_000
+	// MaxTools bounds a request's tools.
+	MaxTools = 1_000
+	// MaxToolCalls bounds one assistant message's tool calls.
+	MaxToolCalls = 1_000
+)
 
 // wireHeadroom is what the gateway and the stream header add to the run
 // request after the handler sized it (ids, provider, target, lease).
@@ -30,8 +49,8 @@ const wireHeadroom = 16 << 10
 // it does not know are ignored: clients send many.
 type chatRequest struct {
 	Model               string          `json:"model"`
-	Messages            []message       `json:"messages"`
-	Tools               []tool          `json:"tools"`
+	Messages            messageList     `json:"messages"`
+	Tools               toolList        `json:"tools"`
 	Temperature         *float64        `json:"temperature"`
 	TopP                *float64        `json:"top_p"`
 	MaxTokens           *int64          `json:"max_tokens"`
@@ -53,7 +72,7 @@ type message struct {
 	Role             string          `json:"role"`
 	Content          json.RawMessage `json:"content"` // a string, an array of parts, or null
 	Name             string          `json:"name"`
-	ToolCalls        []toolCall      `json:"tool_calls"`
+	ToolCalls        toolCallList    `json:"tool_calls"`
 	ToolCallID       string          `json:"tool_call_id"`
 	ReasoningContent string          `json:"reasoning_content"`
 }
@@ -101,23 +120,34 @@ type parsedChat struct {
 	run          *wirepb.RunRequest
 }
 
-// parseChat reads and validates r's body. Its errors are *apiError: 400
-// with the offending param, or 413.
-func parseChat(r *http.Request, w http.ResponseWriter) (*parsedChat, *apiError) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
-	if err != nil {
-		if errors.As(err, new(*http.MaxBytesError)) {
-			return nil, tooLarge("The request body is larger than %d bytes.", MaxRequestBytes)
-		}
-		return nil, invalid("", "The request body could not be read: %v", err)
+// peeked is what the handler reads of a body before it decides whether
+// the request may run at all: decoding it allocates nothing but the model
+// name, however large the body.
+type peeked struct {
+	Model  string `json:"model"`
+	Stream bool   `json:"stream"`
+}
+
+// peekChat reads the model of a chat request's body. Its errors are
+// *apiError: 400 for a body that is not a JSON object or names no model.
+func peekChat(body []byte) (peeked, *apiError) {
+	var p peeked
+	if err := json.Unmarshal(body, &p); err != nil {
+		return p, jsonError(err)
 	}
+	if p.Model == "" {
+		return p, invalid("model", "You must provide a model parameter.")
+	}
+	return p, nil
+}
+
+// parseChat decodes and validates a chat request's body, within the
+// bounds above. Its errors are *apiError: 400 with the offending param, or
+// 413.
+func parseChat(body []byte) (*parsedChat, *apiError) {
 	var req chatRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, invalid(te.Field, "Invalid type for '%s': expected %s, got %s.", te.Field, te.Type, te.Value)
-		}
-		return nil, invalid("", "We could not parse the JSON body of your request: %v", err)
+		return nil, jsonError(err)
 	}
 	run, e := req.toRun()
 	if e != nil {
@@ -133,6 +163,90 @@ func parseChat(r *http.Request, w http.ResponseWriter) (*parsedChat, *apiError) 
 		includeUsage: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
 		run:          run,
 	}, nil
+}
+
+// jsonError maps a decoding error to a 400 naming what it can.
+func jsonError(err error) *apiError {
+	var te *json.UnmarshalTypeError
+	var le *listTooLong
+	switch {
+	case errors.As(err, &le):
+		return invalid(le.param, "Too many %s: at most %d are accepted.", le.param, le.max)
+	case errors.As(err, &te):
+		return invalid(te.Field, "Invalid type for '%s': expected %s, got %s.", te.Field, te.Type, te.Value)
+	}
+	return invalid("", "We could not parse the JSON body of your request: %v", err)
+}
+
+// listTooLong is a JSON array with more elements than its bound.
+type listTooLong struct {
+	param string
+	max   int
+}
+
+func (e *listTooLong) Error() string { return fmt.Sprintf("%s: more than %d", e.param, e.max) }
+
+// decodeList decodes the JSON array data into a slice, refusing it at the
+// element after the max-th: the slice never grows past max, whatever the
+// array holds. null is an empty list.
+func decodeList[T any](data []byte, max int, param string) ([]T, error) {
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		var zero []T
+		return nil, &json.UnmarshalTypeError{Value: "non-array", Type: reflect.TypeOf(zero), Field: param}
+	}
+	var out []T
+	for dec.More() {
+		if len(out) == max {
+			return nil, &listTooLong{param: param, max: max}
+		}
+		var v T
+		if err := dec.Decode(&v); err != nil {
+			// Name the element, as a decode of the whole body would.
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				te.Field = strings.TrimSuffix(fmt.Sprintf("%s[%d].%s", param, len(out), te.Field), ".")
+			}
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// Bounded lists: each decodes with decodeList.
+type (
+	messageList  []message
+	toolList     []tool
+	toolCallList []toolCall
+	partList     []contentPart
+)
+
+func (l *messageList) UnmarshalJSON(b []byte) (err error) {
+	*l, err = decodeList[message](b, MaxMessages, "messages")
+	return err
+}
+
+func (l *toolList) UnmarshalJSON(b []byte) (err error) {
+	*l, err = decodeList[tool](b, MaxTools, "tools")
+	return err
+}
+
+func (l *toolCallList) UnmarshalJSON(b []byte) (err error) {
+	*l, err = decodeList[toolCall](b, MaxToolCalls, "tool_calls")
+	return err
+}
+
+func (l *partList) UnmarshalJSON(b []byte) (err error) {
+	*l, err = decodeList[contentPart](b, MaxContentParts, "content")
+	return err
 }
 
 // toRun validates req and converts it to a run request.
@@ -283,8 +397,12 @@ func (m *message) content(wm *wirepb.ChatMessage, param string) *apiError {
 		}
 		return nil
 	}
-	var parts []contentPart
+	var parts partList
 	if err := json.Unmarshal(c, &parts); err != nil {
+		var le *listTooLong
+		if errors.As(err, &le) {
+			return invalid(param, "Too many content parts: at most %d are accepted.", le.max)
+		}
 		return invalid(param, "content must be a string or an array of content parts.")
 	}
 	var texts []string

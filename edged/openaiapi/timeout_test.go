@@ -16,7 +16,7 @@ import (
 // the bubble's clock advance.
 
 // TestIdleTimeoutEndsSilentRequest: the client response-idle timeout (SPEC
-// S5) counts from arrival, so a queue wait or silent prefill ends with 504
+// S5) counts from admission, so a silent prefill ends with 504
 // idle_timeout, and once output has started with an error event.
 func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
 	const idle = 30 * time.Second
@@ -29,7 +29,6 @@ func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
 	}{
 		{"silent prefill, streaming", &fakeRunner{}, streamBody, 504, false},
 		{"silent prefill, whole response", &fakeRunner{}, plainBody, 504, false},
-		{"waiting in StartRun", &fakeRunner{startBlocks: true}, streamBody, 504, false},
 		{"silent after output", &fakeRunner{steps: []step{textEv("a")}}, streamBody, 200, true},
 	}
 	for _, tt := range tests {
@@ -66,6 +65,30 @@ func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Issue 10, S5: the queue wait is the queue timeout's alone. A request
+// whose idle timeout is shorter than its queue wait is not ended by the
+// idle timer while it waits: it gets 429 queue_timeout when the queue
+// timeout fires, as it would with a long idle timeout.
+func TestQueueTimeoutWinsOverAShorterIdleTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeRunner{idle: 5 * time.Second, queueFor: 30 * time.Second}
+		e := newEnv(t, f)
+		start := time.Now()
+		w := e.do(chatReq(streamBody))
+		if d := time.Since(start); d != 30*time.Second {
+			t.Errorf("ended after %v, want the queue timeout (30s)", d)
+		}
+		b := apiErrorOf(t, w.Body.String())
+		if w.Code != http.StatusTooManyRequests || codeOf(b) != "queue_timeout" || w.Header().Get("Retry-After") == "" {
+			t.Fatalf("status %d code %q Retry-After %q, want 429 queue_timeout with Retry-After: %s",
+				w.Code, codeOf(b), w.Header().Get("Retry-After"), w.Body)
+		}
+		if e.cancellations(t, "idle_timeout") != 0 {
+			t.Error("the idle timer fired during the queue wait")
+		}
+	})
 }
 
 // TestIdleTimerRestartsOnEveryByte: pauses shorter than the idle timeout do

@@ -47,7 +47,25 @@ type Options struct {
 	// StreamWait bounds how long a dispatch waits for a free stream on a
 	// Node's connection (see ErrStreamWait). Default 5 s.
 	StreamWait time.Duration
-	Logger     *slog.Logger
+	// Refused, if set, records refused connections and registrations
+	// (counted, and logged without flooding: frontdoor.Refusals);
+	// otherwise each is logged at Warn.
+	Refused Refuser
+	Logger  *slog.Logger
+}
+
+// Refuser records a refusal of kind with its message and log attributes.
+type Refuser interface {
+	Refuse(kind, msg string, args ...any)
+}
+
+// refuse records a refused connection or registration.
+func (s *Server) refuse(kind, msg string, args ...any) {
+	if s.opts.Refused != nil {
+		s.opts.Refused.Refuse(kind, msg, args...)
+		return
+	}
+	s.log.Warn(msg, args...)
 }
 
 // CredentialState is the Edge's credential revocations and disables
@@ -160,7 +178,7 @@ func (s *Server) handle(ctx context.Context, qc *quic.Conn) {
 	log := s.log.With("remote", qc.RemoteAddr().String())
 	identity, err := s.peerIdentity(qc)
 	if err != nil {
-		log.Warn("refused node connection", "err", err)
+		s.refuse("node_identity", "refused node connection", "remote", qc.RemoteAddr().String(), "err", err)
 		quicwire.CloseUnauthenticated.Close(qc, err.Error())
 		return
 	}
@@ -169,7 +187,7 @@ func (s *Server) handle(ctx context.Context, qc *quic.Conn) {
 	st, err := qc.AcceptStream(actx)
 	cancel()
 	if err != nil {
-		log.Warn("node opened no control stream", "err", err)
+		s.refuse("registration", "node opened no control stream", "remote", qc.RemoteAddr().String(), "err", err)
 		quicwire.CloseProtocolError.Close(qc, "no control stream")
 		return
 	}
@@ -183,7 +201,7 @@ func (s *Server) handle(ctx context.Context, qc *quic.Conn) {
 		if !errors.As(err, &ref) {
 			ref = &refusal{code: quicwire.CloseProtocolError, reason: err.Error()}
 		}
-		log.Warn("refused node registration", "node", req.GetNodeId(), "code", ref.code.String(), "reason", ref.reason)
+		s.refuse("registration", "refused node registration", "remote", qc.RemoteAddr().String(), "node", req.GetNodeId(), "code", ref.code.String(), "reason", ref.reason)
 		_ = cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterResponse{RegisterResponse: &wirepb.RegisterResponse{
 			RefusalReason: ref.reason, RefusalCode: uint64(ref.code), ProtocolVersion: quicwire.ProtocolVersion,
 		}}})
