@@ -85,7 +85,9 @@ func startHealth(lc fx.Lifecycle, flags runFlags, a *agent.Agent, log *slog.Logg
 	if flags.healthAddr == "" {
 		return
 	}
-	srv := &http.Server{Handler: a.HealthHandler(), ReadHeaderTimeout: 10 * time.Second}
+	// Probes are small and quick: nothing here may be held open.
+	srv := &http.Server{Handler: a.HealthHandler(), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			ln, err := net.Listen("tcp", flags.healthAddr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/iop-dev/iop/edged/nodes"
 	"github.com/iop-dev/iop/edged/transport"
+	nodetransport "github.com/iop-dev/iop/noded/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -295,6 +297,42 @@ func TestAbandonEndsOnlyATunnelWithoutAHead(t *testing.T) {
 		}
 		if answers.Abandon(errors.New("too late")) {
 			t.Fatal("Abandon after the head reported true")
+		}
+	})
+}
+
+// Issue 10 item 4: a Node accepts as many dispatched streams as its
+// capacity plus headroom, and says so at registration: 300 runs open at
+// once on a Node of capacity 300 (the old fixed limit was 256, and the
+// 257th blocked inside the stream open). The generation's Slots match.
+func TestANodeAcceptsAStreamForEverySlotItOffers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const capacity = 300
+		h := newSimHarness(t)
+		e := h.startEdge(0)
+		h.startNode("n1", func(o *nodetransport.Options) { o.Capacity = capacity },
+			withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+				<-ctx.Done() // a long silent prefill
+			})))
+		conn := h.waitReady("n1")
+		if conn.Slots() != capacity {
+			t.Fatalf("Slots = %d, want the node's capacity %d", conn.Slots(), capacity)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		for i := range capacity + quicwire.StreamHeadroom {
+			d, err := e.srv.Dispatch(ctx, "n1", runHeader(fmt.Sprintf("r%d", i)))
+			if err != nil {
+				t.Fatalf("stream %d of %d: %v", i+1, capacity+quicwire.StreamHeadroom, err)
+			}
+			defer d.Cancel(quicwire.StreamCancelled)
+		}
+		// One more waits for a free stream no longer than StreamWait, then
+		// fails with ErrStreamWait, which the gateway moves on from.
+		began := time.Now()
+		_, err := e.srv.Dispatch(t.Context(), "n1", runHeader("one-too-many"))
+		if !errors.Is(err, transport.ErrStreamWait) || time.Since(began) != 5*time.Second {
+			t.Fatalf("a dispatch past the stream limit: %v after %v, want ErrStreamWait after 5s", err, time.Since(began))
 		}
 	})
 }
