@@ -1,0 +1,45 @@
+package openaiapi
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/iop-dev/iop/quicwire"
+)
+
+// FuzzParseChat feeds arbitrary bodies to the chat request parser (P3): it
+// never panics, refuses with a 400 or 413 or returns a run that fits a
+// stream frame, and never holds more messages than MaxMessages.
+func FuzzParseChat(f *testing.F) {
+	for _, seed := range []string{
+		plainBody, streamBody, streamUsageBody,
+		`{"model":"m","messages":[{},{},{}]}`,
+		`{"model":"m","messages":null}`,
+		`{"model":"m","messages":{"role":"user"}}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:image/png;base64,aGk="}}]}]}`,
+		`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"1"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`,
+		`{"model":"m","messages":[{"role":"user","content":7}]}`,
+		`{"model":`, `[]`, `null`, ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if _, e := peekChat(body); e != nil && e.status != 400 {
+			t.Fatalf("peek: status %d", e.status)
+		}
+		req, e := parseChat(body)
+		if e != nil {
+			if e.status != 400 && e.status != 413 {
+				t.Fatalf("parse: status %d: %s", e.status, e.message)
+			}
+			return
+		}
+		if len(req.run.GetMessages()) > MaxMessages {
+			t.Fatalf("%d messages accepted", len(req.run.GetMessages()))
+		}
+		if n := proto.Size(req.run); n > quicwire.MaxStreamFrameSize {
+			t.Fatalf("a run of %d bytes accepted", n)
+		}
+	})
+}
