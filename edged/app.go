@@ -154,7 +154,7 @@ func newQUICListener(lc fx.Lifecycle, cfg *config.Config, tlsConf *tls.Config, l
 	if err != nil {
 		return nil, fmt.Errorf("listen.quic %s: %w", cfg.Listen.QUIC, err)
 	}
-	tr := quicwire.EdgeTransport(udp, key)
+	tr := quicwire.EdgeTransport(quicwire.UnreachableIsLoss(udp), key)
 	ln, err := tr.Listen(tlsConf, quicwire.EdgeQUICConfig(quicwire.DefaultLiveness))
 	if err != nil {
 		tr.Close()

@@ -33,6 +33,7 @@ func TestFault(t *testing.T) {
 		{"NodeKilled", faultNodeKilled},
 		{"NodeFrozen", faultNodeFrozen},
 		{"LinkCutAndHealed", faultLinkCutAndHealed},
+		{"EdgeRouteFlap", faultEdgeRouteFlap},
 		{"EdgeKilledAndRestarted", faultEdgeKilledAndRestarted},
 		{"PluginKilled", faultPluginKilled},
 		{"SlowLossyLinkIsNotSuspect", faultSlowLossyLinkIsNotSuspect},
@@ -213,6 +214,46 @@ func faultLinkCutAndHealed(t *testing.T) {
 	ns.heal()
 	f.waitBack("n1", v1.Generation, healed, "link healed after the fence", 90*time.Second)
 	f.assertBothServe("after the heal")
+}
+
+// P4, R9: the Edge's own route to a Node goes away for a while (its
+// interface flaps): the Edge's sends fail with ENETUNREACH instead of
+// vanishing. That is a lost packet, not the end of the connection: the Node
+// turns suspect, and when the route is back it is dispatchable again on the
+// same generation. (quic-go closes a connection at its first send error;
+// before quicwire.UnreachableIsLoss this fenced the Node at once, reason
+// internal.)
+func faultEdgeRouteFlap(t *testing.T) {
+	requireNetns(t)
+	f := newFaultFleet(t)
+	f.addNode(nodeSpec{
+		id:        "n1",
+		models:    []fakeollama.Model{fastAnswer("n1")},
+		providers: []providerSpec{{name: "ollama", capacity: 4, targets: []string{fastModel + ":latest"}}},
+	})
+	ns := f.nodes["n1"].ns
+	v1, _ := f.view("n1")
+
+	down := time.Now()
+	ns.downHost()
+	_, suspect := f.waitSuspect("n1", down, "the Edge's route down")
+	if v, _ := f.view("n1"); v.State != "ready" || v.Generation != v1.Generation {
+		t.Fatalf("the Edge's route down: n1 is %v, want generation %d still ready (suspect, not fenced)", v, v1.Generation)
+	}
+	if suspect {
+		time.Sleep(time.Until(down.Add(12 * time.Second)))
+	}
+	up := time.Now()
+	ns.upHost()
+	v, at, ok := f.waitView("n1", 25*time.Second, func(v faultView) bool { return !v.Suspect })
+	if !ok {
+		t.Fatalf("P4: n1 still suspect 25s after the Edge's route came back: %v", v)
+	}
+	f.timing("route back: n1 dispatchable again after %.1fs", at.Sub(up).Seconds())
+	if v.Generation != v1.Generation || v.State != "ready" {
+		t.Fatalf("after a route flap shorter than the fence, n1 is %v, want generation %d ready", v, v1.Generation)
+	}
+	f.assertServedBy("n1", 2, "after the Edge's route came back")
 }
 
 // P4, R9: the Edge killed (kill -9) and restarted with the same

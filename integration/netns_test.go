@@ -183,6 +183,20 @@ func (ns *netns) heal() {
 	ns.ip("-n", ns.name, "neigh", "del", ns.hostIP, "dev", ns.nsIf)
 }
 
+// downHost takes the host end of the veth down: the host loses its route to
+// the namespace, so the Edge's sends fail at once with ENETUNREACH (a flap
+// of the Edge's own interface), while the Node's sends vanish silently.
+func (ns *netns) downHost() {
+	ns.t.Helper()
+	ns.ip("link", "set", ns.hostIf, "down")
+}
+
+// upHost brings the host end back up, and with it the route.
+func (ns *netns) upHost() {
+	ns.t.Helper()
+	ns.ip("link", "set", ns.hostIf, "up")
+}
+
 func (ns *netns) ip(args ...string) {
 	ns.t.Helper()
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
