@@ -69,7 +69,7 @@ type Limits struct {
 	// MaxConnections is how many client connections may be open at once; default 4096, from 1
 	// to 1000000. Mind the process's file descriptor limit.
 	MaxConnections int `yaml:"max_connections"`
-	// BodyMemoryMiB is how many MiB of request bodies the Edge holds at once; default 128, from
+	// BodyMemoryMiB is how many MiB of request bodies the Edge holds at once; default 64, from
 	// 1 to 65536.
 	BodyMemoryMiB int `yaml:"body_memory_mib"`
 }
@@ -78,7 +78,7 @@ type Limits struct {
 const (
 	DefaultMaxConnections = 4096
 	MaxMaxConnections     = 1_000_000
-	DefaultBodyMemoryMiB  = 128
+	DefaultBodyMemoryMiB  = 64
 	MaxBodyMemoryMiB      = 65536
 )
 

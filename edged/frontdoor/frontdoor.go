@@ -37,7 +37,7 @@ import (
 // Defaults of Limits.
 const (
 	DefaultMaxConns          = 4096
-	DefaultBodyMemory        = 128 << 20
+	DefaultBodyMemory        = 64 << 20
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultBodyTimeout       = time.Minute
 	DefaultIdleTimeout       = 90 * time.Second
