@@ -82,11 +82,14 @@ func TestOfficialOllamaClientThroughTheEdge(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "out of memory") {
 		t.Errorf("mid-stream failure: %v, want the provider's error", err)
 	}
-	// A model no Node has is refused with a clear status.
-	err = c.Chat(t.Context(), &api.ChatRequest{Model: "nope", Messages: []api.Message{{Role: "user", Content: "hi"}}},
-		func(api.ChatResponse) error { return nil })
-	var se api.StatusError
-	if !errors.As(err, &se) || se.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("unknown model: %v, want a 503 StatusError", err)
+	// P1, issue 11: a model no Node offers and no route names is 404 with
+	// Ollama's own message (the CLI offers to pull on it), streamed or not.
+	for _, stream := range []bool{true, false} {
+		err = c.Chat(t.Context(), &api.ChatRequest{Model: "nope", Stream: &stream, Messages: []api.Message{{Role: "user", Content: "hi"}}},
+			func(api.ChatResponse) error { return nil })
+		var se api.StatusError
+		if !errors.As(err, &se) || se.StatusCode != http.StatusNotFound || se.ErrorMessage != "model 'nope' not found" {
+			t.Errorf("unknown model (stream %v): %#v, want a 404 StatusError \"model 'nope' not found\"", stream, err)
+		}
 	}
 }

@@ -113,8 +113,19 @@ func TestOfficialOpenAIClientThroughTheEdge(t *testing.T) {
 	_, err = c.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
 		Model: "no-such-model", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
 	})
+	// P1, issue 11: a model no Node offers and no route names is the SDK's
+	// not-found error (404 model_not_found), streamed or not.
 	var apiErr *openai.Error
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable || apiErr.Code != "no_candidate" {
-		t.Errorf("unknown model: %v, want a 503 no_candidate error", err)
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound || apiErr.Code != "model_not_found" {
+		t.Errorf("unknown model: %v, want a 404 model_not_found error", err)
+	}
+	unknown := c.Chat.Completions.NewStreaming(t.Context(), openai.ChatCompletionNewParams{
+		Model: "no-such-model", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
+	})
+	for unknown.Next() {
+		t.Error("a chunk of an unknown model was delivered")
+	}
+	if !errors.As(unknown.Err(), &apiErr) || apiErr.StatusCode != http.StatusNotFound || apiErr.Code != "model_not_found" {
+		t.Errorf("unknown model, streamed: %v, want a 404 model_not_found error", unknown.Err())
 	}
 }

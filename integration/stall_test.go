@@ -188,7 +188,7 @@ func TestStallEvidenceReachesTheClientAndSelection(t *testing.T) {
 		t.Fatalf("unhealthy targets = %v: the target did not leave selection", unhealthy)
 	}
 	status, _, _, errMsg = f.sse(t, nil)
-	if status != http.StatusServiceUnavailable || !strings.Contains(errMsg, "no_candidate") && !strings.Contains(errMsg, "no candidate") {
+	if status != http.StatusServiceUnavailable || !strings.Contains(strings.ToLower(errMsg), "no candidate") {
 		t.Fatalf("request for an unhealthy-only model: status %d, %q; want 503 no candidate", status, errMsg)
 	}
 

@@ -79,8 +79,11 @@ func TestParseReadsAccessAndRoutes(t *testing.T) {
 		t.Errorf("principals %+v\nwant %+v", c.Principals, want)
 	}
 	batch := Profile{Name: "batch", Deadline: configs.Duration(time.Hour), QueueTimeout: 0, MaxQueueDepth: DefaultMaxQueueDepth,
-		IdleTimeout: configs.Duration(DefaultIdleTimeout), ResponseStallTimeout: configs.Duration(DefaultResponseStallTimeout)}
-	if want := []Profile{DefaultProfile(), batch}; !reflect.DeepEqual(c.Profiles, want) {
+		IdleTimeout: configs.Duration(DefaultIdleTimeout), KeepAliveInterval: configs.Duration(DefaultKeepAliveInterval),
+		ResponseStallTimeout: configs.Duration(DefaultResponseStallTimeout)}
+	def := DefaultProfile()
+	def.IdleTimeout = configs.Duration(2 * time.Minute) // the file sets it
+	if want := []Profile{def, batch}; !reflect.DeepEqual(c.Profiles, want) {
 		t.Errorf("profiles %+v\nwant %+v", c.Profiles, want)
 	}
 	want2 := []Route{

@@ -135,6 +135,7 @@ func (c *Config) SetDefaults() {
 	c.Limits.SetDefaults()
 	for i := range c.Profiles {
 		c.Profiles[i].SetDefaults()
+		c.Profiles[i].deriveDefaults()
 	}
 	for i := range c.Routes {
 		c.Routes[i].SetDefaults()
@@ -177,6 +178,9 @@ func Parse(data []byte) (*Config, error) {
 	lines, err := configs.DecodeWithLines(data, c)
 	if err != nil {
 		return nil, err
+	}
+	for i := range c.Profiles {
+		c.Profiles[i].deriveDefaults()
 	}
 	if err := c.Validate(); err != nil {
 		return nil, lines.Annotate(err)

@@ -22,8 +22,17 @@ const (
 	DefaultQueueTimeout = 30 * time.Second
 	// DefaultMaxQueueDepth is how many requests may wait per model when the file sets nothing.
 	DefaultMaxQueueDepth = 64
-	// DefaultIdleTimeout is the client response-idle timeout when the file sets none.
-	DefaultIdleTimeout = 2 * time.Minute
+	// IdleAfterStall is how much longer than the profile's response_stall_timeout the client
+	// response-idle timeout is when the file sets none: a silent run is then ended by the Node's
+	// stall watchdog, with its evidence, and not by the Edge's blind timer (issue 11). The
+	// margin covers the stall's close grace and probe and the terminal's way back.
+	IdleAfterStall = time.Minute
+	// DefaultIdleTimeout is the idle timeout of a profile that sets neither it nor the stall
+	// timeout.
+	DefaultIdleTimeout = DefaultResponseStallTimeout + IdleAfterStall
+	// DefaultKeepAliveInterval is how often a streamed OpenAI response that has nothing to say
+	// yet (queued, or in a silent prefill) gets an SSE comment line, when the file sets none.
+	DefaultKeepAliveInterval = 15 * time.Second
 	// DefaultResponseStallTimeout is the provider stall timeout when the file sets none; it is
 	// also what a Node reads a wire value of 0 as.
 	DefaultResponseStallTimeout = 5 * time.Minute
@@ -36,6 +45,8 @@ const (
 	MaxQueueDepth = 100_000
 	// MaxIdleTimeout is the longest client response-idle timeout.
 	MaxIdleTimeout = 24 * time.Hour
+	// MaxKeepAliveInterval is the longest keepalive_interval.
+	MaxKeepAliveInterval = 10 * time.Minute
 	// MinResponseStallTimeout is the shortest response_stall_timeout.
 	MinResponseStallTimeout = time.Millisecond
 	// MaxResponseStallTimeout is the longest response_stall_timeout: the largest
@@ -59,9 +70,18 @@ type Profile struct {
 	// MaxQueueDepth is how many requests may wait per model at once; a request beyond it is
 	// refused as queue_full. Default 64, from 0 to 100000.
 	MaxQueueDepth int `yaml:"max_queue_depth"`
-	// IdleTimeout is the client response-idle timeout: when no byte has gone to the client for
-	// this long the request ends. Default 2m, more than 0 and at most 24h.
+	// IdleTimeout is the client response-idle timeout: when no byte of the answer has gone to
+	// the client for this long, counted from admission (the queue wait is queue_timeout's), the
+	// request ends. Default response_stall_timeout + 1m (6m): longer than the stall timeout, so
+	// a silent prefill is the stall watchdog's to judge. More than 0 and at most 24h.
 	IdleTimeout configs.Duration `yaml:"idle_timeout"`
+	// KeepAliveInterval is how often a streamed OpenAI response with nothing to send yet, while
+	// the request is queued or in a silent prefill, gets an SSE comment line (": keep-alive"),
+	// which clients ignore and proxies with a first-byte limit count as traffic. The first one
+	// commits the response (200, text/event-stream); an error after it is an in-stream error
+	// event. Keep-alives are not answer bytes: they do not hold off the idle timeout. Default
+	// 15s; 0 turns them off; at most 10m.
+	KeepAliveInterval configs.Duration `yaml:"keepalive_interval"`
 	// ResponseStallTimeout is the provider response-stall timeout that travels on every run and
 	// tunnel request as response_stall_timeout_ms, for the Node's stall watchdog (R4, R5).
 	//
@@ -81,11 +101,21 @@ type Profile struct {
 func DefaultProfile() Profile {
 	p := Profile{Name: DefaultProfileName}
 	p.SetDefaults()
+	p.deriveDefaults()
 	return p
 }
 
-// SetDefaults fills every unset field but the name. configs.Decode calls it for each profile in
-// the file before reading its fields, so `queue_timeout: 0` stays 0 (never queue).
+// deriveDefaults fills the defaults that depend on other fields, once the file is read: an
+// unset (or zero) idle_timeout is response_stall_timeout + IdleAfterStall.
+func (p *Profile) deriveDefaults() {
+	if p.IdleTimeout == 0 {
+		p.IdleTimeout = p.ResponseStallTimeout + configs.Duration(IdleAfterStall)
+	}
+}
+
+// SetDefaults fills every unset field but the name and the idle timeout, which deriveDefaults
+// fills from the stall timeout once the file is read. configs.Decode calls it for each profile
+// in the file before reading its fields, so `queue_timeout: 0` stays 0 (never queue).
 func (p *Profile) SetDefaults() {
 	if p.Deadline == 0 {
 		p.Deadline = configs.Duration(DefaultDeadline)
@@ -96,8 +126,8 @@ func (p *Profile) SetDefaults() {
 	if p.MaxQueueDepth == 0 {
 		p.MaxQueueDepth = DefaultMaxQueueDepth
 	}
-	if p.IdleTimeout == 0 {
-		p.IdleTimeout = configs.Duration(DefaultIdleTimeout)
+	if p.KeepAliveInterval == 0 {
+		p.KeepAliveInterval = configs.Duration(DefaultKeepAliveInterval)
 	}
 	if p.ResponseStallTimeout == 0 {
 		p.ResponseStallTimeout = configs.Duration(DefaultResponseStallTimeout)
@@ -239,6 +269,9 @@ func (p Profile) validate(path string) configs.Errors {
 	}
 	if d := time.Duration(p.IdleTimeout); d <= 0 || d > MaxIdleTimeout {
 		es.Add(path+".idle_timeout", "must be more than 0 and at most %s, got %s", MaxIdleTimeout, d)
+	}
+	if d := time.Duration(p.KeepAliveInterval); d < 0 || d > MaxKeepAliveInterval {
+		es.Add(path+".keepalive_interval", "must be from 0 (off) to %s, got %s", MaxKeepAliveInterval, d)
 	}
 	switch d := time.Duration(p.ResponseStallTimeout); {
 	case d < MinResponseStallTimeout || d > MaxResponseStallTimeout:

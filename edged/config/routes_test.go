@@ -16,7 +16,8 @@ func TestDefaultProfileHasTheDocumentedTimers(t *testing.T) {
 		Deadline:             configs.Duration(10 * time.Minute),
 		QueueTimeout:         configs.Duration(30 * time.Second),
 		MaxQueueDepth:        64,
-		IdleTimeout:          configs.Duration(2 * time.Minute),
+		IdleTimeout:          configs.Duration(6 * time.Minute), // the stall timeout + 1m (issue 11)
+		KeepAliveInterval:    configs.Duration(15 * time.Second),
 		ResponseStallTimeout: configs.Duration(5 * time.Minute),
 	}
 	if got := DefaultProfile(); got != want {
@@ -24,6 +25,31 @@ func TestDefaultProfileHasTheDocumentedTimers(t *testing.T) {
 	}
 	if got := DefaultProfile().ResponseStallTimeoutMS(); got != 300_000 {
 		t.Errorf("ResponseStallTimeoutMS = %d, want 300000 (what a Node reads 0 as)", got)
+	}
+}
+
+// Issue 11: a profile that sets a longer stall timeout but no idle
+// timeout gets an idle timeout longer than its stall timeout, so a silent
+// prefill is the stall watchdog's to end; one that sets its idle timeout
+// keeps it.
+func TestTheIdleTimeoutDefaultsAboveTheStallTimeout(t *testing.T) {
+	c, err := Parse([]byte(`identity: {mode: loopback}
+listen: {quic: '127.0.0.1:7443'}
+profiles:
+  - {name: slow, response_stall_timeout: 20m}
+  - {name: set, idle_timeout: 30s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := time.Duration(c.Profile("slow").IdleTimeout); got != 21*time.Minute {
+		t.Errorf("slow: idle timeout %v, want the stall timeout + 1m (21m)", got)
+	}
+	if got := time.Duration(c.Profile("set").IdleTimeout); got != 30*time.Second {
+		t.Errorf("set: idle timeout %v, want the file's 30s", got)
+	}
+	if got := time.Duration(c.Profile("default").IdleTimeout); got <= time.Duration(c.Profile("default").ResponseStallTimeout) {
+		t.Errorf("default: idle timeout %v, not above the stall timeout", got)
 	}
 }
 

@@ -62,6 +62,10 @@ func (g *Gateway) NewID(kind string) string {
 var (
 	// ErrForbidden: the principal may not use the model's route.
 	ErrForbidden = errors.New("forbidden")
+	// ErrUnknownModel: no route names the model and no Node offers it, in
+	// any state: a 404 in each API's shape (SPEC P1), not the 503 of a
+	// model that is known but cannot be served now.
+	ErrUnknownModel = errors.New("unknown model")
 )
 
 // Plan is what a model resolves to: its route (if configured), its
@@ -122,7 +126,8 @@ func routeMatch(r config.Route, adapter string) func(sched.Candidate) bool {
 	}
 }
 
-// acquire takes a slot for plan, excluding candidates already tried.
+// acquire takes a slot for plan, excluding candidates already tried. A
+// model that nothing offers at all is ErrUnknownModel.
 func (g *Gateway) acquire(ctx context.Context, id string, plan Plan, tried []sched.Candidate) (*sched.Slot, error) {
 	start := time.Now()
 	slot, err := g.sched.Acquire(ctx, sched.Request{
@@ -136,7 +141,27 @@ func (g *Gateway) acquire(ctx context.Context, id string, plan Plan, tried []sch
 	if err == nil && g.metrics != nil {
 		g.metrics.QueueWait.WithLabelValues(plan.Model).Observe(time.Since(start).Seconds())
 	}
+	if len(tried) == 0 && errors.Is(err, sched.ErrNoCandidate) && !g.Known(plan) {
+		return nil, fmt.Errorf("%w: %q: no route names it and no Node offers it", ErrUnknownModel, plan.Model)
+	}
 	return slot, err
+}
+
+// Known reports whether plan's model exists for the Edge: a route names
+// it, or a provider of a Node the registry still holds (in any state:
+// ready, suspect, draining, or fenced and not yet forgotten) offers a
+// target that plan matches. An unknown model is 404; a known one that no
+// Node can serve now is 503.
+func (g *Gateway) Known(plan Plan) bool {
+	if plan.Route != "" {
+		return true
+	}
+	if g.srv == nil {
+		return false
+	}
+	return g.srv.Registry().Offers(func(nodeID, provider, adapter, target string) bool {
+		return plan.Match(sched.Candidate{NodeID: nodeID, Provider: provider, Adapter: adapter, Target: target})
+	})
 }
 
 // FailureCode is a failure kind's name as an API error code, e.g.

@@ -247,11 +247,23 @@ func (r *Run) Next() (*wirepb.RunEvent, error) {
 		}
 		r.g.countStall(ev.GetStall())
 	}
-	if ev.GetType() >= wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
+	if IsTerminal(ev) {
 		r.done = true
 		r.release()
 	}
 	return ev, nil
+}
+
+// IsTerminal reports whether ev ends its run: exactly one event of every
+// run does (R2). Named here once, not as an order of the enum.
+func IsTerminal(ev *wirepb.RunEvent) bool {
+	switch ev.GetType() {
+	case wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED, wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
+		wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED, wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED,
+		wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED, wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED:
+		return true
+	}
+	return false
 }
 
 // Cancel ends the run with cause (client gone, idle timeout): the Node is

@@ -26,7 +26,7 @@ func (x *exchange) bodyFor(body []byte) gateway.TunnelBody {
 	var made []byte // the last rewrite, for madeFor
 	var madeFor string
 	return func(target string) ([]byte, error) {
-		if sameModel(target, x.model) {
+		if sameModel(target, x.Model) {
 			x.target = ""
 			return body, nil
 		}

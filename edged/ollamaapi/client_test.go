@@ -176,7 +176,7 @@ func TestOfficialClientSeesErrorsBeforeOutput(t *testing.T) {
 	}{
 		{"queue full", &fakeRunner{startErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1"}}, 429, `queue full for model "m1"`},
 		{"no candidate", &fakeRunner{startErr: &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1"}}, 503, `no candidate for model "m1"`},
-		{"forbidden", &fakeRunner{forbidden: []string{"m1"}}, 404, `model "m1" not found`},
+		{"forbidden", &fakeRunner{forbidden: []string{"m1"}}, 404, `model 'm1' not found`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,7 +1,6 @@
 package ollamaapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/iop-dev/iop/edged/frontdoor"
 	"github.com/iop-dev/iop/edged/gateway"
-	"github.com/iop-dev/iop/edged/sched"
 	"github.com/iop-dev/iop/edged/transport"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -34,6 +32,8 @@ type apiError struct {
 	retryAfter time.Duration
 	// liveness is a stall's classification (gateway.LivenessHeader).
 	liveness string
+	// f is the gateway failure e renders, if it renders one.
+	f *gateway.Failure
 }
 
 func (e *apiError) Error() string { return e.message }
@@ -100,120 +100,58 @@ func invalid(format string, args ...any) *apiError {
 	return &apiError{status: http.StatusBadRequest, code: "invalid_request", message: fmt.Sprintf(format, args...)}
 }
 
-// modelNotFound is how a model the principal may not use is answered, as
-// Ollama answers for one it does not have: a key does not learn which
-// routes exist for others.
+// modelNotFound is how a model that no Node offers, or that the principal
+// may not use, is answered: as Ollama answers for one it does not have
+// (`ollama run` then offers to pull it), without saying whether the model
+// exists for others.
 func modelNotFound(model string) *apiError {
-	return &apiError{status: http.StatusNotFound, code: "model_not_found", message: fmt.Sprintf("model %q not found", model)}
+	return &apiError{status: http.StatusNotFound, code: "model_not_found", message: fmt.Sprintf("model '%s' not found", model)}
 }
 
 // Errors of the timers (SPEC S5), each its own, and of the client leaving.
 var (
 	errDeadline = &apiError{status: http.StatusGatewayTimeout, code: "deadline_exceeded",
-		message: "the request did not finish within its deadline"}
+		message: gateway.FailDeadline.Message, f: gateway.FailDeadline}
 	errIdle = &apiError{status: http.StatusGatewayTimeout, code: "idle_timeout",
-		message: "nothing was sent for the idle timeout; the request was ended"}
-	errGone = &apiError{status: 499, code: "cancelled", message: "the client went away"}
+		message: gateway.FailIdle.Message, f: gateway.FailIdle}
+	errGone = &apiError{status: 499, code: "cancelled", message: gateway.FailClientGone.Message, f: gateway.FailClientGone}
 )
 
-// startError maps what StartTunnel returned, or the profile lookup, to
-// what the client sees. cause is the cause of the handler's own context
-// (client gone or idle timeout), which wins: it is why StartTunnel gave up.
-func startError(err, cause error, model string) *apiError {
-	var refusal *sched.RefusalError
-	var te *transport.TunnelError
-	switch {
-	case errors.Is(cause, ErrClientGone):
+// fromFailure renders a gateway failure in Ollama's shape.
+func fromFailure(f *gateway.Failure) *apiError {
+	switch f {
+	case gateway.FailClientGone:
 		return errGone
-	case errors.Is(cause, ErrIdleTimeout):
+	case gateway.FailIdle:
 		return errIdle
-	case errors.Is(err, context.DeadlineExceeded):
+	case gateway.FailDeadline:
 		return errDeadline
-	case errors.Is(err, gateway.ErrForbidden):
-		return modelNotFound(model)
-	case errors.Is(err, gateway.ErrCredentialUnavailable):
-		return &apiError{status: http.StatusServiceUnavailable, code: "credential_unavailable",
-			message: "the request's provider credential cannot be used now: " + err.Error()}
-	case errors.As(err, &refusal):
-		e := &apiError{status: http.StatusServiceUnavailable, code: refusal.Reason, refusal: refusal.Reason, message: refusal.Error()}
-		if refusal.Busy() {
-			e.status, e.retryAfter = http.StatusTooManyRequests, max(refusal.RetryAfter, time.Second)
-		}
-		return e
-	case errors.As(err, &te):
-		e := terminalError(te, nil)
-		e.message = "every candidate failed before answering; the last: " + e.message
+	}
+	if f.Code == "model_not_found" && f.Model != "" {
+		e := modelNotFound(f.Model)
+		e.f = f
 		return e
 	}
-	return &apiError{status: http.StatusBadGateway, code: "dispatch_failed",
-		message: "the request could not be dispatched: " + err.Error()}
+	return &apiError{status: f.Status, code: f.Code, message: f.Message, refusal: f.Refusal,
+		retryAfter: f.RetryAfter, liveness: f.Liveness, f: f}
 }
 
 // relayError maps how a tunnel's body ended, when it did not complete, to
 // what the client sees. cause is the cause of the tunnel's context, if it
-// is done: a client gone, the idle timeout or the deadline explains a
-// CANCELLED terminal (and wins over whatever terminal the Node raced it
-// with).
+// is done (see gateway.TunnelFailure).
 func relayError(err, cause error) *apiError {
 	var te *transport.TunnelError
 	if !errors.As(err, &te) {
 		te = &transport.TunnelError{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED,
 			Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROTOCOL, Message: err.Error()}}
 	}
-	return terminalError(te, cause)
+	return fromFailure(gateway.TunnelFailure(te, cause))
 }
 
-// terminalError maps a tunnel terminal other than COMPLETED to what the
-// client sees.
-func terminalError(te *transport.TunnelError, cause error) *apiError {
-	switch {
-	case errors.Is(cause, ErrClientGone):
-		return errGone
-	case errors.Is(cause, context.DeadlineExceeded):
-		return errDeadline
-	case errors.Is(cause, ErrIdleTimeout):
-		return errIdle
+// failure is e as a gateway failure, for the exchange's record.
+func (e *apiError) failure() *gateway.Failure {
+	if e.f != nil {
+		return e.f
 	}
-	f := te.Failure
-	msg := f.GetMessage()
-	if msg == "" && te.Err != nil {
-		msg = te.Err.Error()
-	}
-	with := func(def string) string {
-		if msg == "" {
-			return def
-		}
-		return def + ": " + msg
-	}
-	switch te.Outcome {
-	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_DEADLINE_EXCEEDED:
-		return errDeadline
-	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED:
-		return &apiError{status: http.StatusGatewayTimeout, code: "response_stalled", liveness: te.Stall.GetLivenessClassification(),
-			message: "the provider stopped responding (response stalled): " + gateway.StallSummary(te.Stall)}
-	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED:
-		return &apiError{status: http.StatusBadGateway, code: "cancelled", message: with("the request was cancelled")}
-	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED:
-		return &apiError{status: http.StatusBadGateway, code: "node_disconnected",
-			message: with("the Node running the request was lost")}
-	}
-	e := &apiError{status: http.StatusBadGateway, code: gateway.FailureCode(f.GetKind()), message: with("the provider failed")}
-	switch f.GetKind() {
-	case wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST:
-		e.status, e.message = http.StatusBadRequest, with("the provider rejected the request")
-	case wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED:
-		e.status, e.message = http.StatusBadRequest, with("the provider does not support the request")
-	case wirepb.FailureKind_FAILURE_KIND_MODEL_NOT_FOUND:
-		e.status, e.message = http.StatusNotFound, with("the provider does not have the model")
-	case wirepb.FailureKind_FAILURE_KIND_RATE_LIMITED:
-		e.status, e.message = http.StatusTooManyRequests, with("the provider is rate limited")
-	case wirepb.FailureKind_FAILURE_KIND_LEASE_REJECTED:
-		e.message = with("the Node refused the credential lease (" + f.GetReason() + ")")
-	case wirepb.FailureKind_FAILURE_KIND_UNAUTHENTICATED:
-		// The provider refused the Node's credentials, not the client's.
-		e.code, e.message = "upstream_unauthenticated", with("the provider refused its credentials")
-	case wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED:
-		e.status, e.message = http.StatusServiceUnavailable, with("the provider is unavailable")
-	}
-	return e
+	return &gateway.Failure{Status: e.status, Code: e.code, Message: e.message}
 }

@@ -39,7 +39,7 @@ func TestStartErrorsCarryStatusAndRefusalHeader(t *testing.T) {
 		{"no candidate", &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1", Detail: "no ready node offers it"},
 			503, "no_candidate", "", "no ready node offers it", "no_candidate"},
 		{"forbidden", fmt.Errorf("%w: principal may not use route", gateway.ErrForbidden),
-			404, "", "", `model "m1" not found`, "model_not_found"},
+			404, "", "", `model 'm1' not found`, "model_not_found"},
 		{"deadline while queued", fmt.Errorf("sched: queued: %w", context.DeadlineExceeded),
 			504, "", "", "deadline", "deadline_exceeded"},
 		{"every candidate unavailable", &transport.TunnelError{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED,

@@ -289,7 +289,7 @@ func ended(o wirepb.TunnelOutcome, kind wirepb.FailureKind, msg string) error {
 var testStall = &wirepb.StallObservation{StallTimeoutMs: 2000, SinceLastProgressMs: 2000, CloseConfirmed: true,
 	ProviderHealth: "available", LivenessClassification: "request_stalled", HealthObservationSeq: 1, Retryable: true}
 
-const stallText = "the provider stopped responding (response stalled): no progress for 2s (stall timeout 2s); provider health available, classification request_stalled"
+const stallText = "the provider stopped responding: no progress for 2s (stall timeout 2s); provider health available, classification request_stalled"
 
 // testAuth accepts testKey only.
 func testAuth(t *testing.T) *auth.Authenticator {

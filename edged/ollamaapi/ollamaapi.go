@@ -46,7 +46,6 @@ package ollamaapi
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -103,13 +102,14 @@ type Tunnel interface {
 }
 
 // Causes the handler cancels tunnels with; they are also what
-// context.Cause reports on the tunnel's context.
+// context.Cause reports on the tunnel's context. They are the gateway's
+// (the lifecycle is gateway.Exchange's), named here too.
 var (
 	// ErrClientGone: the client closed the connection or stopped reading.
-	ErrClientGone = errors.New("client gone")
+	ErrClientGone = gateway.ErrClientGone
 	// ErrIdleTimeout: nothing went to the client for the profile's
 	// idle_timeout.
-	ErrIdleTimeout = errors.New("client response idle timeout")
+	ErrIdleTimeout = gateway.ErrIdleTimeout
 )
 
 // Route labels of metrics.Requests and metrics.TimeToFirstToken.

@@ -291,7 +291,7 @@ func TestRequestsRefusedBeforeTheTunnel(t *testing.T) {
 		{"too large", req(http.MethodPost, "/api/generate", big), 413, "request body too large: the limit is 33554432 bytes"},
 		{"no key", httptest.NewRequest(http.MethodPost, "/api/chat", strings.NewReader(chatBody)), 401,
 			`missing API key: send it as "Authorization: Bearer KEY" or "x-api-key: KEY"`},
-		{"forbidden model", req(http.MethodPost, "/api/chat", `{"model":"secret"}`), 404, `model "secret" not found`},
+		{"forbidden model", req(http.MethodPost, "/api/chat", `{"model":"secret"}`), 404, `model 'secret' not found`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,8 +14,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/iop-dev/iop/edged/auth"
+	"github.com/iop-dev/iop/edged/config"
 	"github.com/iop-dev/iop/edged/frontdoor"
+	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -53,12 +54,12 @@ var notForwarded = map[string]bool{
 // model is the body's "model"; for show, Ollama's deprecated "name" too.
 func (h *handler) tunnelled(route string, nameToo bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		x := &exchange{h: h, w: w, r: r, route: route, arrived: time.Now()}
+		x := &exchange{Exchange: gateway.NewExchange(w, r, route, h.metrics, h.log), h: h}
 		p, ok := h.authenticate(w, r, route)
 		if !ok {
 			return
 		}
-		x.p = p
+		x.P = p
 		body, e := x.readBody(nameToo)
 		if e != nil {
 			x.end(e)
@@ -67,46 +68,21 @@ func (h *handler) tunnelled(route string, nameToo bool) http.HandlerFunc {
 		// The body's share of the door's memory is given back once
 		// StartTunnel no longer needs it for another candidate.
 		defer body.Release()
-		profile, err := h.runner.Profile(p, x.model)
+		profile, err := h.runner.Profile(p, x.Model)
 		if err != nil {
-			x.end(startError(err, nil, x.model))
+			x.end(fromFailure(gateway.StartFailure(err, nil, x.Model)))
 			return
 		}
-		x.idleAfter = time.Duration(profile.IdleTimeout)
-		x.wd = frontdoor.NewWriteDeadline(w, x.idleAfter)
-		x.end(x.serve(body))
+		x.end(x.serve(profile, body))
 	}
 }
 
-// exchange is one tunnelled request from its body to its last byte. The
-// handler's goroutine alone reads the tunnel and writes the response. The
-// idle timer and the client-gone watch only call stop, which cancels the
-// tunnel; the tunnel's terminal brings that news back to the handler's
-// goroutine.
+// exchange is one tunnelled request from its body to its last byte: the
+// lifecycle every API shares (gateway.Exchange), and the relay.
 type exchange struct {
-	h       *handler
-	w       http.ResponseWriter
-	r       *http.Request
-	route   string
-	p       auth.Principal
-	model   string
-	arrived time.Time
-
-	// ctx is the request's own context, cancelled with ErrClientGone when
-	// the client goes away and with ErrIdleTimeout by the idle timer; the
-	// tunnel's context derives from it.
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
-	idleAfter time.Duration
-	idle      *frontdoor.IdleTimer
-	wd        *frontdoor.WriteDeadline // every write's deadline: the idle timeout
-	tun       Tunnel
-
-	// mu orders stop against the tunnel's start: a tunnel started after
-	// the request was stopped is cancelled at once, one started before is
-	// cancelled by stop.
-	mu   sync.Mutex
-	live Tunnel
+	*gateway.Exchange
+	h   *handler
+	tun Tunnel
 
 	started bool // the head and a byte have gone to the client
 	status  int  // the provider's status, once started
@@ -123,7 +99,7 @@ type exchange struct {
 // readBody reads the whole request body, within maxRequestBody and the
 // door's body memory, and the model it names.
 func (x *exchange) readBody(nameToo bool) (*frontdoor.Body, *apiError) {
-	body, err := x.h.door.ReadBody(x.w, x.r, maxRequestBody)
+	body, err := x.h.door.ReadBody(x.W, x.R, maxRequestBody)
 	if err != nil {
 		return nil, bodyError(err)
 	}
@@ -140,51 +116,31 @@ func (x *exchange) readBody(nameToo bool) (*frontdoor.Body, *apiError) {
 		body.Release()
 		return nil, invalid("%s", err.Error())
 	}
-	x.model = named.Model
-	if x.model == "" && nameToo {
-		x.model = named.Name
+	x.Model = named.Model
+	if x.Model == "" && nameToo {
+		x.Model = named.Name
 	}
-	if x.model == "" {
+	if x.Model == "" {
 		body.Release()
 		return nil, invalid("model is required")
 	}
 	return body, nil
 }
 
-// serve starts the tunnel and relays it; it returns how the request ended:
-// nil for a completed tunnel.
-func (x *exchange) serve(body *frontdoor.Body) *apiError {
-	x.ctx, x.cancel = context.WithCancelCause(context.WithoutCancel(x.r.Context()))
-	defer x.cancel(nil)
-	stopGone := context.AfterFunc(x.r.Context(), func() { x.stop(ErrClientGone) })
-	defer stopGone()
-	// The idle timer runs from admission: a silent prefill is time without
-	// a byte to the client as much as a pause mid-answer, but the queue
-	// wait before it is the queue timeout's alone (429 queue_timeout,
-	// whatever the idle timeout). The deadline runs from arrival. Each
-	// timer has its own error (SPEC S5); whichever fires first ends the
-	// request.
-	x.idle = frontdoor.NewIdleTimer(x.idleAfter, func() { x.stop(ErrIdleTimeout) })
-	defer x.idle.Stop()
-
-	t, err := x.h.runner.StartTunnel(x.ctx, x.p, x.model, tunnelRequest(x.r), x.bodyFor(body.Bytes), x.idle.Start)
+// serve starts the tunnel under profile and relays it; it returns how the
+// request ended: nil for a completed tunnel.
+func (x *exchange) serve(profile config.Profile, body *frontdoor.Body) *apiError {
+	ctx := x.Begin(time.Duration(profile.IdleTimeout))
+	defer x.End()
+	t, err := x.h.runner.StartTunnel(ctx, x.P, x.Model, tunnelRequest(x.R), x.bodyFor(body.Bytes), x.Admitted)
 	body.Release()
 	if err != nil {
-		return startError(err, context.Cause(x.ctx), x.model)
+		return fromFailure(gateway.StartFailure(err, context.Cause(ctx), x.Model))
 	}
 	x.tun = t
 	defer t.Close()
-	x.mu.Lock()
-	x.live = t
-	cause := context.Cause(x.ctx)
-	x.mu.Unlock()
-	if cause != nil {
-		t.Cancel(cause)
-	}
-	if m := x.h.metrics; m != nil {
-		m.Active.WithLabelValues("tunnel").Inc()
-		defer m.Active.WithLabelValues("tunnel").Dec()
-	}
+	x.Attach(t)
+	defer x.Active("tunnel")()
 	if s := t.Head().GetStatus(); s < 200 || s > 599 {
 		return &apiError{status: http.StatusBadGateway, code: "protocol",
 			message: "the provider answered with an invalid status " + strconv.Itoa(int(s))}
@@ -201,31 +157,31 @@ func (x *exchange) serve(body *frontdoor.Body) *apiError {
 func (x *exchange) relay(t Tunnel) *apiError {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
-	rc := http.NewResponseController(x.w)
+	rc := http.NewResponseController(x.W)
 	if x.target != "" {
-		x.rename = newRenamer(x.target, x.model)
+		x.rename = newRenamer(x.target, x.Model)
 	}
-	if watchesEnding(x.route, t.Head()) {
+	if watchesEnding(x.Route, t.Head()) {
 		x.lines = &lineWatch{}
 	}
 	for {
 		n, err := t.Read(*bp)
 		if n > 0 && !x.forward(rc, (*bp)[:n]) {
-			x.stop(ErrClientGone)
+			x.Stop(gateway.ErrClientGone)
 			return errGone
 		}
 		if err == nil {
 			continue
 		}
 		if x.rename != nil && !x.pass(rc, x.rename.flush()) {
-			x.stop(ErrClientGone)
+			x.Stop(gateway.ErrClientGone)
 			return errGone
 		}
 		var e *apiError
 		if errors.Is(err, io.EOF) {
 			e = x.incomplete()
 		} else {
-			e = relayError(err, x.why())
+			e = relayError(err, x.Why())
 		}
 		if e == nil && !x.started {
 			x.begin() // a head without a body
@@ -233,11 +189,11 @@ func (x *exchange) relay(t Tunnel) *apiError {
 		if x.started && e != nil && e != errGone {
 			// Output started: the error goes in-stream, on a line of its
 			// own, so the client does not take the end for success.
-			x.wd.Extend()
+			x.BeforeWrite()
 			if x.last != '\n' {
-				_, _ = x.w.Write([]byte{'\n'})
+				_, _ = x.W.Write([]byte{'\n'})
 			}
-			_, _ = x.w.Write(e.line())
+			_, _ = x.W.Write(e.line())
 			_ = rc.Flush()
 		}
 		return e
@@ -280,18 +236,18 @@ func (x *exchange) incomplete() *apiError {
 // send writes p and flushes it, committing the head first; it reports
 // false when the client could not be written to.
 func (x *exchange) send(rc *http.ResponseController, p []byte) bool {
-	x.wd.Extend()
+	x.BeforeWrite()
 	if !x.started {
 		x.begin()
 	}
-	if _, err := x.w.Write(p); err != nil {
+	if _, err := x.W.Write(p); err != nil {
 		return false
 	}
 	if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return false
 	}
 	x.last = p[len(p)-1]
-	x.idle.Reset()
+	x.Wrote()
 	return true
 }
 
@@ -299,7 +255,7 @@ func (x *exchange) send(rc *http.ResponseController, p []byte) bool {
 func (x *exchange) begin() {
 	x.started = true
 	head := x.tun.Head()
-	h := x.w.Header()
+	h := x.W.Header()
 	drop := connectionNamed(head.GetHeaders())
 	for _, kv := range head.GetHeaders() {
 		name := textproto.CanonicalMIMEHeaderKey(kv.GetName())
@@ -311,9 +267,9 @@ func (x *exchange) begin() {
 		h.Add(name, kv.GetValue())
 	}
 	x.status = int(head.GetStatus())
-	x.w.WriteHeader(x.status)
+	x.W.WriteHeader(x.status)
 	if m := x.h.metrics; m != nil {
-		m.TimeToFirstToken.WithLabelValues(x.route).Observe(time.Since(x.arrived).Seconds())
+		m.TimeToFirstToken.WithLabelValues(x.Route).Observe(time.Since(x.Arrived).Seconds())
 	}
 }
 
@@ -353,62 +309,19 @@ func connectionNamed(hs []*wirepb.Header) map[string]bool {
 	return drop
 }
 
-// stop ends the request with cause: the tunnel, if there is one yet, and
-// StartTunnel, if it is still waiting. The first cause wins. The tunnel
-// hears it first, so that whoever sees its terminal also sees its Cancel.
-func (x *exchange) stop(cause error) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.live != nil {
-		x.live.Cancel(cause)
-	}
-	x.cancel(cause)
-}
-
-// why is the cause of the tunnel's context, or of the request's when the
-// tunnel has none: the first of client gone, idle timeout and deadline.
-func (x *exchange) why() error {
-	if x.tun != nil {
-		if c := context.Cause(x.tun.Context()); c != nil {
-			return c
-		}
-	}
-	return context.Cause(x.ctx)
-}
-
-// end answers e as an HTTP error if nothing was sent yet, and records the
-// outcome in metrics and the log.
+// end answers e as an HTTP error if nothing was sent yet (after output,
+// relay wrote it as a line), and records the outcome in metrics and the
+// log.
 func (x *exchange) end(e *apiError) {
-	outcome, level := "ok", slog.LevelDebug
+	outcome := "ok"
 	switch {
-	case e != nil:
-		outcome, level = e.code, slog.LevelInfo
-		switch {
-		case !x.started:
-			x.wd.Extend()
-			writeError(x.w, e)
-		case e != errGone:
-			level = slog.LevelWarn // the client saw part of an answer, then an error
-		}
-	case x.status >= 400 || x.failed:
+	case e != nil && !x.started && e != errGone:
+		x.BeforeWrite()
+		writeError(x.W, e)
+	case e == nil && (x.status >= 400 || x.failed):
 		outcome = "provider_error" // relayed as the provider answered
 	}
-	x.h.count(x.route, outcome)
-	if m := x.h.metrics; m != nil {
-		switch e {
-		case errGone:
-			m.Cancellations.WithLabelValues("client_gone").Inc()
-		case errIdle:
-			m.Cancellations.WithLabelValues("idle_timeout").Inc()
-		case errDeadline:
-			m.Cancellations.WithLabelValues("deadline").Inc()
-		}
-	}
-	attrs := []slog.Attr{slog.String("route", x.route), slog.String("principal", x.p.Name),
-		slog.String("outcome", outcome), slog.Duration("elapsed", time.Since(x.arrived))}
-	if x.model != "" {
-		attrs = append(attrs, slog.String("model", x.model))
-	}
+	var attrs []slog.Attr
 	if x.target != "" {
 		attrs = append(attrs, slog.String("target", x.target))
 	}
@@ -418,8 +331,9 @@ func (x *exchange) end(e *apiError) {
 	if x.started {
 		attrs = append(attrs, slog.Int("status", x.status))
 	}
-	if e != nil && e != errGone {
-		attrs = append(attrs, slog.String("err", e.message))
+	var f *gateway.Failure
+	if e != nil {
+		f = e.failure()
 	}
-	x.h.log.LogAttrs(x.r.Context(), level, "ollama tunnel", attrs...)
+	x.Record("ollama tunnel", outcome, f, x.started, attrs...)
 }

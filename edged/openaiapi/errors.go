@@ -1,19 +1,17 @@
 package openaiapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/iop-dev/iop/edged/frontdoor"
 	"github.com/iop-dev/iop/edged/gateway"
-	"github.com/iop-dev/iop/edged/sched"
-	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
 // RefusalHeader names the response header that carries a scheduler
@@ -41,6 +39,8 @@ type apiError struct {
 	retryAfter time.Duration
 	// liveness is a stall's classification (gateway.LivenessHeader).
 	liveness string
+	// f is the gateway failure e renders, if it renders one.
+	f *gateway.Failure
 }
 
 func (e *apiError) Error() string { return e.message }
@@ -129,105 +129,62 @@ func modelNotFound(model string) *apiError {
 		message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model)}
 }
 
-// Errors of the timers (SPEC S5), each its own.
+// Errors of the timers (SPEC S5), each its own, and of the client leaving.
 var (
 	errDeadline = &apiError{status: http.StatusGatewayTimeout, typ: typeServer, code: "deadline_exceeded",
-		message: "The request did not finish within its deadline."}
+		message: "The request did not finish within its deadline.", f: gateway.FailDeadline}
 	errIdle = &apiError{status: http.StatusGatewayTimeout, typ: typeServer, code: "idle_timeout",
-		message: "No response was sent for the idle timeout; the request was ended."}
+		message: "No response was sent for the idle timeout; the request was ended.", f: gateway.FailIdle}
 	errGone = &apiError{status: 499, typ: typeInvalidRequest, code: "cancelled",
-		message: "The client went away."}
+		message: "The client went away.", f: gateway.FailClientGone}
 )
 
-// startError maps what StartRun returned, or the profile lookup, to what
-// the client sees. cause is the cause of the handler's own context (client
-// gone or idle timeout), which wins: it is why StartRun gave up.
-func startError(err, cause error, model string) *apiError {
-	var refusal *sched.RefusalError
-	var failed *gateway.RunFailedError
-	switch {
-	case errors.Is(cause, ErrClientGone):
+// fromFailure renders a gateway failure in OpenAI's shape: its status
+// picks the error type, and its message becomes a sentence. A model that
+// is not found (or that the principal may not use) is answered in
+// OpenAI's words, without saying whether it exists for others.
+func fromFailure(f *gateway.Failure) *apiError {
+	switch f {
+	case gateway.FailClientGone:
 		return errGone
-	case errors.Is(cause, ErrIdleTimeout):
+	case gateway.FailIdle:
 		return errIdle
-	case errors.Is(err, context.DeadlineExceeded):
+	case gateway.FailDeadline:
 		return errDeadline
-	case errors.Is(err, gateway.ErrForbidden):
-		return modelNotFound(model)
-	case errors.Is(err, gateway.ErrCredentialUnavailable):
-		return &apiError{status: http.StatusServiceUnavailable, typ: typeServer, code: "credential_unavailable",
-			message: "The request's provider credential cannot be used now: " + err.Error()}
-	case errors.As(err, &refusal):
-		e := &apiError{status: http.StatusServiceUnavailable, typ: typeServer, code: refusal.Reason,
-			refusal: refusal.Reason, message: refusal.Error()}
-		if refusal.Busy() {
-			e.status, e.typ, e.retryAfter = http.StatusTooManyRequests, typeRateLimit, max(refusal.RetryAfter, time.Second)
-		}
-		return e
-	case errors.As(err, &failed):
-		e := terminalError(failed.Event, nil)
-		e.message = "Every candidate failed before answering; the last: " + e.message
+	}
+	if f.Code == "model_not_found" && f.Model != "" {
+		e := modelNotFound(f.Model)
+		e.f = f
 		return e
 	}
-	return &apiError{status: http.StatusBadGateway, typ: typeServer, code: "dispatch_failed",
-		message: "The request could not be dispatched: " + err.Error()}
+	typ := typeServer
+	switch f.Status {
+	case http.StatusBadRequest, http.StatusNotFound:
+		typ = typeInvalidRequest
+	case http.StatusTooManyRequests:
+		typ = typeRateLimit
+	}
+	return &apiError{status: f.Status, typ: typ, code: f.Code, message: sentence(f.Message),
+		refusal: f.Refusal, retryAfter: f.RetryAfter, liveness: f.Liveness, f: f}
 }
 
-// terminalError maps a terminal other than COMPLETED to what the client
-// sees. cause is the cause of the run's context, if it is done: a client
-// gone, the idle timeout or the deadline explains a CANCELLED terminal (and
-// wins over whatever terminal the Node raced it with).
-func terminalError(ev *wirepb.RunEvent, cause error) *apiError {
-	switch {
-	case errors.Is(cause, ErrClientGone):
-		return errGone
-	case errors.Is(cause, context.DeadlineExceeded):
-		return errDeadline
-	case errors.Is(cause, ErrIdleTimeout):
-		return errIdle
+// sentence capitalizes m and ends it with a period, as OpenAI writes its
+// messages.
+func sentence(m string) string {
+	if m == "" {
+		return m
 	}
-	f := ev.GetFailure()
-	msg := f.GetMessage()
-	with := func(def string) string {
-		if msg == "" {
-			return def
-		}
-		return def + ": " + msg
+	m = strings.ToUpper(m[:1]) + m[1:]
+	if !strings.HasSuffix(m, ".") {
+		m += "."
 	}
-	switch ev.GetType() {
-	case wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED:
-		return errDeadline
-	case wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED:
-		return &apiError{status: http.StatusGatewayTimeout, typ: typeServer, code: "response_stalled",
-			liveness: ev.GetStall().GetLivenessClassification(),
-			message:  "The provider stopped responding: " + gateway.StallSummary(ev.GetStall()) + "."}
-	case wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED:
-		return &apiError{status: http.StatusBadGateway, typ: typeServer, code: "cancelled",
-			message: with("The run was cancelled")}
-	case wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED:
-		return &apiError{status: http.StatusBadGateway, typ: typeServer, code: "node_disconnected",
-			message: with("The Node running the request was lost")}
+	return m
+}
+
+// failure is e as a gateway failure, for the exchange's record.
+func (e *apiError) failure() *gateway.Failure {
+	if e.f != nil {
+		return e.f
 	}
-	e := &apiError{status: http.StatusBadGateway, typ: typeServer, code: gateway.FailureCode(f.GetKind()),
-		message: with("The provider failed")}
-	switch f.GetKind() {
-	case wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST:
-		e.status, e.typ, e.message = http.StatusBadRequest, typeInvalidRequest, with("The provider rejected the request")
-	case wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED:
-		// What the request asks for (images, tools, a format) is not
-		// something this provider does: the client can change that.
-		e.status, e.typ, e.message = http.StatusBadRequest, typeInvalidRequest, with("The provider does not support the request")
-	case wirepb.FailureKind_FAILURE_KIND_MODEL_NOT_FOUND:
-		e.status, e.typ, e.message = http.StatusNotFound, typeInvalidRequest, with("The provider does not have the model")
-	case wirepb.FailureKind_FAILURE_KIND_RATE_LIMITED:
-		e.status, e.typ, e.message = http.StatusTooManyRequests, typeRateLimit, with("The provider is rate limited")
-	case wirepb.FailureKind_FAILURE_KIND_LEASE_REJECTED:
-		e.message = with("The Node refused the credential lease (" + f.GetReason() + ")")
-	case wirepb.FailureKind_FAILURE_KIND_UNAUTHENTICATED:
-		// The provider refused the Node's credentials, not the client's.
-		e.code, e.message = "upstream_unauthenticated", with("The provider refused its credentials")
-	case wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED:
-		e.status, e.message = http.StatusServiceUnavailable, with("The provider is unavailable")
-	}
-	return e
+	return &gateway.Failure{Status: e.status, Code: e.code, Message: e.message}
 }

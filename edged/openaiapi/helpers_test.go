@@ -38,11 +38,12 @@ type step struct {
 // fakeRunner is a Runner whose runs play scripted steps.
 type fakeRunner struct {
 	steps       []step
-	startErr    error         // StartRun fails with it
-	startBlocks bool          // StartRun waits for its context, as a queue wait or prefill does
-	queueFor    time.Duration // StartRun waits this long in the queue, then refuses with queue_timeout
-	deadline    time.Duration // the run's hard deadline; 0 for none
-	idle        time.Duration // the profile's idle timeout
+	startErr    error           // StartRun fails with it
+	startBlocks bool            // StartRun waits for its context, as a queue wait or prefill does
+	queueFor    time.Duration   // StartRun waits this long in the queue, then refuses with queue_timeout
+	profile     *config.Profile // the profile of every request; nil: idle (or an hour), no keep-alives
+	deadline    time.Duration   // the run's hard deadline; 0 for none
+	idle        time.Duration   // the profile's idle timeout
 	profileErr  error
 	models      []gateway.Model
 
@@ -90,6 +91,9 @@ func (f *fakeRunner) Models(p auth.Principal) []gateway.Model { return f.models 
 func (f *fakeRunner) Profile(p auth.Principal, model string) (config.Profile, error) {
 	if f.profileErr != nil {
 		return config.Profile{}, f.profileErr
+	}
+	if f.profile != nil {
+		return *f.profile, nil
 	}
 	idle := f.idle
 	if idle == 0 {

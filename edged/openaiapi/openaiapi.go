@@ -33,7 +33,6 @@ package openaiapi
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 
@@ -79,14 +78,15 @@ type Run interface {
 	Context() context.Context
 }
 
-// Causes the handler cancels runs with; they are also what
-// context.Cause reports on the run's context.
+// Causes the handler cancels runs with; they are also what context.Cause
+// reports on the run's context. They are the gateway's (the lifecycle is
+// gateway.Exchange's), named here too for this package's callers.
 var (
 	// ErrClientGone: the client closed the connection or stopped reading.
-	ErrClientGone = errors.New("client gone")
+	ErrClientGone = gateway.ErrClientGone
 	// ErrIdleTimeout: nothing went to the client for the profile's
 	// idle_timeout.
-	ErrIdleTimeout = errors.New("client response idle timeout")
+	ErrIdleTimeout = gateway.ErrIdleTimeout
 )
 
 // Route labels of metrics.Requests and metrics.TimeToFirstToken.

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -74,16 +77,23 @@ type (
 )
 
 // output writes a run's answer: as server-sent events as the events come
-// (stream), or aggregated into one chat.completion at the end.
+// (stream), or aggregated into one chat.completion at the end. Writes are
+// the handler goroutine's, but for the keep-alive comments of a stream,
+// which another goroutine writes while the handler waits: mu orders them.
 type output struct {
 	x            *exchange
 	rc           *http.ResponseController
 	stream       bool
 	includeUsage bool
-	started      bool // a byte has gone to the client
 	frame        chunk
 	buf          []byte
 	usage        *wirepb.Usage
+
+	mu        sync.Mutex
+	started   bool      // the response is committed: its status and a byte have gone to the client
+	roleSent  bool      // the stream's first chunk, with the role, went out
+	errorSent bool      // the stream ended with an error event
+	lastWrite time.Time // when anything last went to the client
 
 	// callIDs are the ids of the tool calls seen, by index, so that a
 	// call whose first fragment has no id gets one (clients answer a call
@@ -96,15 +106,56 @@ type output struct {
 	callAt                 map[int32]int // index → position in calls
 }
 
-func newOutput(x *exchange, runID string) *output {
-	o := &output{x: x, rc: http.NewResponseController(x.w), stream: x.req.stream, includeUsage: x.req.includeUsage,
-		callIDs: map[int32]string{}}
-	o.frame = chunk{ID: "chatcmpl-" + runID, Object: "chat.completion.chunk", Created: x.arrived.Unix(), Model: x.req.model,
+func newOutput(x *exchange) *output {
+	o := &output{x: x, rc: http.NewResponseController(x.W), stream: x.req.stream, includeUsage: x.req.includeUsage,
+		callIDs: map[int32]string{}, lastWrite: time.Now()}
+	o.frame = chunk{Object: "chat.completion.chunk", Created: x.Arrived.Unix(), Model: x.req.model,
 		Choices: make([]chunkChoice, 1)}
 	if o.includeUsage {
 		o.frame.Usage = json.RawMessage("null")
 	}
 	return o
+}
+
+// setID names the answer after its run, once there is one.
+func (o *output) setID(runID string) { o.frame.ID = "chatcmpl-" + runID }
+
+// keepAlive sends an SSE comment line (": keep-alive") whenever nothing
+// has gone to the client for interval, until the returned stop is called
+// (which waits for it). The first one commits the response, so a request
+// waiting in the queue or in a silent prefill gets its headers and a line
+// now and then, and proxies with a first-byte limit do not cut it;
+// clients ignore comment lines. They are not answer bytes: the idle timer
+// does not hear of them.
+func (o *output) keepAlive(interval time.Duration) (stop func()) {
+	if interval <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(interval / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			o.mu.Lock()
+			if !o.errorSent && time.Since(o.lastWrite) >= interval {
+				o.x.BeforeWrite()
+				if !o.started {
+					o.commit()
+				}
+				_, _ = io.WriteString(o.x.W, ": keep-alive\n\n")
+				_ = o.rc.Flush()
+				o.lastWrite = time.Now()
+			}
+			o.mu.Unlock()
+		}
+	})
+	return func() { close(done); wg.Wait() }
 }
 
 // text relays a content delta. Like the other event methods it reports
@@ -115,7 +166,7 @@ func (o *output) text(s string) bool {
 	}
 	if !o.stream {
 		o.content.WriteString(s)
-		o.x.wrote()
+		o.x.Wrote()
 		return true
 	}
 	return o.delta(chunkDelta{Content: &s}, nil)
@@ -128,7 +179,7 @@ func (o *output) reasoning(s string) bool {
 	}
 	if !o.stream {
 		o.reasoningText.WriteString(s)
-		o.x.wrote()
+		o.x.Wrote()
 		return true
 	}
 	return o.delta(chunkDelta{ReasoningContent: &s}, nil)
@@ -149,7 +200,7 @@ func (o *output) toolCall(tc *wirepb.ToolCall) bool {
 	}
 	if !o.stream {
 		o.aggregate(tc, id)
-		o.x.wrote()
+		o.x.Wrote()
 		return true
 	}
 	d := toolCallDelta{Index: tc.GetIndex(), ID: id,
@@ -201,10 +252,10 @@ func (o *output) complete(doneReason string) bool {
 			c.call.Function.Arguments = string(c.args)
 			msg.ToolCalls = append(msg.ToolCalls, c.call)
 		}
-		o.x.firstByte()
+		o.x.FirstByte()
 		o.started = true
-		o.x.wd.Extend()
-		writeJSON(o.x.w, http.StatusOK, completion{
+		o.x.BeforeWrite()
+		writeJSON(o.x.W, http.StatusOK, completion{
 			ID: o.frame.ID, Object: "chat.completion", Created: o.frame.Created, Model: o.frame.Model,
 			Choices: []completionChoice{{Message: msg, FinishReason: finish}}, Usage: o.usageValue(),
 		})
@@ -228,7 +279,10 @@ func (o *output) complete(doneReason string) bool {
 // [DONE]: the client sees why the answer stopped, never a silent end.
 func (o *output) streamError(e *apiError) {
 	b, _ := json.Marshal(e.body())
-	o.raw("data: " + string(b) + "\n\ndata: [DONE]\n\n")
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.errorSent = true
+	o.writeLocked([]byte("data: " + string(b) + "\n\ndata: [DONE]\n\n"))
 }
 
 // finishReason maps the Node's done reason to OpenAI's. A provider that
@@ -270,38 +324,56 @@ func (o *output) write(c *chunk) bool {
 func (o *output) raw(s string) bool { return o.send([]byte(s)) }
 
 // send writes p and flushes it, so the client has every event as soon as
-// the Node sent it.
+// the Node sent it; before the first, the stream's first chunk, which
+// carries only the role.
 func (o *output) send(p []byte) bool {
-	o.x.wd.Extend()
-	if !o.started && !o.begin() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.roleSent {
+		o.roleSent = true
+		o.x.FirstByte()
+		empty := ""
+		role := o.frame
+		role.Choices = []chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &empty}}}
+		b, _ := json.Marshal(&role)
+		if !o.writeLocked(append(append([]byte("data: "), b...), "\n\n"...)) {
+			return false
+		}
+	}
+	if !o.writeLocked(p) {
 		return false
 	}
-	if _, err := o.x.w.Write(p); err != nil {
+	o.x.Wrote()
+	return true
+}
+
+// writeLocked writes p and flushes it, committing the response first if
+// it is not; it reports false when the client could not be written to.
+// Callers hold mu.
+func (o *output) writeLocked(p []byte) bool {
+	o.x.BeforeWrite()
+	if !o.started {
+		o.commit()
+	}
+	if _, err := o.x.W.Write(p); err != nil {
 		return false
 	}
 	if err := o.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return false
 	}
-	o.x.wrote()
+	o.lastWrite = time.Now()
 	return true
 }
 
-// begin commits the 200 and the event-stream headers and sends the first
-// chunk, which carries only the role. It waits for the first event worth
-// sending, so that a run that fails before any is answered with an HTTP
-// error instead.
-func (o *output) begin() bool {
+// commit sends the 200 and the event-stream headers. It waits for the
+// first event worth sending (or the first keep-alive), so that a run that
+// fails before either is answered with an HTTP error instead. Callers hold
+// mu.
+func (o *output) commit() {
 	o.started = true
-	h := o.x.w.Header()
+	h := o.x.W.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // tell proxies not to buffer
-	o.x.w.WriteHeader(http.StatusOK)
-	o.x.firstByte()
-	empty := ""
-	role := o.frame
-	role.Choices = []chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &empty}}}
-	b, _ := json.Marshal(&role)
-	_, err := o.x.w.Write(append(append([]byte("data: "), b...), "\n\n"...))
-	return err == nil
+	o.x.W.WriteHeader(http.StatusOK)
 }
