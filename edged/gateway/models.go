@@ -1,14 +1,13 @@
 package gateway
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/iop-dev/iop/edged/auth"
 	"github.com/iop-dev/iop/edged/config"
-	"github.com/iop-dev/iop/edged/nodes"
 	"github.com/iop-dev/iop/edged/sched"
-	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
 // Model is a model a principal may ask for, and whether a ready Node can
@@ -18,39 +17,105 @@ type Model struct {
 	Available bool
 }
 
-// Models lists what p may ask for: the configured routes it may use, and,
-// for a principal allowed every route, every target that a ready Node's
-// online provider serves. Sorted by id.
-func (g *Gateway) Models(p auth.Principal, reg *nodes.Registry) []Model {
-	var online []sched.Candidate
-	for _, c := range reg.Ready() {
-		for _, prov := range c.Providers() {
-			if prov.GetState() != wirepb.ProviderState_PROVIDER_STATE_ONLINE {
-				continue
-			}
-			for _, t := range prov.GetTargets() {
-				online = append(online, sched.Candidate{NodeID: c.NodeID(), Adapter: prov.GetAdapter(), Target: t.GetName()})
-			}
-		}
-	}
+// Offering is one model of the inventory: the name a client asks for, and
+// the candidates that can serve it now, in the scheduler's order.
+type Offering struct {
+	ID         string
+	Candidates []sched.Candidate
+}
+
+// Has reports whether any of o's candidates runs on adapter.
+func (o Offering) Has(adapter string) bool {
+	return slices.ContainsFunc(o.Candidates, func(c sched.Candidate) bool { return c.Adapter == adapter })
+}
+
+// Inventory lists what p may ask for and can be served now (SPEC P1): the
+// configured routes it may use that have a candidate, under the route's
+// model name, and, for a principal allowed every route, every target a
+// candidate serves, under its own name (unless a route already lists it).
+// The model lists of every API (/v1/models, /api/tags, /api/ps) read it,
+// and it reads the scheduler's candidates, so a list and the routing agree:
+// a listed model can be scheduled, an unlisted one cannot. Sorted by id.
+func (g *Gateway) Inventory(p auth.Principal) []Offering {
+	cands := g.sched.Candidates()
 	seen := map[string]bool{}
-	var out []Model
+	var out []Offering
 	for _, r := range g.cfg.Routes {
 		if !p.MayUse(r.Name) {
 			continue
 		}
-		avail := slices.ContainsFunc(online, routeMatch(r, ""))
 		seen[r.Model] = true
-		out = append(out, Model{ID: r.Model, Available: avail})
-	}
-	if p.MayUse(config.AllRoutes) {
-		for _, c := range online {
-			if !seen[c.Target] {
-				seen[c.Target] = true
-				out = append(out, Model{ID: c.Target, Available: true})
+		match := routeMatch(r, "")
+		var cs []sched.Candidate
+		for _, c := range cands {
+			if match(c) {
+				cs = append(cs, c)
 			}
 		}
+		if len(cs) > 0 {
+			out = append(out, Offering{ID: r.Model, Candidates: cs})
+		}
 	}
-	slices.SortFunc(out, func(a, b Model) int { return strings.Compare(a.ID, b.ID) })
+	if p.MayUse(config.AllRoutes) {
+		at := map[string]int{}
+		for _, c := range cands {
+			if seen[c.Target] {
+				continue
+			}
+			if i, ok := at[c.Target]; ok {
+				out[i].Candidates = append(out[i].Candidates, c)
+				continue
+			}
+			at[c.Target] = len(out)
+			out = append(out, Offering{ID: c.Target, Candidates: []sched.Candidate{c}})
+		}
+	}
+	slices.SortFunc(out, func(a, b Offering) int { return strings.Compare(a.ID, b.ID) })
 	return out
+}
+
+// Models lists the IDs of Inventory(p).
+func (g *Gateway) Models(p auth.Principal) []Model {
+	inv := g.Inventory(p)
+	out := make([]Model, len(inv))
+	for i, o := range inv {
+		out[i] = Model{ID: o.ID, Available: true}
+	}
+	return out
+}
+
+// Offered returns the inventory entry for model as p would ask for it
+// (Ollama's implicit ":latest" included), and whether there is one.
+func (g *Gateway) Offered(p auth.Principal, model string) (Offering, bool) {
+	plan, err := g.Resolve(p, model, "")
+	if err != nil {
+		return Offering{}, false
+	}
+	var cs []sched.Candidate
+	for _, c := range g.sched.Candidates() {
+		if plan.Match(c) {
+			cs = append(cs, c)
+		}
+	}
+	return Offering{ID: model, Candidates: cs}, len(cs) > 0
+}
+
+// Available is nil when a request by p for model can be scheduled now;
+// otherwise it says why not, as StartRun would: ErrForbidden,
+// ErrUnknownModel, or a no_candidate refusal for a model that is known but
+// that nobody can serve now.
+func (g *Gateway) Available(p auth.Principal, model string) error {
+	plan, err := g.Resolve(p, model, "")
+	if err != nil {
+		return err
+	}
+	for _, c := range g.sched.Candidates() {
+		if plan.Match(c) {
+			return nil
+		}
+	}
+	if !g.Known(plan) {
+		return fmt.Errorf("%w: %q: no route names it and no Node offers it", ErrUnknownModel, model)
+	}
+	return &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: model, Detail: "no ready node offers it now"}
 }

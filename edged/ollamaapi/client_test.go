@@ -119,8 +119,11 @@ func TestOfficialClientListsShowsAndVersions(t *testing.T) {
 	c, _ := officialClient(t, &fakeRunner{
 		head:   &wirepb.TunnelResponseHead{Status: 200, Headers: []*wirepb.Header{{Name: "Content-Type", Value: "application/json; charset=utf-8"}}},
 		pieces: []piece{{data: `{"modelfile":"FROM m1","details":{"family":"llama","parameter_size":"3B"},"capabilities":["completion","tools"]}`}},
+		inventory: []gateway.Offering{offering("qwen3:8b", "ollama"),
+			{ID: "llama3.2:latest", Candidates: []sched.Candidate{{NodeID: "n2", Provider: "ollama", Adapter: "ollama", Target: "llama3.2:latest"}}},
+			offering("m1", "ollama")},
 		replies: map[string][]gateway.MetadataReply{
-			"/api/tags": {reply("n1", `{"models":[{"name":"qwen3:8b","model":"qwen3:8b","size":5}]}`),
+			"/api/tags": {reply("n1", `{"models":[{"name":"qwen3:8b","model":"qwen3:8b","size":5},{"name":"m1","model":"m1"}]}`),
 				reply("n2", `{"models":[{"name":"llama3.2:latest","model":"llama3.2:latest","size":2}]}`)},
 			"/api/ps":      {reply("n1", `{"models":[{"name":"qwen3:8b","model":"qwen3:8b","size_vram":7}]}`)},
 			"/api/version": {reply("n1", `{"version":"0.17.4"}`)},
@@ -130,7 +133,7 @@ func TestOfficialClientListsShowsAndVersions(t *testing.T) {
 		t.Errorf("heartbeat: %v", err)
 	}
 	list, err := c.List(t.Context())
-	if err != nil || len(list.Models) != 2 || list.Models[0].Name != "llama3.2:latest" || list.Models[1].Size != 5 {
+	if err != nil || len(list.Models) != 3 || list.Models[0].Name != "llama3.2:latest" || list.Models[2].Size != 5 {
 		t.Errorf("list %+v, %v", list, err)
 	}
 	ps, err := c.ListRunning(t.Context())

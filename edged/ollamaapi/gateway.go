@@ -46,3 +46,26 @@ type gatewayTunnel struct{ *gateway.Tunnel }
 var _ Tunnel = gatewayTunnel{}
 
 func (t gatewayTunnel) ID() string { return t.Tunnel.ID }
+
+func (gr gatewayRunner) StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest, admitted func()) (Run, error) {
+	r, err := gr.g.StartRun(ctx, p, model, req, admitted)
+	if err != nil {
+		return nil, err
+	}
+	return gatewayRun{r}, nil
+}
+
+func (gr gatewayRunner) Inventory(p auth.Principal) []gateway.Offering { return gr.g.Inventory(p) }
+
+func (gr gatewayRunner) Offered(p auth.Principal, model string) (gateway.Offering, bool) {
+	return gr.g.Offered(p, model)
+}
+
+func (gr gatewayRunner) Available(p auth.Principal, model string) error {
+	return gr.g.Available(p, model)
+}
+
+// gatewayRun gives *gateway.Run the ID method Run has.
+type gatewayRun struct{ *gateway.Run }
+
+func (r gatewayRun) ID() string { return r.Run.ID }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -60,11 +61,115 @@ type fakeRunner struct {
 	forbidden   []string      // models the principal may not use
 	targets     []string      // the candidates' targets StartTunnel tries, in order; nil: the model's name
 	replies     map[string][]gateway.MetadataReply
+	// inventory is what can be served now; nil: every model asked for is
+	// served by an Ollama server (so chat and generate are tunnelled).
+	inventory []gateway.Offering
+	// events are the events of every run StartRun starts (a model no
+	// Ollama server serves), each after its delay.
+	events []runStep
+	// unknown are models no route names and no Node offers.
+	unknown []string
 
 	mu      sync.Mutex
 	starts  []started
 	tunnels []*fakeTunnel
 	meta    []string // "METHOD path maxBody" of each Metadata call
+	runReqs []*wirepb.RunRequest
+}
+
+// runStep is one event of a fake run, given after delay.
+type runStep struct {
+	ev    *wirepb.RunEvent
+	delay time.Duration
+}
+
+func (f *fakeRunner) Inventory(p auth.Principal) []gateway.Offering { return f.inventory }
+
+func (f *fakeRunner) Offered(p auth.Principal, model string) (gateway.Offering, bool) {
+	if f.inventory == nil {
+		return gateway.Offering{ID: model, Candidates: []sched.Candidate{{NodeID: "n1", Provider: "ollama", Adapter: "ollama", Target: model}}}, true
+	}
+	for _, o := range f.inventory {
+		if o.ID == model {
+			return o, true
+		}
+	}
+	return gateway.Offering{}, false
+}
+
+func (f *fakeRunner) Available(p auth.Principal, model string) error {
+	if _, err := f.Profile(p, model); err != nil {
+		return err
+	}
+	if slices.Contains(f.unknown, model) {
+		return fmt.Errorf("%w: %q", gateway.ErrUnknownModel, model)
+	}
+	if _, ok := f.Offered(p, model); !ok {
+		return &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: model}
+	}
+	return nil
+}
+
+func (f *fakeRunner) StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest, admitted func()) (Run, error) {
+	f.mu.Lock()
+	f.runReqs = append(f.runReqs, req)
+	f.mu.Unlock()
+	if slices.Contains(f.unknown, model) {
+		return nil, fmt.Errorf("%w: %q", gateway.ErrUnknownModel, model)
+	}
+	if f.startErr != nil {
+		return nil, f.startErr
+	}
+	if admitted != nil {
+		admitted()
+	}
+	r := &fakeRun{steps: append([]runStep(nil), f.events...)}
+	r.ctx, r.cancel = context.WithCancelCause(ctx)
+	return r, nil
+}
+
+// fakeRun plays its steps, then waits to be cancelled.
+type fakeRun struct {
+	steps  []runStep
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   bool
+}
+
+func (r *fakeRun) ID() string { return "run-1" }
+
+func (r *fakeRun) Next() (*wirepb.RunEvent, error) {
+	if r.done {
+		return nil, io.EOF
+	}
+	if len(r.steps) > 0 && r.ctx.Err() == nil {
+		s := r.steps[0]
+		r.steps = r.steps[1:]
+		select {
+		case <-time.After(s.delay):
+		case <-r.ctx.Done():
+			r.done = true
+			return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED}, nil
+		}
+		r.done = gateway.IsTerminal(s.ev)
+		return s.ev, nil
+	}
+	<-r.ctx.Done()
+	r.done = true
+	return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED}, nil
+}
+
+func (r *fakeRun) Close()                   { r.cancel(context.Canceled) }
+func (r *fakeRun) Cancel(cause error)       { r.cancel(cause) }
+func (r *fakeRun) Context() context.Context { return r.ctx }
+
+// offering is a model served by candidates of the given adapters.
+func offering(id string, adapters ...string) gateway.Offering {
+	o := gateway.Offering{ID: id}
+	for i, a := range adapters {
+		o.Candidates = append(o.Candidates, sched.Candidate{NodeID: fmt.Sprintf("n%d", i+1), Provider: a, Adapter: a, Target: id})
+	}
+	return o
 }
 
 // started is one StartTunnel call.

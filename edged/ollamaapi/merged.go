@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/iop-dev/iop/edged/auth"
 	"github.com/iop-dev/iop/edged/gateway"
 )
 
@@ -32,63 +30,20 @@ type modelList struct {
 	Models []json.RawMessage `json:"models"`
 }
 
-// entry is one model of a list with the name it is listed under.
-type entry struct {
-	name string
-	raw  json.RawMessage
-}
 
-// tags answers GET /api/tags: every ready Node's models, the first Node's
-// entry winning for a name more than one has, without those the principal
-// may not ask for (by the name the client would send), sorted by name.
+// tags answers GET /api/tags: every model the principal may ask for and
+// that can be served now (the inventory), with an Ollama server's own entry
+// where one serves it, sorted by name.
 func (h *handler) tags(w http.ResponseWriter, r *http.Request) {
-	h.merged(w, r, routeTags, "/api/tags", true)
+	h.listing(w, r, routeTags, "/api/tags", false)
 }
 
-// ps answers GET /api/ps: every ready Node's running models. A model loaded
-// on two Nodes is two entries, as it is two processes.
+// ps answers GET /api/ps: the running models of the inventory. A model an
+// Ollama server has loaded is listed once per server that has it (two
+// processes); a model another kind of server serves is loaded while it is
+// served.
 func (h *handler) ps(w http.ResponseWriter, r *http.Request) {
-	h.merged(w, r, routePS, "/api/ps", false)
-}
-
-// merged fans path out to every Node and answers the merged lists. Nodes
-// that fail are left out and logged; if every one fails (and there is at
-// least one), the answer is 502, since an empty list would say that no
-// model exists.
-func (h *handler) merged(w http.ResponseWriter, r *http.Request, route, path string, dedupe bool) {
-	p, ok := h.authenticate(w, r, route)
-	if !ok {
-		return
-	}
-	replies, failed := h.fanOut(r, route, path)
-	if len(replies) > 0 && len(failed) == len(replies) {
-		h.fail(w, r, route, &apiError{status: http.StatusBadGateway, code: "upstream",
-			message: fmt.Sprintf("no Node answered %s: %s", path, errors.Join(failed...))})
-		return
-	}
-	var all []entry
-	seen := map[string]bool{}
-	for _, rep := range replies {
-		var list modelList
-		if rep.Err != nil || json.Unmarshal(rep.Body, &list) != nil {
-			continue // logged by fanOut
-		}
-		for _, raw := range list.Models {
-			name := entryName(raw)
-			if name == "" || (dedupe && seen[name]) || !h.allowed(p, name) {
-				continue
-			}
-			seen[name] = true
-			all = append(all, entry{name: name, raw: raw})
-		}
-	}
-	slices.SortStableFunc(all, func(a, b entry) int { return cmp.Compare(a.name, b.name) })
-	out := modelList{Models: make([]json.RawMessage, 0, len(all))}
-	for _, e := range all {
-		out.Models = append(out.Models, e.raw)
-	}
-	writeJSON(w, http.StatusOK, out)
-	h.count(route, "ok")
+	h.listing(w, r, routePS, "/api/ps", true)
 }
 
 // version answers GET /api/version with the version of the first Node's
@@ -162,10 +117,4 @@ func entryName(raw json.RawMessage) string {
 		return ""
 	}
 	return cmp.Or(n.Name, n.Model)
-}
-
-// allowed reports whether p may ask for model.
-func (h *handler) allowed(p auth.Principal, model string) bool {
-	_, err := h.runner.Profile(p, model)
-	return err == nil
 }

@@ -49,6 +49,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/iop-dev/iop/edged/auth"
 	"github.com/iop-dev/iop/edged/config"
@@ -78,6 +79,30 @@ type Runner interface {
 	// Metadata sends one read-only call to every ready Node's online
 	// Ollama provider and returns every answer, as gateway.Metadata does.
 	Metadata(ctx context.Context, method, path string, maxBody int64) []gateway.MetadataReply
+	// StartRun runs req as a normalized run on any provider of model, as
+	// gateway.Gateway.StartRun does: for the models no Ollama server
+	// serves.
+	StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest, admitted func()) (Run, error)
+	// Inventory is what p may ask for and can be served now
+	// (gateway.Gateway.Inventory).
+	Inventory(p auth.Principal) []gateway.Offering
+	// Offered is the inventory entry for model, and whether a request for
+	// it can be scheduled now.
+	Offered(p auth.Principal, model string) (gateway.Offering, bool)
+	// Available is nil when a request by p for model can be scheduled
+	// now, and otherwise why not, as StartRun would say it (unknown,
+	// forbidden, or known but nobody can serve it).
+	Available(p auth.Principal, model string) error
+}
+
+// Run is a normalized run in progress, as gateway.Run is: Next yields
+// events until exactly one terminal, then io.EOF.
+type Run interface {
+	ID() string
+	Next() (*wirepb.RunEvent, error)
+	Close()
+	Cancel(cause error)
+	Context() context.Context
 }
 
 // Tunnel is a raw provider request in progress, as gateway.Tunnel is: Head
@@ -141,7 +166,7 @@ func Handler(r Runner, a *auth.Authenticator, m *metrics.Metrics, log *slog.Logg
 	if door == nil {
 		door = frontdoor.New(frontdoor.Limits{}, nil)
 	}
-	h := &handler{runner: r, auth: a, metrics: m, log: log, door: door}
+	h := &handler{runner: r, auth: a, metrics: m, log: log, door: door, started: time.Now().UTC()}
 	h.endpoints = map[string]endpoint{
 		"/api/chat":       {http.MethodPost, routeChat, h.tunnelled(routeChat, false)},
 		"/api/generate":   {http.MethodPost, routeGenerate, h.tunnelled(routeGenerate, false)},
@@ -164,6 +189,9 @@ type handler struct {
 	log       *slog.Logger
 	door      *frontdoor.Door
 	endpoints map[string]endpoint
+	// started is when the handler was made: the modified_at of models
+	// whose server does not say.
+	started time.Time
 }
 
 // ServeHTTP routes by path, then checks the method, so that both mistakes

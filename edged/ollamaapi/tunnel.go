@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iop-dev/iop/edged/auth"
 	"github.com/iop-dev/iop/edged/config"
 	"github.com/iop-dev/iop/edged/frontdoor"
 	"github.com/iop-dev/iop/edged/gateway"
@@ -73,6 +74,15 @@ func (h *handler) tunnelled(route string, nameToo bool) http.HandlerFunc {
 			x.end(fromFailure(gateway.StartFailure(err, nil, x.Model)))
 			return
 		}
+		switch {
+		case (route == routeChat || route == routeGenerate) && !h.tunnels(p, x.Model):
+			x.end(x.serveRun(profile, body))
+			return
+		case route == routeShow && !h.tunnels(p, x.Model):
+			body.Release()
+			x.end(x.show())
+			return
+		}
 		x.end(x.serve(profile, body))
 	}
 }
@@ -82,7 +92,9 @@ func (h *handler) tunnelled(route string, nameToo bool) http.HandlerFunc {
 type exchange struct {
 	*gateway.Exchange
 	h   *handler
-	tun Tunnel
+	tun Tunnel  // the request went through the raw tunnel
+	run Run     // the request ran as a normalized run (run.go)
+	out *ndjson // a run's answer
 
 	started bool // the head and a byte have gone to the client
 	status  int  // the provider's status, once started
@@ -94,6 +106,17 @@ type exchange struct {
 	rename *renamer   // gives the answer the client's name back; nil unless target is set
 	lines  *lineWatch // the stream's last line, when it must be final; else nil
 	failed bool       // the stream ended with the provider's own error line
+}
+
+// tunnels reports whether a chat or generate for model goes through the
+// raw tunnel: exactly when an Ollama server is among the model's
+// candidates now. Any other model runs as a normalized run, on whatever
+// provider serves it (run.go); so does a model no candidate serves now, so
+// that its refusal (404 unknown, 503 unavailable) considers every
+// provider.
+func (h *handler) tunnels(p auth.Principal, model string) bool {
+	off, ok := h.runner.Offered(p, model)
+	return ok && off.Has(Adapter)
 }
 
 // readBody reads the whole request body, within maxRequestBody and the
@@ -314,10 +337,13 @@ func connectionNamed(hs []*wirepb.Header) map[string]bool {
 // log.
 func (x *exchange) end(e *apiError) {
 	outcome := "ok"
+	started := x.started || x.out != nil && x.out.started
 	switch {
-	case e != nil && !x.started && e != errGone:
+	case e != nil && !started && e != errGone:
 		x.BeforeWrite()
 		writeError(x.W, e)
+	case e != nil && x.out != nil && x.out.started && e != errGone:
+		x.out.fail(e) // a run's answer had started: the error is its last line
 	case e == nil && (x.status >= 400 || x.failed):
 		outcome = "provider_error" // relayed as the provider answered
 	}
@@ -328,6 +354,9 @@ func (x *exchange) end(e *apiError) {
 	if x.tun != nil {
 		attrs = append(attrs, slog.String("tunnel_id", x.tun.ID()))
 	}
+	if x.run != nil {
+		attrs = append(attrs, slog.String("run_id", x.run.ID()))
+	}
 	if x.started {
 		attrs = append(attrs, slog.Int("status", x.status))
 	}
@@ -335,5 +364,9 @@ func (x *exchange) end(e *apiError) {
 	if e != nil {
 		f = e.failure()
 	}
-	x.Record("ollama tunnel", outcome, f, x.started, attrs...)
+	msg := "ollama tunnel"
+	if x.out != nil {
+		msg = "ollama run"
+	}
+	x.Record(msg, outcome, f, started, attrs...)
 }

@@ -194,7 +194,8 @@ func TestFromGatewayResolvesProfileAndModels(t *testing.T) {
 	slow.Name, slow.IdleTimeout = "slow", configs.Duration(7*time.Minute)
 	cfg.Profiles = []config.Profile{slow}
 	cfg.Routes = []config.Route{{Name: "llama", Model: "llama3.2", Profile: "slow"}, {Name: "qwen", Model: "qwen3", Profile: "default"}}
-	r := FromGateway(gateway.New(cfg, nil, nil, nil, slog.New(slog.DiscardHandler)), nodes.New(nil, 0))
+	reg := nodes.New(nil, 0)
+	r := FromGateway(gateway.New(cfg, sched.New(reg, sched.Options{}), nil, nil, slog.New(slog.DiscardHandler)), reg)
 	bob := auth.Principal{Name: "bob", Routes: []string{"llama"}}
 
 	p, err := r.Profile(bob, "llama3.2")
@@ -204,7 +205,17 @@ func TestFromGatewayResolvesProfileAndModels(t *testing.T) {
 	if _, err := r.Profile(bob, "qwen3"); !errors.Is(err, gateway.ErrForbidden) {
 		t.Errorf("another principal's route: %v", err)
 	}
-	if ms := r.Models(bob); len(ms) != 1 || ms[0].ID != "llama3.2" || ms[0].Available {
-		t.Errorf("models %+v", ms)
+	// P1: a route no Node can serve now is not listed.
+	if ms := r.Models(bob); len(ms) != 0 {
+		t.Errorf("models %+v, want none: no Node serves llama3.2", ms)
+	}
+	providers := []*wirepb.Provider{{Name: "p", Adapter: "ollama", Capacity: 1, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
+		Targets: []*wirepb.Target{{Name: "llama3.2"}, {Name: "qwen3"}}}}
+	c := reg.Register(nodes.ConnInfo{NodeID: "n1", Providers: providers})
+	if err := reg.MarkReady(c, c.Generation(), providers); err != nil {
+		t.Fatal(err)
+	}
+	if ms := r.Models(bob); len(ms) != 1 || ms[0].ID != "llama3.2" || !ms[0].Available {
+		t.Errorf("models %+v, want llama3.2 only (bob's route)", ms)
 	}
 }

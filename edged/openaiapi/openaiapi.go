@@ -229,7 +229,7 @@ func (gr gatewayRunner) StartRun(ctx context.Context, p auth.Principal, model st
 	return gatewayRun{r}, nil
 }
 
-func (gr gatewayRunner) Models(p auth.Principal) []gateway.Model { return gr.g.Models(p, gr.reg) }
+func (gr gatewayRunner) Models(p auth.Principal) []gateway.Model { return gr.g.Models(p) }
 
 func (gr gatewayRunner) Profile(p auth.Principal, model string) (config.Profile, error) {
 	plan, err := gr.g.Resolve(p, model, "")

@@ -106,3 +106,19 @@ func (s *Scheduler) InFlight() []LoadView {
 	})
 	return out
 }
+
+// Candidates returns every place a request can run now: the online
+// provider targets of ready, not suspect Node generations that are not
+// marked unhealthy (R1, R6, P4), sorted by node, provider and target. It is
+// the inventory the model lists show (SPEC P1): a model is listed exactly
+// when a request for it can be scheduled, at once or behind busy capacity.
+func (s *Scheduler) Candidates() []Candidate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reevaluateLocked()
+	out := make([]Candidate, len(s.cands))
+	for i, c := range s.cands {
+		out[i] = c.Candidate
+	}
+	return out
+}
