@@ -84,7 +84,9 @@ Try:
   curl -s %[1]s/v1/chat/completions -d '{"model":"sim-small","messages":[{"role":"user","content":"hi"}]}'
   curl -s %[1]s/v1/models
   curl -s %[1]s/admin/v1/nodes     # the Node, its generation, state and heartbeat
+  OLLAMA_HOST=%[1]s ollama run sim-small hello
   OpenAI clients: base URL %[1]s/v1 (any API key; this setup is loopback-only)
+  Ollama clients: host %[1]s
 
 Connect another Node on this machine:
   go run ./noded run --config configs/node-dev.yaml   # after setting edge.address: %[2]s
