@@ -66,6 +66,7 @@ func requestFromWire(r *wirepb.RunRequest, cred *pluginpb.Credential) *Request {
 			Format:      o.GetFormat(),
 			Think:       o.Think,
 			Extra:       o.GetExtraJson(),
+			ToolChoice:  ToolChoice(o.GetToolChoice()),
 		}
 	}
 	return req

@@ -94,7 +94,8 @@ func TestRequestFromWireCarriesEveryField(t *testing.T) {
 			ToolCallId: "tc", Name: "n", Images: [][]byte{{1, 2}}}},
 		Tools: []*wirepb.Tool{{Name: "f", Description: "d", ParametersJson: []byte(`{"type":"object"}`)}},
 		Options: &wirepb.RunOptions{Temperature: &temp, TopP: &top, MaxTokens: &maxTok, Stop: []string{"x"},
-			Seed: &seed, Format: []byte(`"json"`), ExtraJson: []byte(`{"num_ctx":8}`), Think: &think},
+			Seed: &seed, Format: []byte(`"json"`), ExtraJson: []byte(`{"num_ctx":8}`), Think: &think,
+			ToolChoice: "function:f"},
 		DeadlineUnixMs: deadline.UnixMilli(), ResponseStallTimeoutMs: 1500,
 	}
 	req := requestFromWire(r, &pluginpb.Credential{Kind: "bearer", Secret: "s3"})
@@ -112,7 +113,8 @@ func TestRequestFromWireCarriesEveryField(t *testing.T) {
 	}
 	o := req.Options
 	if *o.Temperature != temp || *o.TopP != top || *o.MaxTokens != 100 || o.Stop[0] != "x" || *o.Seed != 7 ||
-		string(o.Format) != `"json"` || string(o.Extra) != `{"num_ctx":8}` || !*o.Think {
+		string(o.Format) != `"json"` || string(o.Extra) != `{"num_ctx":8}` || !*o.Think ||
+		o.ToolChoice != ToolChoiceFunction("f") {
 		t.Errorf("options %+v", o)
 	}
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -119,9 +120,78 @@ type Options struct {
 	Format json.RawMessage
 	// Think asks a reasoning model to think (true) or not (false).
 	Think *bool
-	// Extra holds adapter-specific options as a JSON object (for Ollama,
-	// its `options` such as num_ctx).
+	// Extra holds the client's request fields that the Edge does not
+	// interpret, as one JSON object of their names and raw values
+	// ({"top_k":20,"chat_template_kwargs":{...}}), in the vocabulary of
+	// OpenAI-compatible servers; an "options" object in it holds Ollama's
+	// own options (num_ctx...). A field set above wins over the same name
+	// here. An adapter maps what its server knows and documents what it
+	// drops (SPEC P2).
 	Extra json.RawMessage
+	// ToolChoice says which tools the model may or must call. An adapter
+	// whose server cannot honour it fails the run with KindUnsupported
+	// rather than ignore it; Check validates it against the run's tools.
+	ToolChoice ToolChoice
+}
+
+// ToolChoice is the wire's RunOptions.tool_choice: "" or ToolChoiceAuto,
+// ToolChoiceNone, ToolChoiceRequired, or ToolChoiceFunction(name).
+type ToolChoice string
+
+// Tool choices.
+const (
+	// ToolChoiceAuto (or ""): the model decides whether to call a tool.
+	ToolChoiceAuto ToolChoice = "auto"
+	// ToolChoiceNone: the model calls no tool.
+	ToolChoiceNone ToolChoice = "none"
+	// ToolChoiceRequired: the model calls at least one tool.
+	ToolChoiceRequired ToolChoice = "required"
+)
+
+// toolChoiceFunctionPrefix starts a choice that names one function.
+const toolChoiceFunctionPrefix = "function:"
+
+// ToolChoiceFunction returns the choice that makes the model call the
+// tool named name.
+func ToolChoiceFunction(name string) ToolChoice {
+	return ToolChoice(toolChoiceFunctionPrefix + name)
+}
+
+// Function returns the name of the tool that c makes the model call, and
+// whether c names one.
+func (c ToolChoice) Function() (string, bool) {
+	return strings.CutPrefix(string(c), toolChoiceFunctionPrefix)
+}
+
+// Forces reports whether c makes the model call a tool (required, or a
+// named function).
+func (c ToolChoice) Forces() bool {
+	_, named := c.Function()
+	return c == ToolChoiceRequired || named
+}
+
+// Check validates c against the run's tools: a known form; required and a
+// named function only with tools; a named function only among them. Its
+// error is KindInvalidRequest.
+func (c ToolChoice) Check(tools []Tool) error {
+	name, named := c.Function()
+	switch {
+	case c == "" || c == ToolChoiceAuto || c == ToolChoiceNone:
+		return nil
+	case c == ToolChoiceRequired:
+		if len(tools) == 0 {
+			return Errorf(KindInvalidRequest, "tool choice %q needs tools, and the run has none", c)
+		}
+		return nil
+	case !named || name == "":
+		return Errorf(KindInvalidRequest, "unknown tool choice %q: want auto, none, required or function:NAME", c)
+	}
+	for _, t := range tools {
+		if t.Name == name {
+			return nil
+		}
+	}
+	return Errorf(KindInvalidRequest, "tool choice names the tool %q, which is not among the run's tools", name)
 }
 
 // EventKind is the kind of a run event. There are no terminal kinds: the

@@ -39,14 +39,20 @@ const (
 	MaxTools = 1_000
 	// MaxToolCalls bounds one assistant message's tool calls.
 	MaxToolCalls = 1_000
+	// MaxExtraFields bounds the top-level fields of a request that the
+	// Edge passes through uninterpreted (extraFields). Their size has no
+	// bound of its own: they travel in the run, which must fit one frame
+	// (the 413 in parseChat), so that a large chat_template_kwargs or a
+	// vendor's documents field passes when the run fits.
+	MaxExtraFields = 256
 )
 
 // wireHeadroom is what the gateway and the stream header add to the run
 // request after the handler sized it (ids, provider, target, lease).
 const wireHeadroom = 16 << 10
 
-// chatRequest is the part of an OpenAI chat request the Edge reads. Fields
-// it does not know are ignored: clients send many.
+// chatRequest is the part of an OpenAI chat request the Edge reads. The
+// fields it does not know travel with the run uninterpreted (extraFields).
 type chatRequest struct {
 	Model               string          `json:"model"`
 	Messages            messageList     `json:"messages"`
@@ -62,6 +68,7 @@ type chatRequest struct {
 	Stream              bool            `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	ReasoningEffort     *string         `json:"reasoning_effort"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
 }
 
 type streamOptions struct {
@@ -151,6 +158,9 @@ func parseChat(body []byte) (*parsedChat, *apiError) {
 	}
 	run, e := req.toRun()
 	if e != nil {
+		return nil, e
+	}
+	if run.Options.ExtraJson, e = extraFields(body); e != nil {
 		return nil, e
 	}
 	if n := proto.Size(run); n > quicwire.MaxStreamFrameSize-wireHeadroom {
@@ -285,7 +295,65 @@ func (req *chatRequest) toRun() (*wirepb.RunRequest, *apiError) {
 	if e := req.options(run.Options); e != nil {
 		return nil, e
 	}
+	var e *apiError
+	if run.Options.ToolChoice, e = toolChoice(req.ToolChoice, run.Tools); e != nil {
+		return nil, e
+	}
 	return run, nil
+}
+
+// toolChoice converts OpenAI's tool_choice to the wire's (see RunOptions
+// in wire.proto): "auto", "none" and "required" as they are, and
+// {"type":"function","function":{"name":"f"}} as "function:f". It refuses
+// "required" or a named function without tools, a name that is not among
+// them, and any other form (allowed_tools, custom tools), naming
+// tool_choice.
+func toolChoice(raw json.RawMessage, tools []*wirepb.Tool) (string, *apiError) {
+	c := bytes.TrimSpace(raw)
+	if len(c) == 0 || bytes.Equal(c, []byte("null")) {
+		return "", nil
+	}
+	if c[0] == '"' {
+		var word string
+		if err := json.Unmarshal(c, &word); err != nil {
+			return "", invalid("tool_choice", "tool_choice is not a valid string.")
+		}
+		switch word {
+		case "auto", "none":
+			return word, nil
+		case "required":
+			if len(tools) == 0 {
+				return "", invalid("tool_choice", `tool_choice "required" needs tools, and the request has none.`)
+			}
+			return word, nil
+		}
+		return "", invalid("tool_choice", `Unsupported tool_choice %q: expected "auto", "none", "required" or a named function.`, word)
+	}
+	var named struct {
+		Type     string `json:"type"`
+		Function *struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(c, &named); err != nil {
+		return "", invalid("tool_choice", `tool_choice must be "auto", "none", "required" or {"type":"function","function":{"name":...}}.`)
+	}
+	if named.Type != "function" {
+		return "", invalid("tool_choice", `Unsupported tool_choice type %q: only "function" is supported.`, named.Type)
+	}
+	if named.Function == nil || named.Function.Name == "" {
+		return "", invalid("tool_choice", "A function tool_choice needs the function's name.")
+	}
+	name := named.Function.Name
+	for _, t := range tools {
+		if t.Name == name {
+			return "function:" + name, nil
+		}
+	}
+	if len(tools) == 0 {
+		return "", invalid("tool_choice", "tool_choice names the function %q, and the request has no tools.", name)
+	}
+	return "", invalid("tool_choice", "tool_choice names the function %q, which is not among tools.", name)
 }
 
 // options fills o from the sampling and format fields of req.

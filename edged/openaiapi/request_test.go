@@ -67,7 +67,9 @@ func TestRequestBecomesRunRequest(t *testing.T) {
 			Tools: []*wirepb.Tool{{Name: "get_weather", Description: "weather now",
 				ParametersJson: []byte(`{"type":"object","properties":{"city":{"type":"string"}}}`)}},
 			Options: &wirepb.RunOptions{Temperature: f(0.2), TopP: f(0.9), MaxTokens: i(20),
-				Stop: []string{"END", "STOP"}, Seed: i(7), Format: []byte("json"), Think: b(true)},
+				Stop: []string{"END", "STOP"}, Seed: i(7), Format: []byte("json"), Think: b(true), ToolChoice: "auto",
+				// P2: what the Edge does not interpret travels with the run.
+				ExtraJson: []byte(`{"logit_bias":{"50256":-100},"parallel_tool_calls":false,"user":"u-1"}`)},
 		}},
 		{"a bare request", `{"model":"m1","messages":[{"role":"user","content":"hi"}]}`,
 			&wirepb.RunRequest{Messages: []*wirepb.ChatMessage{{Role: "user", Content: "hi"}}, Options: &wirepb.RunOptions{}}},

@@ -48,7 +48,8 @@ type Config struct {
 	BaseURL string `json:"base_url"`
 	// KeepAlive is sent as keep_alive on runs and probes: a duration ("5m",
 	// "-1s") or a number of seconds ("300", "-1" for forever). Empty leaves
-	// Ollama's default.
+	// Ollama's default, or a run's own keep_alive (from Options.Extra);
+	// set, it wins over a run's: the operator owns the server's memory.
 	KeepAlive string `json:"keep_alive"`
 	// Headers are added to every upstream request (e.g. for a proxy in
 	// front of Ollama). A run's credential, when given, sets Authorization

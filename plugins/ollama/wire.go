@@ -20,7 +20,10 @@ type chatRequest struct {
 	KeepAlive json.RawMessage `json:"keep_alive,omitempty"`
 	Tools     []tool          `json:"tools,omitempty"`
 	Options   map[string]any  `json:"options,omitempty"`
-	Think     *bool           `json:"think,omitempty"`
+	// Think is true or false, or a level ("high") from Extra.
+	Think    json.RawMessage `json:"think,omitempty"`
+	Truncate json.RawMessage `json:"truncate,omitempty"`
+	Shift    json.RawMessage `json:"shift,omitempty"`
 }
 
 type message struct {
@@ -90,13 +93,15 @@ func (l *chatLine) usage() *sdk.Usage {
 
 var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
-// buildChat turns a normalized run into Ollama's chat request. Errors are
-// KindInvalidRequest and name the field, never its content.
+// buildChat turns a normalized run into Ollama's chat request (options and
+// tool choice: see options.go). Errors are KindInvalidRequest, or
+// KindUnsupported for a tool choice Ollama cannot honour, and name the
+// field, never its content.
 func buildChat(req *sdk.Request, s *settings) (*chatRequest, error) {
 	if req.Target == "" {
 		return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: the run has no target model")
 	}
-	cr := &chatRequest{Model: req.Target, Stream: true, KeepAlive: s.keepAlive, Think: req.Options.Think}
+	cr := &chatRequest{Model: req.Target, Stream: true}
 	callNames := map[string]string{} // tool call id → tool name, for tool results
 	for i, m := range req.Messages {
 		wm := message{Role: m.Role, Content: m.Content, Thinking: m.Reasoning, Images: m.Images}
@@ -119,7 +124,11 @@ func buildChat(req *sdk.Request, s *settings) (*chatRequest, error) {
 		}
 		cr.Messages = append(cr.Messages, wm)
 	}
-	for i, t := range req.Tools {
+	tools, err := toolsFor(req)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range tools {
 		params := t.Parameters
 		if len(bytes.TrimSpace(params)) == 0 || string(bytes.TrimSpace(params)) == "null" {
 			params = emptySchema
@@ -128,48 +137,18 @@ func buildChat(req *sdk.Request, s *settings) (*chatRequest, error) {
 		}
 		cr.Tools = append(cr.Tools, tool{Type: "function", Function: toolSpec{Name: t.Name, Description: t.Description, Parameters: params}})
 	}
-	var err error
-	if cr.Options, err = options(req.Options); err != nil {
+	var top topLevel
+	if cr.Options, top, err = options(req.Options); err != nil {
 		return nil, err
+	}
+	cr.Think, cr.Truncate, cr.Shift, cr.KeepAlive = top.think, top.truncate, top.shift, top.keepAlive
+	if s.keepAlive != nil {
+		cr.KeepAlive = s.keepAlive
 	}
 	if cr.Format, err = format(req.Options.Format); err != nil {
 		return nil, err
 	}
 	return cr, nil
-}
-
-// options builds Ollama's options: Extra first, then the normalized fields,
-// which win over the same keys in Extra.
-func options(o sdk.Options) (map[string]any, error) {
-	opts := map[string]any{}
-	if extra := bytes.TrimSpace(o.Extra); len(extra) > 0 && string(extra) != "null" {
-		var m map[string]json.RawMessage
-		if err := json.Unmarshal(extra, &m); err != nil {
-			return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: options.extra must be a JSON object: %v", err)
-		}
-		for k, v := range m {
-			opts[k] = v
-		}
-	}
-	if o.Temperature != nil {
-		opts["temperature"] = *o.Temperature
-	}
-	if o.TopP != nil {
-		opts["top_p"] = *o.TopP
-	}
-	if o.MaxTokens != nil {
-		opts["num_predict"] = *o.MaxTokens
-	}
-	if len(o.Stop) > 0 {
-		opts["stop"] = o.Stop
-	}
-	if o.Seed != nil {
-		opts["seed"] = *o.Seed
-	}
-	if len(opts) == 0 {
-		return nil, nil
-	}
-	return opts, nil
 }
 
 // format passes "json" or a JSON schema through; a bare json (not a JSON

@@ -47,8 +47,9 @@ type (
 	}
 )
 
-// reservedKeys are body keys the adapter owns: Options.Extra may not
-// replace them, or the answer would no longer be a stream it can read.
+// reservedKeys are body keys that shape the answer the adapter reads:
+// Options.Extra may not set them, or the answer would no longer be one
+// stream of one choice it can read.
 var reservedKeys = map[string]bool{
 	"model": true, "messages": true, "tools": true, "stream": true, "stream_options": true, "n": true,
 }
@@ -58,10 +59,21 @@ var reservedKeys = map[string]bool{
 // The token limit is sent as max_tokens, which every OpenAI-compatible
 // server we target (vLLM, llama.cpp, LM Studio, Ollama) accepts; OpenAI's
 // own reasoning models want max_completion_tokens, which a caller can pass
-// in Options.Extra instead. Options.Think has no portable field and is not
-// sent (pass e.g. vLLM's chat_template_kwargs or OpenAI's reasoning_effort
-// in Extra). Message.Reasoning is not replayed: chat completions has no
-// standard field for it.
+// in Options.Extra instead (without MaxTokens). Options.Think has no
+// portable field and is not sent (pass e.g. vLLM's chat_template_kwargs or
+// OpenAI's reasoning_effort in Extra). Message.Reasoning is not replayed:
+// chat completions has no standard field for it.
+//
+// Options.Extra's fields are merged into the body (SPEC P2): top_k,
+// min_p, chat_template_kwargs, a vendor's own fields reach the server as
+// the client sent them. A field the adapter sets from the run (the
+// normalized options, tool_choice) wins over the same name in Extra, and
+// Extra may not set a reserved key (see mergeExtra).
+//
+// Options.ToolChoice is sent in OpenAI's form ("auto", "none",
+// "required", {"type":"function","function":{"name":...}}), and only with
+// tools: OpenAI refuses tool_choice without them, and auto or none without
+// tools is what the server does anyway.
 func buildBody(req *sdk.Request) ([]byte, error) {
 	if req.Target == "" {
 		return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: the run names no target model")
@@ -94,6 +106,12 @@ func buildBody(req *sdk.Request) ([]byte, error) {
 			}})
 		}
 		body["tools"] = tools
+	}
+	if err := req.Options.ToolChoice.Check(req.Tools); err != nil {
+		return nil, err
+	}
+	if tc := toolChoice(req.Options.ToolChoice); tc != nil && len(req.Tools) > 0 {
+		body["tool_choice"] = tc
 	}
 	if err := setOptions(body, req.Options); err != nil {
 		return nil, err
@@ -202,9 +220,22 @@ func responseFormat(format json.RawMessage) (any, error) {
 	}, nil
 }
 
-// mergeExtra merges the keys of the JSON object extra into body. An extra
-// key replaces an option the adapter set (so a caller can, say, replace
-// max_tokens by max_completion_tokens), but not a reserved key.
+// toolChoice returns OpenAI's form of c, or nil for "" (the server's
+// default). c has passed Check.
+func toolChoice(c sdk.ToolChoice) any {
+	if name, ok := c.Function(); ok {
+		return map[string]any{"type": "function", "function": map[string]string{"name": name}}
+	}
+	if c == "" {
+		return nil
+	}
+	return string(c)
+}
+
+// mergeExtra merges the keys of the JSON object extra into body: a key the
+// adapter has set already (from the run's normalized fields) keeps its
+// value, since the host interpreted and validated it; a reserved key is
+// refused.
 func mergeExtra(body map[string]any, extra json.RawMessage) error {
 	e := bytes.TrimSpace(extra)
 	if len(e) == 0 || string(e) == "null" {
@@ -218,7 +249,9 @@ func mergeExtra(body map[string]any, extra json.RawMessage) error {
 		if reservedKeys[k] {
 			return sdk.Errorf(sdk.KindInvalidRequest, "openai: extra option %q is set by the adapter and cannot be replaced", k)
 		}
-		body[k] = v
+		if _, set := body[k]; !set {
+			body[k] = v
+		}
 	}
 	return nil
 }

@@ -31,19 +31,22 @@ func TestRequestBodyFollowsTheChatCompletionsShape(t *testing.T) {
 		Options: sdk.Options{
 			Temperature: ptr(0.5), TopP: ptr(0.9), MaxTokens: ptr(int64(64)), Stop: []string{"\n\n"},
 			Seed: ptr(int64(42)), Format: json.RawMessage(`"json"`), Think: ptr(true),
-			Extra: json.RawMessage(`{"top_k":20,"max_tokens":128}`),
+			Extra:      json.RawMessage(`{"top_k":20,"max_tokens":128}`),
+			ToolChoice: sdk.ToolChoiceFunction("look"),
 		},
 	}
 	if _, err := a.Execute(t.Context(), req, &sink{}); err != nil {
 		t.Fatal(err)
 	}
-	const want = `{"max_tokens":128,"messages":[` +
+	// P2: the normalized max_tokens wins over Extra's; top_k passes.
+	const want = `{"max_tokens":64,"messages":[` +
 		`{"role":"system","content":"be brief"},` +
 		`{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgoAAAANSUhEUg=="}}]},` +
 		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"look","arguments":"{\"x\":1}"}}]},` +
 		`{"role":"tool","content":"a cat","tool_call_id":"call_1"}],` +
 		`"model":"m","response_format":{"type":"json_object"},"seed":42,"stop":["\n\n"],` +
 		`"stream":true,"stream_options":{"include_usage":true},"temperature":0.5,` +
+		`"tool_choice":{"function":{"name":"look"},"type":"function"},` +
 		`"tools":[{"type":"function","function":{"name":"look","description":"looks","parameters":{"type":"object"}}}],` +
 		`"top_k":20,"top_p":0.9}`
 	if got := string(s.Requests()[0].Body); got != want {

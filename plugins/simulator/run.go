@@ -29,10 +29,16 @@ var vocabulary = [...]string{
 // at once, then one token per token_interval; the tool call, the usage and
 // the return follow the last token without delay. A stall or a failure
 // replaces the token that would come next.
+//
+// The tool call follows Options.ToolChoice (see toolCall). Options.Extra
+// is ignored: the simulator has no sampling for it to tune.
 func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSink) (*sdk.Result, error) {
 	m, ok := a.models.Load().byName[req.Target]
 	if !ok {
 		return nil, sdk.Errorf(sdk.KindModelNotFound, "simulator: no model %q", req.Target)
+	}
+	if err := req.Options.ToolChoice.Check(req.Tools); err != nil {
+		return nil, err
 	}
 	n, reason := m.tokens, "stop"
 	if mt := req.Options.MaxTokens; mt != nil {
@@ -81,9 +87,9 @@ func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 			return nil, err
 		}
 	}
-	if m.toolName != "" && reason != "length" {
+	if name, args := toolCall(m, req); name != "" && reason != "length" {
 		reason = "tool_calls"
-		call := &sdk.ToolCall{Index: 0, ID: callID(req), Name: m.toolName, Arguments: m.toolArgs}
+		call := &sdk.ToolCall{Index: 0, ID: callID(req), Name: name, Arguments: args}
 		if err := out.Send(ctx, sdk.Event{Kind: sdk.ToolCallDelta, ToolCall: call}); err != nil {
 			return nil, err
 		}
@@ -94,6 +100,33 @@ func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 	}
 	final := usage
 	return &sdk.Result{DoneReason: reason, Usage: &final}, nil
+}
+
+// toolCall returns the name and arguments of the call that m makes for
+// req, or "" for none, by req's tool choice (SPEC P2):
+//   - "" and auto: the model's configured call, if it has one;
+//   - none: no call;
+//   - required: the configured call, or else a call of the run's first
+//     tool with {} as arguments;
+//   - a named function: a call of it, with the configured arguments if the
+//     configured call is of the same name, else {}.
+//
+// The choice has passed Check, so the named tool, or a first one, exists.
+func toolCall(m *model, req *sdk.Request) (name, args string) {
+	c := req.Options.ToolChoice
+	if forced, ok := c.Function(); ok {
+		if forced == m.toolName {
+			return forced, m.toolArgs
+		}
+		return forced, "{}"
+	}
+	switch {
+	case c == sdk.ToolChoiceNone:
+		return "", ""
+	case c == sdk.ToolChoiceRequired && m.toolName == "":
+		return req.Tools[0].Name, "{}"
+	}
+	return m.toolName, m.toolArgs
 }
 
 // wait waits d, or returns the context's error when it ends first.

@@ -1795,9 +1795,29 @@ type RunOptions struct {
 	Seed        *int64                 `protobuf:"varint,5,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
 	// "" or "json", or a JSON schema (as JSON).
 	Format []byte `protobuf:"bytes,6,opt,name=format,proto3" json:"format,omitempty"`
-	// Adapter-specific options, as a JSON object.
-	ExtraJson     []byte `protobuf:"bytes,7,opt,name=extra_json,json=extraJson,proto3" json:"extra_json,omitempty"`
-	Think         *bool  `protobuf:"varint,8,opt,name=think,proto3,oneof" json:"think,omitempty"`
+	// The client's request fields that the Edge does not interpret, as one
+	// JSON object of their names and raw values, for the adapter to pass to
+	// its model server (SPEC P2): {"top_k":20,"chat_template_kwargs":{...}}.
+	// Names are those of the client's API (OpenAI's chat request, the common
+	// vocabulary of OpenAI-compatible servers); an "options" object holds
+	// Ollama's own options. It never holds a field the Edge interprets (the
+	// ones above, tool_choice, and the request's shape: model, messages,
+	// tools, stream...); an adapter lets the field set here win over the same
+	// name in it, and says which names it maps, passes or drops. Empty: none.
+	// Its size is bounded only by the frame the whole run must fit.
+	ExtraJson []byte `protobuf:"bytes,7,opt,name=extra_json,json=extraJson,proto3" json:"extra_json,omitempty"`
+	Think     *bool  `protobuf:"varint,8,opt,name=think,proto3,oneof" json:"think,omitempty"`
+	// Which tools the model may or must call:
+	//
+	//	"" or "auto"      the model decides (the default);
+	//	"none"            no tool call (an adapter may withhold the tools);
+	//	"required"        at least one tool call;
+	//	"function:NAME"   a call of the tool named NAME, one of the run's tools.
+	//
+	// "required" and "function:NAME" need tools. An adapter whose model server
+	// cannot honour the choice fails the run with FAILURE_KIND_UNSUPPORTED; it
+	// never ignores it. An older adapter ignores this field (proto3).
+	ToolChoice    string `protobuf:"bytes,9,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1886,6 +1906,13 @@ func (x *RunOptions) GetThink() bool {
 		return *x.Think
 	}
 	return false
+}
+
+func (x *RunOptions) GetToolChoice() string {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return ""
 }
 
 type RunEvent struct {
@@ -3042,7 +3069,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12%\n" +
-	"\x0earguments_json\x18\x04 \x01(\fR\rargumentsJson\"\xac\x02\n" +
+	"\x0earguments_json\x18\x04 \x01(\fR\rargumentsJson\"\xcd\x02\n" +
 	"\n" +
 	"RunOptions\x12%\n" +
 	"\vtemperature\x18\x01 \x01(\x01H\x00R\vtemperature\x88\x01\x01\x12\x18\n" +
@@ -3054,7 +3081,9 @@ const file_wire_proto_rawDesc = "" +
 	"\x06format\x18\x06 \x01(\fR\x06format\x12\x1d\n" +
 	"\n" +
 	"extra_json\x18\a \x01(\fR\textraJson\x12\x19\n" +
-	"\x05think\x18\b \x01(\bH\x04R\x05think\x88\x01\x01B\x0e\n" +
+	"\x05think\x18\b \x01(\bH\x04R\x05think\x88\x01\x01\x12\x1f\n" +
+	"\vtool_choice\x18\t \x01(\tR\n" +
+	"toolChoiceB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\r\n" +
 	"\v_max_tokensB\a\n" +

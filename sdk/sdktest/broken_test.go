@@ -72,6 +72,14 @@ func (a wrong404) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 	return a.Adapter.Execute(ctx, req, out)
 }
 
+// ignoresToolChoice runs every request as if it had no tool choice.
+type ignoresToolChoice struct{ *testadapter.Adapter }
+
+func (a ignoresToolChoice) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSink) (*sdk.Result, error) {
+	req.Options.ToolChoice = ""
+	return a.Adapter.Execute(ctx, req, out)
+}
+
 // brokenBinaries are the broken adapters the test binary serves as plugin
 // processes, by the name in brokenEnv.
 var brokenBinaries = map[string]func() sdk.Adapter{

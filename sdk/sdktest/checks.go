@@ -29,6 +29,7 @@ func Checks() []Check {
 		{"ordering", "a run streams events with seq 1, 2, 3, ... and ends in exactly one outcome, with a done reason", checkOrdering},
 		{"cancel", "a cancelled run returns within 2s with the context's error and leaves no goroutine behind", checkCancel},
 		{"error_mapping", "an unknown target fails as model_not_found; each upstream failure maps to its kind", checkErrorMapping},
+		{"tool_choice", "a run whose tool_choice names a tool it does not offer fails as invalid_request: tool_choice is never ignored", checkToolChoice},
 		{"concurrency", "runs started at once all succeed, each with its own ordered stream", checkConcurrency},
 		{"restart", "after Close, a new plugin takes the configuration again and runs", checkRestart},
 		{"no_stdout", "the plugin writes nothing to stdout (the plugin handshake owns it)", checkNoStdout},

@@ -40,6 +40,32 @@ func checkOrdering(ctx context.Context, s *Session) error {
 	return nil
 }
 
+// checkToolChoice runs the target with a tool choice that cannot be
+// honoured: a named function the run does not offer. An adapter that
+// reads tool_choice refuses it (sdk.ToolChoice.Check); one that ignores it
+// would run the model unconstrained, and the client asking for a forced
+// call would not know (SPEC P2).
+func checkToolChoice(ctx context.Context, s *Session) error {
+	p, err := s.Plugin(ctx)
+	if err != nil {
+		return err
+	}
+	target, err := s.Target(ctx)
+	if err != nil {
+		return err
+	}
+	req := s.newRun(target)
+	req.Tools = []*wirepb.Tool{{Name: "sdktest_offered", ParametersJson: []byte(`{"type":"object"}`)}}
+	req.Options = &wirepb.RunOptions{ToolChoice: string(sdk.ToolChoiceFunction("sdktest_not_offered"))}
+	_, _, err = s.execute(ctx, p, req)
+	if !errors.Is(err, sdk.ErrInvalidRequest) {
+		return fmt.Errorf("a run of %q whose tool_choice names a tool it does not offer %s; want kind %s "+
+			"(check Options.ToolChoice against the run's tools with sdk.ToolChoice.Check)", target, outcomeText(err), sdk.KindInvalidRequest)
+	}
+	s.Logf("refused: %v", err)
+	return nil
+}
+
 // validateRun checks one completed run: at least one event, text among
 // them, seq counting 1, 2, 3, ... without gaps, every event stamped with
 // the run's id and none of them terminal, then a Result with a done reason.

@@ -16,8 +16,9 @@
 // The checks (see Checks) look at what the Node relies on: the describe
 // output, strict configuration, honest capabilities, ordered events and
 // one outcome per run, prompt return on cancel without leaked goroutines,
-// the mapping of upstream failures to kinds, concurrent runs, a restart
-// followed by a new Configure, and nothing written to stdout.
+// the mapping of upstream failures to kinds, a tool choice that is read and
+// not ignored, concurrent runs, a restart followed by a new Configure, and
+// nothing written to stdout.
 //
 // The two kinds of subject see different things. In process, the cancel
 // check sees the adapter's own goroutines (a run that ignores its ctx shows

@@ -147,6 +147,12 @@ func TestBrokenAdaptersFailTheirCheck(t *testing.T) {
 			check:   "error_mapping",
 			want:    []string{`unknown target "missing"`, "kind upstream", "want kind model_not_found"},
 		},
+		{
+			name:    "a tool choice ignored",
+			subject: inProcess(func(a *testadapter.Adapter) sdk.Adapter { return ignoresToolChoice{a} }),
+			check:   "tool_choice",
+			want:    []string{"does not offer", "succeeded", "want kind invalid_request"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -83,6 +83,9 @@ func (a *Adapter) Closed() bool { return a.closed.Load() }
 func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSink) (*sdk.Result, error) {
 	a.active.Add(1)
 	defer a.active.Add(-1)
+	if err := req.Options.ToolChoice.Check(req.Tools); err != nil {
+		return nil, err
+	}
 	prefix := ""
 	if c := a.cfg.Load(); c != nil {
 		prefix = c.Prefix
