@@ -104,6 +104,7 @@ func New(cfg *config.Config, opts Options) (*Agent, error) {
 		}
 		a.providers.Add(runtime.NewProvider(runtime.ProviderConfig{
 			Name: p.Name, Adapter: p.Adapter, Targets: p.Targets, Capacity: p.Capacity, Config: sdk.Config(conf), Launch: launch,
+			RelistInterval: time.Duration(p.RelistInterval), // 0 (a config built in code) is the runtime's default
 		}, sup, opts.Logger, a.providers.Notify))
 	}
 	a.client, err = transport.New(transport.Options{

@@ -6,6 +6,7 @@ import (
 
 	"github.com/iop-dev/iop/configs"
 	"github.com/iop-dev/iop/noded/config"
+	"github.com/iop-dev/iop/noded/runtime"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -49,5 +50,13 @@ func TestManagedNodeChecksItsIdentityFiles(t *testing.T) {
 	cfg.Identity.CertFile, cfg.Identity.KeyFile = "/nonexistent/c.pem", "/nonexistent/k.pem"
 	if _, err := New(cfg, Options{}); err == nil || !strings.Contains(err.Error(), "/nonexistent/ca.pem") {
 		t.Errorf("New with missing identity files: %v", err)
+	}
+}
+
+// P1: a provider built in code with no relist interval (edged dev's Node)
+// gets the runtime's default, which must be the one a file gets.
+func TestRelistIntervalDefaultsAgree(t *testing.T) {
+	if config.DefaultRelistInterval != runtime.DefaultRelistInterval {
+		t.Errorf("config.DefaultRelistInterval %v, runtime.DefaultRelistInterval %v", config.DefaultRelistInterval, runtime.DefaultRelistInterval)
 	}
 }

@@ -39,6 +39,15 @@ const (
 	// dispatched streams plus quicwire.StreamHeadroom, and no more than
 	// quicwire.MaxDispatchedStreams, so every slot it offers can open its stream.
 	MaxTotalCapacity = quicwire.MaxDispatchedStreams - quicwire.StreamHeadroom
+	// DefaultRelistInterval is how often a provider that discovers its targets asks its model
+	// server for them again (P1): a model pulled on that box is routable, and a removed one
+	// leaves the Edge's selection, within one interval. It equals runtime.DefaultRelistInterval,
+	// which a Provider built in code with the field left zero gets.
+	DefaultRelistInterval = 30 * time.Second
+	// MinRelistInterval and MaxRelistInterval bound relist_interval: more often than once a
+	// second only loads the model server; less often than hourly leaves the list stale for hours.
+	MinRelistInterval = time.Second
+	MaxRelistInterval = time.Hour
 )
 
 // Adapter kinds a provider may name.
@@ -106,6 +115,11 @@ type Provider struct {
 	Targets []string `yaml:"targets,omitempty"` // model names served; may be empty, to be discovered from the server
 	// Capacity is how many runs this provider executes at once; default 4, from 1 to 4096.
 	Capacity int `yaml:"capacity"`
+	// RelistInterval is how often the Node asks the model server for its models again when
+	// Targets is empty (P1); changes reach the Edge as they are found. Default 30s, from 1s to
+	// 1h; unused when Targets lists the models. A file may not set it to 0; a Provider built in
+	// code (edged dev's Node) may leave it 0 for the default.
+	RelistInterval configs.Duration `yaml:"relist_interval"`
 	// Config is the adapter's own settings (such as base_url), handed to it as-is.
 	Config map[string]any `yaml:"config,omitempty"`
 }
@@ -188,11 +202,14 @@ func (r *Reconnect) SetDefaults() {
 	}
 }
 
-// SetDefaults fills an unset capacity. configs.Decode calls it for each provider in the file
-// before reading its fields, so `capacity: 0` stays 0 and is refused.
+// SetDefaults fills an unset capacity and relist interval. configs.Decode calls it for each
+// provider in the file before reading its fields, so `capacity: 0` stays 0 and is refused.
 func (p *Provider) SetDefaults() {
 	if p.Capacity == 0 {
 		p.Capacity = DefaultCapacity
+	}
+	if p.RelistInterval == 0 {
+		p.RelistInterval = configs.Duration(DefaultRelistInterval)
 	}
 }
 
@@ -209,7 +226,7 @@ func Parse(data []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.validate(true); err != nil {
 		return nil, lines.Annotate(err)
 	}
 	return c, nil
@@ -238,7 +255,11 @@ func Load(path string) (*Config, error) {
 
 // Validate reports every problem with c, as a configs.Errors of *configs.Error, or nil. It checks
 // values only; it opens no files and dials nothing.
-func (c *Config) Validate() error {
+func (c *Config) Validate() error { return c.validate(false) }
+
+// validate is Validate; decoded says c was read from a file, where SetDefaults ran before the
+// fields were read, so a zero left in a defaulted field was written there and is refused.
+func (c *Config) validate(decoded bool) error {
 	var es configs.Errors
 	es.Append(configs.CheckID("node_id", c.NodeID))
 	host, port, addrErr := configs.CheckHostPort("edge.address", c.Edge.Address)
@@ -268,7 +289,7 @@ func (c *Config) Validate() error {
 			es.Add(path+".name", "duplicate provider name %q (also providers[%d])", p.Name, first)
 		}
 		names[p.Name] = i
-		es.Append(p.validate(path)...)
+		es.Append(p.validate(path, decoded)...)
 	}
 	if total := c.TotalCapacity(); total > MaxTotalCapacity {
 		es.Add("providers", "the capacities add up to %d; a Node offers at most %d (each slot needs a stream on the Edge's connection)", total, MaxTotalCapacity)
@@ -299,7 +320,7 @@ func (r Reconnect) validate() []*configs.Error {
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 
-func (p Provider) validate(path string) []*configs.Error {
+func (p Provider) validate(path string, decoded bool) []*configs.Error {
 	var es configs.Errors
 	es.Append(configs.CheckID(path+".name", p.Name))
 	switch p.Adapter {
@@ -339,6 +360,10 @@ func (p Provider) validate(path string) []*configs.Error {
 	}
 	if p.Capacity < 1 || p.Capacity > MaxCapacity {
 		es.Add(path+".capacity", "must be from 1 to %d, got %d", MaxCapacity, p.Capacity)
+	}
+	// Zero in a Provider built in code means the default (see RelistInterval).
+	if d := time.Duration(p.RelistInterval); (d != 0 || decoded) && (d < MinRelistInterval || d > MaxRelistInterval) {
+		es.Add(path+".relist_interval", "must be from %s to %s, got %s", MinRelistInterval, MaxRelistInterval, d)
 	}
 	return es
 }

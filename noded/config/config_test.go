@@ -41,6 +41,7 @@ func mtlsConfig() *Config {
 		{Name: "ollama", Adapter: AdapterOllama, Targets: []string{"llama3.1:8b"}, Capacity: 2},
 		{Name: "custom", Adapter: AdapterExternal, Binary: "/opt/iop/adapter", SHA256: strings.Repeat("ab", 32), Capacity: 1},
 	}
+	c.SetDefaults() // as Parse leaves it: every default filled
 	return c
 }
 
@@ -57,8 +58,8 @@ func TestParseFillsDefaults(t *testing.T) {
 		Reconnect:    Reconnect{InitialBackoff: configs.Duration(500 * time.Millisecond), MaxBackoff: configs.Duration(5 * time.Second)},
 		Stall:        Stall{CloseGrace: configs.Duration(5 * time.Second), ProbeTimeout: configs.Duration(5 * time.Second)},
 		Providers: []Provider{
-			{Name: "sim", Adapter: "simulator", Targets: []string{"sim-small"}, Capacity: 4},
-			{Name: "llm", Adapter: "ollama", Capacity: 4},
+			{Name: "sim", Adapter: "simulator", Targets: []string{"sim-small"}, Capacity: 4, RelistInterval: configs.Duration(30 * time.Second)},
+			{Name: "llm", Adapter: "ollama", Capacity: 4, RelistInterval: configs.Duration(30 * time.Second)},
 		},
 		Log: Log{Level: "info", Format: "text"},
 	}
@@ -137,6 +138,12 @@ func TestValidateReportsFieldAndReason(t *testing.T) {
 		{"duplicate target", func(c *Config) { c.Providers[0].Targets = []string{"a", "a"} }, "providers[0].targets[1]", `duplicate target "a"`},
 		{"capacity zero", func(c *Config) { c.Providers[0].Capacity = 0 }, "providers[0].capacity", "must be from 1 to 4096, got 0"},
 		{"capacity too big", func(c *Config) { c.Providers[1].Capacity = 4097 }, "providers[1].capacity", "got 4097"},
+		{"relist interval under a second", func(c *Config) { c.Providers[0].RelistInterval = configs.Duration(500 * time.Millisecond) },
+			"providers[0].relist_interval", "must be from 1s to 1h0m0s, got 500ms"},
+		{"relist interval over an hour", func(c *Config) { c.Providers[0].RelistInterval = configs.Duration(61 * time.Minute) },
+			"providers[0].relist_interval", "got 1h1m0s"},
+		{"relist interval negative", func(c *Config) { c.Providers[1].RelistInterval = configs.Duration(-time.Second) },
+			"providers[1].relist_interval", "got -1s"},
 		// Issue 10 item 4: a Node may not offer more slots than it can accept streams for.
 		{"total capacity above the stream limit", func(c *Config) {
 			c.Providers = nil
@@ -181,6 +188,11 @@ func TestValidateAcceptsValidConfigs(t *testing.T) {
 		{"equal backoffs", func(c *Config) { c.Reconnect.InitialBackoff = c.Reconnect.MaxBackoff }},
 		{"drain timeout of an hour", func(c *Config) { c.DrainTimeout = configs.Duration(time.Hour) }},
 		{"capacity bounds", func(c *Config) { c.Providers[0].Capacity, c.Providers[1].Capacity = 1, MaxCapacity }},
+		{"relist interval bounds", func(c *Config) {
+			c.Providers[0].RelistInterval, c.Providers[1].RelistInterval = configs.Duration(MinRelistInterval), configs.Duration(MaxRelistInterval)
+		}},
+		// A Provider built in code (edged dev's Node) may leave it to the runtime's default.
+		{"relist interval left zero in code", func(c *Config) { c.Providers[0].RelistInterval = 0 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -256,6 +268,8 @@ func TestParseReportsValidationProblemsWithLines(t *testing.T) {
 		{"backoffs in the wrong order", loopbackFile + "reconnect:\n  max_backoff: 1s\n  initial_backoff: 2s\n",
 			[]problem{{"reconnect.initial_backoff", 14}}, "reconnect.initial_backoff (line 14): must not exceed"},
 		{"drain timeout too long", loopbackFile + "drain_timeout: 2h\n", []problem{{"drain_timeout", 12}}, ""},
+		{"relist interval too short", loopbackFile + "    relist_interval: 100ms\n", []problem{{"providers[1].relist_interval", 12}},
+			"providers[1].relist_interval (line 12): must be from 1s to 1h0m0s, got 100ms"},
 		{"edge address missing from its section", "node_id: n\nidentity: {mode: loopback}\nedge:\n  server_name: e\n", []problem{{"edge.address", 3}}, ""},
 		{"remote edge in loopback mode", "node_id: n\nidentity: {mode: loopback}\nedge:\n  address: edge.example.com:7443\n",
 			[]problem{{"edge.address", 4}}, ""},
@@ -288,6 +302,7 @@ func TestExplicitZeroIsRefusedNotDefaulted(t *testing.T) {
 		{loopbackFile + "    capacity: 0\n", "providers[1].capacity"},
 		{loopbackFile + "drain_timeout: 0s\n", "drain_timeout"},
 		{loopbackFile + "reconnect: {initial_backoff: 0s}\n", "reconnect.initial_backoff"},
+		{loopbackFile + "    relist_interval: 0s\n", "providers[1].relist_interval"},
 	}
 	for _, tt := range tests {
 		if got := paths(func() error { _, err := Parse([]byte(tt.src)); return err }()); !reflect.DeepEqual(got, []string{tt.path}) {

@@ -61,6 +61,11 @@ type fakePlugin struct {
 	// probe, if set, answers Probe; probes counts the calls.
 	probe  func(ctx context.Context, target string) (sdk.Health, error)
 	probes atomic.Int32
+	// caps are the capabilities it reports; list, if set, answers
+	// ListTargets and lists counts the calls.
+	caps  []string
+	list  func(ctx context.Context) ([]sdk.Target, error)
+	lists atomic.Int32
 	// creds are the credentials Execute was given ("" for none), and
 	// leases the sealed leases its requests still carried.
 	credMu sync.Mutex
@@ -78,7 +83,7 @@ func newFakePlugin(exec func(ctx context.Context, req *wirepb.RunRequest, emit f
 	return &fakePlugin{exec: exec, exited: make(chan struct{})}
 }
 
-func (p *fakePlugin) Capabilities() []string                      { return nil }
+func (p *fakePlugin) Capabilities() []string                      { return p.caps }
 func (p *fakePlugin) Configure(context.Context, sdk.Config) error { return nil }
 func (p *fakePlugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.Credential, emit func(*wirepb.RunEvent) error) (*sdk.Result, error) {
 	p.calls.Add(1)
@@ -94,7 +99,11 @@ func (p *fakePlugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *
 	p.credMu.Unlock()
 	return p.exec(ctx, req, emit)
 }
-func (p *fakePlugin) ListTargets(context.Context) ([]sdk.Target, error) {
+func (p *fakePlugin) ListTargets(ctx context.Context) ([]sdk.Target, error) {
+	p.lists.Add(1)
+	if p.list != nil {
+		return p.list(ctx)
+	}
 	return nil, sdk.ErrUnsupported
 }
 func (p *fakePlugin) Probe(ctx context.Context, target string) (sdk.Health, error) {

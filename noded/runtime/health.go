@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/iop-dev/iop/quicwire"
@@ -35,9 +36,7 @@ func (p *Provider) observe(target string, ev Evidence) {
 	}
 	p.mu.Unlock()
 	p.log.Warn("target unavailable after a response stall; probing it until it answers", "target", target)
-	if p.changed != nil {
-		p.changed()
-	}
+	p.notify()
 	if ctx != nil {
 		go p.recoverTarget(ctx, target)
 	}
@@ -51,7 +50,9 @@ func (p *Provider) TargetUnhealthy(target string) bool {
 }
 
 // recoverTarget probes target with backoff until it answers available (or
-// the provider stops), then clears its mark and reports the change.
+// the provider stops), then clears its mark and reports the change. A
+// target the model server no longer lists (inventory.go) is not probed
+// further: its mark is dropped, and it is out of the provider's list anyway.
 func (p *Provider) recoverTarget(ctx context.Context, target string) {
 	defer p.recovering.Done()
 	for n := 0; ; n++ {
@@ -61,6 +62,16 @@ func (p *Provider) recoverTarget(ctx context.Context, target string) {
 			t.Stop()
 			return
 		case <-t.C:
+		}
+		p.mu.Lock()
+		gone := !slices.Contains(p.targets, target)
+		if gone {
+			delete(p.unhealthy, target)
+		}
+		p.mu.Unlock()
+		if gone {
+			p.log.Info("target no longer listed; no longer probing it", "target", target)
+			return
 		}
 		pl, err := p.Current()
 		if err != nil {
@@ -77,9 +88,7 @@ func (p *Provider) recoverTarget(ctx context.Context, target string) {
 		delete(p.unhealthy, target)
 		p.mu.Unlock()
 		p.log.Info("target answers its probe again", "target", target, "probes", n+1)
-		if p.changed != nil {
-			p.changed()
-		}
+		p.notify()
 		return
 	}
 }

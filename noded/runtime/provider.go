@@ -20,11 +20,15 @@ type ProviderConfig struct {
 	Name    string
 	Adapter string
 	// Targets are the models served; empty means ask the adapter
-	// (list_targets) once it is up.
+	// (list_targets) once it is up, and again every RelistInterval
+	// (inventory.go).
 	Targets  []string
 	Capacity int
 	Config   sdk.Config
 	Launch   Launcher
+	// RelistInterval is how often discovered targets are listed again; 0
+	// means DefaultRelistInterval. Unused when Targets is set.
+	RelistInterval time.Duration
 }
 
 // Supervision policy: restart with backoff; after BreakerThreshold failures
@@ -42,6 +46,12 @@ type Supervision struct {
 	// DefaultProbeTimeout).
 	Recovery     transport.Backoff
 	ProbeTimeout time.Duration
+	// ListTimeout bounds each listing of a provider's targets (0 means
+	// DefaultListTimeout). Unlisted paces the listings of a provider whose
+	// model server has not answered since its plugin started, capped at
+	// the provider's relist interval (inventory.go).
+	ListTimeout time.Duration
+	Unlisted    transport.Backoff
 }
 
 // DefaultSupervision is the daemon's policy.
@@ -53,13 +63,16 @@ var DefaultSupervision = Supervision{
 	StartTimeout:     30 * time.Second,
 	Recovery:         transport.Backoff{Initial: 2 * time.Second, Max: 30 * time.Second},
 	ProbeTimeout:     DefaultProbeTimeout,
+	ListTimeout:      DefaultListTimeout,
+	Unlisted:         transport.Backoff{Initial: time.Second, Max: DefaultRelistInterval},
 }
 
 // Errors of admission, before any adapter is called.
 var (
 	// ErrCapacityExhausted: every slot of the provider is busy.
 	ErrCapacityExhausted = errors.New("capacity exhausted")
-	// ErrProviderOffline: the provider's plugin is not running.
+	// ErrProviderOffline: the provider is not online: its plugin is not
+	// running, or its model server has not listed its models yet.
 	ErrProviderOffline = errors.New("provider offline")
 )
 
@@ -183,9 +196,7 @@ func (p *Provider) set(state wirepb.ProviderState, detail string, pl Plugin) {
 	p.mu.Lock()
 	p.state, p.detail, p.plugin = state, detail, pl
 	p.mu.Unlock()
-	if p.changed != nil {
-		p.changed()
-	}
+	p.notify()
 }
 
 // Supervise keeps the plugin running until ctx is done, then stops it. A
@@ -194,6 +205,10 @@ func (p *Provider) set(state wirepb.ProviderState, detail string, pl Plugin) {
 // restarted with backoff behind a circuit breaker. go-plugin restarts
 // nothing and its clients cannot be reused, so every start is a new launch,
 // configured again.
+//
+// A plugin that is up but whose model server did not list its targets is
+// not a failed start: the provider is offline with that detail while the
+// plugin keeps asking (watch), and comes online when the server answers.
 func (p *Provider) Supervise(ctx context.Context) {
 	p.mu.Lock()
 	p.superCtx = ctx
@@ -206,7 +221,7 @@ func (p *Provider) Supervise(ctx context.Context) {
 	}()
 	failures := 0
 	for ctx.Err() == nil {
-		pl, err := p.start(ctx)
+		pl, listErr, err := p.start(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -217,17 +232,19 @@ func (p *Provider) Supervise(ctx context.Context) {
 			p.firstAttemptDone()
 		} else {
 			began := time.Now()
-			p.set(wirepb.ProviderState_PROVIDER_STATE_ONLINE, "", pl)
+			if listErr != nil {
+				p.set(wirepb.ProviderState_PROVIDER_STATE_OFFLINE, unlistedDetail(listErr), pl)
+			} else {
+				p.set(wirepb.ProviderState_PROVIDER_STATE_ONLINE, "", pl)
+				p.log.Info("adapter plugin online", "targets", p.Wire().GetTargets())
+			}
 			p.firstAttemptDone() // after the state: the ready handshake reports it
-			p.log.Info("adapter plugin online", "targets", p.Wire().GetTargets())
-			select {
-			case <-ctx.Done():
+			if p.watch(ctx, pl, listErr) {
 				p.set(wirepb.ProviderState_PROVIDER_STATE_OFFLINE, "node stopping", nil)
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 				_ = pl.Close(cctx)
 				cancel()
 				return
-			case <-pl.Exited():
 			}
 			if time.Since(began) >= p.sup.StableAfter {
 				failures = 0
@@ -258,34 +275,28 @@ func (p *Provider) Supervise(ctx context.Context) {
 // ended and its state is set.
 func (p *Provider) firstAttemptDone() { p.once.Do(func() { close(p.attempted) }) }
 
-// start launches and configures one plugin, and learns its targets.
-func (p *Provider) start(ctx context.Context) (Plugin, error) {
+// start launches and configures one plugin, and learns its targets. err is
+// a failed start; listErr, with a running plugin, says that the model
+// server did not list the targets of a provider that discovers them (the
+// provider then has none until it does).
+func (p *Provider) start(ctx context.Context) (pl Plugin, listErr, err error) {
 	sctx, cancel := context.WithTimeout(ctx, p.sup.StartTimeout)
 	defer cancel()
-	pl, err := p.cfg.Launch(sctx)
+	pl, err = p.cfg.Launch(sctx)
 	if err != nil {
-		return nil, err
-	}
-	fail := func(err error) (Plugin, error) {
-		_ = pl.Close(context.WithoutCancel(ctx))
-		return nil, err
+		return nil, nil, err
 	}
 	if err := pl.Configure(sctx, p.cfg.Config); err != nil {
-		return fail(fmt.Errorf("configure: %w", err))
+		_ = pl.Close(context.WithoutCancel(ctx))
+		return nil, nil, fmt.Errorf("configure: %w", err)
 	}
 	caps := pl.Capabilities()
 	targets := slices.Clone(p.cfg.Targets)
-	if len(targets) == 0 && slices.Contains(caps, sdk.CapListTargets) {
-		ts, err := pl.ListTargets(sctx)
-		if err != nil {
-			return fail(fmt.Errorf("list targets: %w", err))
-		}
-		for _, t := range ts {
-			targets = append(targets, t.Name)
-		}
+	if p.discovers(caps) {
+		targets, listErr = p.listTargets(sctx, pl)
 	}
 	p.mu.Lock()
 	p.caps, p.targets = caps, targets
 	p.mu.Unlock()
-	return pl, nil
+	return pl, listErr, nil
 }

@@ -68,7 +68,9 @@ func (s *Set) Snapshot() []*wirepb.Provider {
 
 // WaitReady implements transport.Providers: it returns once every provider
 // has come up or failed its first start, so one broken provider does not
-// keep the others from serving.
+// keep the others from serving. A provider whose model server does not
+// answer at start has come up (offline, listing until it answers): its
+// first listing is bounded by Supervision.ListTimeout.
 func (s *Set) WaitReady(ctx context.Context) error {
 	for _, p := range s.providers {
 		select {
