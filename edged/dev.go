@@ -59,6 +59,9 @@ func newDevAgent(ln *quic.Listener, cfg *config.Config, flags devFlags) (*agent.
 		nc.Providers = append(nc.Providers, nodeconfig.Provider{Name: "ollama", Adapter: "ollama", Capacity: 4,
 			Config: map[string]any{"base_url": flags.ollamaURL}})
 	}
+	for i := range nc.Providers {
+		nc.Providers[i].SetDefaults() // relist_interval and the rest, as a file would get them
+	}
 	if err := nc.Validate(); err != nil {
 		return nil, fmt.Errorf("dev node: %w", err)
 	}

@@ -30,7 +30,6 @@ type modelList struct {
 	Models []json.RawMessage `json:"models"`
 }
 
-
 // tags answers GET /api/tags: every model the principal may ask for and
 // that can be served now (the inventory), with an Ollama server's own entry
 // where one serves it, sorted by name.

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/iop-dev/iop/edged/frontdoor"
 )
 
 // Pass-through (SPEC P2): the top-level fields of a chat request that the
@@ -51,15 +53,15 @@ func extraFields(body []byte) ([]byte, *apiError) {
 			return nil
 		}
 		if _, seen := fields[name]; !seen && len(fields) == MaxExtraFields {
-			return &listTooLong{param: "fields", max: MaxExtraFields}
+			return &frontdoor.ListTooLong{Param: "fields", Max: MaxExtraFields}
 		}
 		fields[name] = value
 		return nil
 	})
-	var le *listTooLong
+	var le *frontdoor.ListTooLong
 	switch {
 	case errors.As(err, &le):
-		return nil, invalid("", "Too many request fields that the Edge passes to the model server: at most %d are accepted.", le.max)
+		return nil, invalid("", "Too many request fields that the Edge passes to the model server: at most %d are accepted.", le.Max)
 	case err != nil:
 		return nil, jsonError(err)
 	case len(fields) == 0:

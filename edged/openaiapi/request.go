@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/iop-dev/iop/edged/frontdoor"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -178,60 +178,17 @@ func parseChat(body []byte) (*parsedChat, *apiError) {
 // jsonError maps a decoding error to a 400 naming what it can.
 func jsonError(err error) *apiError {
 	var te *json.UnmarshalTypeError
-	var le *listTooLong
+	var le *frontdoor.ListTooLong
 	switch {
 	case errors.As(err, &le):
-		return invalid(le.param, "Too many %s: at most %d are accepted.", le.param, le.max)
+		return invalid(le.Param, "Too many %s: at most %d are accepted.", le.Param, le.Max)
 	case errors.As(err, &te):
 		return invalid(te.Field, "Invalid type for '%s': expected %s, got %s.", te.Field, te.Type, te.Value)
 	}
 	return invalid("", "We could not parse the JSON body of your request: %v", err)
 }
 
-// listTooLong is a JSON array with more elements than its bound.
-type listTooLong struct {
-	param string
-	max   int
-}
-
-func (e *listTooLong) Error() string { return fmt.Sprintf("%s: more than %d", e.param, e.max) }
-
-// decodeList decodes the JSON array data into a slice, refusing it at the
-// element after the max-th: the slice never grows past max, whatever the
-// array holds. null is an empty list.
-func decodeList[T any](data []byte, max int, param string) ([]T, error) {
-	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
-		return nil, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '[' {
-		var zero []T
-		return nil, &json.UnmarshalTypeError{Value: "non-array", Type: reflect.TypeOf(zero), Field: param}
-	}
-	var out []T
-	for dec.More() {
-		if len(out) == max {
-			return nil, &listTooLong{param: param, max: max}
-		}
-		var v T
-		if err := dec.Decode(&v); err != nil {
-			// Name the element, as a decode of the whole body would.
-			var te *json.UnmarshalTypeError
-			if errors.As(err, &te) {
-				te.Field = strings.TrimSuffix(fmt.Sprintf("%s[%d].%s", param, len(out), te.Field), ".")
-			}
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-// Bounded lists: each decodes with decodeList.
+// Bounded lists: each decodes with frontdoor.DecodeList.
 type (
 	messageList  []message
 	toolList     []tool
@@ -240,22 +197,22 @@ type (
 )
 
 func (l *messageList) UnmarshalJSON(b []byte) (err error) {
-	*l, err = decodeList[message](b, MaxMessages, "messages")
+	*l, err = frontdoor.DecodeList[message](b, MaxMessages, "messages")
 	return err
 }
 
 func (l *toolList) UnmarshalJSON(b []byte) (err error) {
-	*l, err = decodeList[tool](b, MaxTools, "tools")
+	*l, err = frontdoor.DecodeList[tool](b, MaxTools, "tools")
 	return err
 }
 
 func (l *toolCallList) UnmarshalJSON(b []byte) (err error) {
-	*l, err = decodeList[toolCall](b, MaxToolCalls, "tool_calls")
+	*l, err = frontdoor.DecodeList[toolCall](b, MaxToolCalls, "tool_calls")
 	return err
 }
 
 func (l *partList) UnmarshalJSON(b []byte) (err error) {
-	*l, err = decodeList[contentPart](b, MaxContentParts, "content")
+	*l, err = frontdoor.DecodeList[contentPart](b, MaxContentParts, "content")
 	return err
 }
 
@@ -467,9 +424,9 @@ func (m *message) content(wm *wirepb.ChatMessage, param string) *apiError {
 	}
 	var parts partList
 	if err := json.Unmarshal(c, &parts); err != nil {
-		var le *listTooLong
+		var le *frontdoor.ListTooLong
 		if errors.As(err, &le) {
-			return invalid(param, "Too many content parts: at most %d are accepted.", le.max)
+			return invalid(param, "Too many content parts: at most %d are accepted.", le.Max)
 		}
 		return invalid(param, "content must be a string or an array of content parts.")
 	}
