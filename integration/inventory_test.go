@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ollama/ollama/api"
 	"github.com/openai/openai-go/v3"
 
 	"github.com/iop-dev/iop/plugins/fakeollama"
@@ -127,6 +129,22 @@ func TestModelAddedOrRemovedOnTheServerReachesTheEdgeWithinOneInterval(t *testin
 	}
 	if text, err := s.answer(t, "first:latest"); err != nil || text != "first answers" {
 		t.Errorf("chat with the model that stayed: %q, %v", text, err)
+	}
+	// Every list and the routing agree: the removed model is in no list
+	// and is 404 in both APIs, as a model nobody ever had.
+	var apiErr *openai.Error
+	if _, err := s.answer(t, "late:latest"); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound {
+		t.Errorf("OpenAI chat with the removed model: %v, want 404", err)
+	}
+	oc := ollamaClient(t, s.base)
+	if list, err := oc.List(t.Context()); err != nil || len(list.Models) != 1 || list.Models[0].Name != "first:latest" {
+		t.Errorf("/api/tags after the removal: %+v, %v", list, err)
+	}
+	err := oc.Chat(t.Context(), &api.ChatRequest{Model: "late:latest", Messages: []api.Message{{Role: "user", Content: "hi"}}},
+		func(api.ChatResponse) error { return nil })
+	var se api.StatusError
+	if !errors.As(err, &se) || se.StatusCode != http.StatusNotFound {
+		t.Errorf("Ollama chat with the removed model: %v, want 404", err)
 	}
 }
 
