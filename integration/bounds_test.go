@@ -132,17 +132,29 @@ api:
 		t.Errorf("GET /v1/chat/completions = %d, want 405", got)
 	}
 
-	// Four idle connections fill the cap; the fifth is closed at once.
+	// Four kept-alive connections fill the cap; the fifth is closed at
+	// once. Each of the four is proven accepted by a request on it (a
+	// connection of the checks above may take a moment to be counted out;
+	// then the dial is refused and tried again).
 	var idle []net.Conn
-	for range 4 {
+	for len(idle) < 4 {
 		c, err := net.Dial("tcp", host)
 		if err != nil {
 			t.Fatal(err)
 		}
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: edge\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			c.Close()
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		resp.Body.Close()
+		c.SetReadDeadline(time.Time{})
 		defer c.Close()
 		idle = append(idle, c)
 	}
-	time.Sleep(200 * time.Millisecond) // let the Edge accept them
 	c, err := net.Dial("tcp", host)
 	if err == nil {
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
