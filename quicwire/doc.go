@@ -23,9 +23,11 @@
 //	 │          ProviderStatusUpdate, DrainNotice (Node→Edge),     │ later than 45 s closes
 //	 │          CredentialNotice (Edge→Node)                       │ with heartbeat_timeout
 //	 │                                                             │
-//	 │◄─ Edge opens one stream per run, tunnel or command ─────────│
-//	 │   first frame: StreamHeader{generation, run|tunnel|command} │
-//	 │   then RunEvent... | TunnelFrame... | one CommandResult     │
+//	 │◄─ Edge opens one stream per run, tunnel, command or embed ──│
+//	 │   first frame: StreamHeader{generation, run|tunnel|command| │
+//	 │                embed}                                       │
+//	 │   then RunEvent... | TunnelFrame... | one CommandResult |   │
+//	 │        EmbedFrame...                                        │
 //
 // Every frame is a varint length followed by one protobuf message (the
 // encoding of google.golang.org/protobuf/encoding/protodelim), with a hard

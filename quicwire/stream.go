@@ -143,7 +143,7 @@ func (c *ControlStream) Recv() (*wirepb.ControlFrame, error) {
 func (c *ControlStream) Stream() *Stream { return c.s }
 
 // HeaderKind names the kind of a dispatched stream from its first frame:
-// "run", "tunnel", "command", or "unknown".
+// "run", "tunnel", "command", "embed", or "unknown".
 func HeaderKind(hdr *wirepb.StreamHeader) string {
 	switch hdr.GetKind().(type) {
 	case *wirepb.StreamHeader_Run:
@@ -152,6 +152,8 @@ func HeaderKind(hdr *wirepb.StreamHeader) string {
 		return "tunnel"
 	case *wirepb.StreamHeader_Command:
 		return "command"
+	case *wirepb.StreamHeader_Embed:
+		return "embed"
 	}
 	return "unknown"
 }

@@ -1263,6 +1263,7 @@ type StreamHeader struct {
 	//	*StreamHeader_Run
 	//	*StreamHeader_Tunnel
 	//	*StreamHeader_Command
+	//	*StreamHeader_Embed
 	Kind          isStreamHeader_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1339,6 +1340,15 @@ func (x *StreamHeader) GetCommand() *CommandRequest {
 	return nil
 }
 
+func (x *StreamHeader) GetEmbed() *EmbedRequest {
+	if x != nil {
+		if x, ok := x.Kind.(*StreamHeader_Embed); ok {
+			return x.Embed
+		}
+	}
+	return nil
+}
+
 type isStreamHeader_Kind interface {
 	isStreamHeader_Kind()
 }
@@ -1355,11 +1365,17 @@ type StreamHeader_Command struct {
 	Command *CommandRequest `protobuf:"bytes,4,opt,name=command,proto3,oneof"`
 }
 
+type StreamHeader_Embed struct {
+	Embed *EmbedRequest `protobuf:"bytes,5,opt,name=embed,proto3,oneof"`
+}
+
 func (*StreamHeader_Run) isStreamHeader_Kind() {}
 
 func (*StreamHeader_Tunnel) isStreamHeader_Kind() {}
 
 func (*StreamHeader_Command) isStreamHeader_Kind() {}
+
+func (*StreamHeader_Embed) isStreamHeader_Kind() {}
 
 // LeaseBinding names what a sealed credential lease is bound to.
 type LeaseBinding struct {
@@ -1446,8 +1462,15 @@ type RunRequest struct {
 	ResponseStallTimeoutMs int64         `protobuf:"varint,10,opt,name=response_stall_timeout_ms,json=responseStallTimeoutMs,proto3" json:"response_stall_timeout_ms,omitempty"`
 	SealedLease            []byte        `protobuf:"bytes,11,opt,name=sealed_lease,json=sealedLease,proto3" json:"sealed_lease,omitempty"`
 	Binding                *LeaseBinding `protobuf:"bytes,12,opt,name=binding,proto3" json:"binding,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Set for a raw text completion (OpenAI's /v1/completions): the model
+	// continues completion.prompt (and, with a suffix, fills in the middle)
+	// instead of answering messages, which are then empty, as are tools.
+	// Only an adapter with the "complete" capability runs one; the Node
+	// fails it with FAILURE_KIND_UNSUPPORTED on any other. Its events and
+	// terminal are a chat run's: text deltas, usage, one terminal.
+	Completion    *CompletionInput `protobuf:"bytes,13,opt,name=completion,proto3" json:"completion,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
@@ -1564,6 +1587,72 @@ func (x *RunRequest) GetBinding() *LeaseBinding {
 	return nil
 }
 
+func (x *RunRequest) GetCompletion() *CompletionInput {
+	if x != nil {
+		return x.Completion
+	}
+	return nil
+}
+
+// CompletionInput is the text of a raw completion.
+type CompletionInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The text the model continues, as the client sent it (no chat
+	// template is added by the Edge; a server may apply its own, as
+	// Ollama's /api/generate does).
+	Prompt string `protobuf:"bytes,1,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	// The text after the insertion point, for fill-in-the-middle; "" for
+	// none. A provider that cannot fill in the middle fails the run with
+	// FAILURE_KIND_UNSUPPORTED rather than ignore it.
+	Suffix        string `protobuf:"bytes,2,opt,name=suffix,proto3" json:"suffix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompletionInput) Reset() {
+	*x = CompletionInput{}
+	mi := &file_wire_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompletionInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompletionInput) ProtoMessage() {}
+
+func (x *CompletionInput) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompletionInput.ProtoReflect.Descriptor instead.
+func (*CompletionInput) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CompletionInput) GetPrompt() string {
+	if x != nil {
+		return x.Prompt
+	}
+	return ""
+}
+
+func (x *CompletionInput) GetSuffix() string {
+	if x != nil {
+		return x.Suffix
+	}
+	return ""
+}
+
 type ChatMessage struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Role          string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
@@ -1579,7 +1668,7 @@ type ChatMessage struct {
 
 func (x *ChatMessage) Reset() {
 	*x = ChatMessage{}
-	mi := &file_wire_proto_msgTypes[15]
+	mi := &file_wire_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1680,7 @@ func (x *ChatMessage) String() string {
 func (*ChatMessage) ProtoMessage() {}
 
 func (x *ChatMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[15]
+	mi := &file_wire_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1693,7 @@ func (x *ChatMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatMessage.ProtoReflect.Descriptor instead.
 func (*ChatMessage) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{15}
+	return file_wire_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ChatMessage) GetRole() string {
@@ -1668,7 +1757,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_wire_proto_msgTypes[16]
+	mi := &file_wire_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1769,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[16]
+	mi := &file_wire_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1782,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{16}
+	return file_wire_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Tool) GetName() string {
@@ -1730,7 +1819,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_wire_proto_msgTypes[17]
+	mi := &file_wire_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1831,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[17]
+	mi := &file_wire_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1844,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{17}
+	return file_wire_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolCall) GetIndex() int32 {
@@ -1824,7 +1913,7 @@ type RunOptions struct {
 
 func (x *RunOptions) Reset() {
 	*x = RunOptions{}
-	mi := &file_wire_proto_msgTypes[18]
+	mi := &file_wire_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +1925,7 @@ func (x *RunOptions) String() string {
 func (*RunOptions) ProtoMessage() {}
 
 func (x *RunOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[18]
+	mi := &file_wire_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +1938,7 @@ func (x *RunOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunOptions.ProtoReflect.Descriptor instead.
 func (*RunOptions) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{18}
+	return file_wire_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunOptions) GetTemperature() float64 {
@@ -1933,7 +2022,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_wire_proto_msgTypes[19]
+	mi := &file_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2034,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[19]
+	mi := &file_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2047,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{19}
+	return file_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunEvent) GetSeq() uint64 {
@@ -2045,7 +2134,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_wire_proto_msgTypes[20]
+	mi := &file_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2057,7 +2146,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[20]
+	mi := &file_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2070,7 +2159,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{20}
+	return file_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Usage) GetPromptTokens() int64 {
@@ -2129,7 +2218,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2230,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2243,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{21}
+	return file_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Failure) GetKind() FailureKind {
@@ -2214,7 +2303,7 @@ type StallObservation struct {
 
 func (x *StallObservation) Reset() {
 	*x = StallObservation{}
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2315,7 @@ func (x *StallObservation) String() string {
 func (*StallObservation) ProtoMessage() {}
 
 func (x *StallObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2328,7 @@ func (x *StallObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StallObservation.ProtoReflect.Descriptor instead.
 func (*StallObservation) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{22}
+	return file_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StallObservation) GetStallTimeoutMs() int64 {
@@ -2343,7 +2432,7 @@ type TunnelRequest struct {
 
 func (x *TunnelRequest) Reset() {
 	*x = TunnelRequest{}
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2355,7 +2444,7 @@ func (x *TunnelRequest) String() string {
 func (*TunnelRequest) ProtoMessage() {}
 
 func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2368,7 +2457,7 @@ func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelRequest.ProtoReflect.Descriptor instead.
 func (*TunnelRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{23}
+	return file_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TunnelRequest) GetTunnelId() string {
@@ -2465,7 +2554,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2566,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2579,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{24}
+	return file_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Header) GetName() string {
@@ -2521,7 +2610,7 @@ type TunnelFrame struct {
 
 func (x *TunnelFrame) Reset() {
 	*x = TunnelFrame{}
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2622,7 @@ func (x *TunnelFrame) String() string {
 func (*TunnelFrame) ProtoMessage() {}
 
 func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2635,7 @@ func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelFrame.ProtoReflect.Descriptor instead.
 func (*TunnelFrame) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{25}
+	return file_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TunnelFrame) GetFrame() isTunnelFrame_Frame {
@@ -2615,7 +2704,7 @@ type TunnelResponseHead struct {
 
 func (x *TunnelResponseHead) Reset() {
 	*x = TunnelResponseHead{}
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2716,7 @@ func (x *TunnelResponseHead) String() string {
 func (*TunnelResponseHead) ProtoMessage() {}
 
 func (x *TunnelResponseHead) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2729,7 @@ func (x *TunnelResponseHead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelResponseHead.ProtoReflect.Descriptor instead.
 func (*TunnelResponseHead) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{26}
+	return file_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TunnelResponseHead) GetStatus() int32 {
@@ -2668,7 +2757,7 @@ type TunnelTerminal struct {
 
 func (x *TunnelTerminal) Reset() {
 	*x = TunnelTerminal{}
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +2769,7 @@ func (x *TunnelTerminal) String() string {
 func (*TunnelTerminal) ProtoMessage() {}
 
 func (x *TunnelTerminal) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +2782,7 @@ func (x *TunnelTerminal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelTerminal.ProtoReflect.Descriptor instead.
 func (*TunnelTerminal) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{27}
+	return file_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TunnelTerminal) GetOutcome() TunnelOutcome {
@@ -2717,6 +2806,344 @@ func (x *TunnelTerminal) GetStall() *StallObservation {
 	return nil
 }
 
+// EmbedRequest is one embedding call (OpenAI's /v1/embeddings, Ollama's
+// /api/embed): a vector for each input, from the target model. It is not a
+// chat: it has its own stream kind, and only an adapter with the "embed"
+// capability serves it. Bounds (wirepb.MaxEmbedInputs and the others in
+// embed.go) keep the request within one frame and the result within what
+// the Edge holds in memory.
+type EmbedRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	EmbedId string                 `protobuf:"bytes,1,opt,name=embed_id,json=embedId,proto3" json:"embed_id,omitempty"`
+	// Opaque correlation only (S1).
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Provider  string `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
+	Adapter   string `protobuf:"bytes,4,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	Target    string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
+	// The texts to embed, at least one, at most MaxEmbedInputs; none empty.
+	Inputs []string `protobuf:"bytes,6,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	// The number of dimensions the vectors should have (models trained for
+	// shortened embeddings); 0 means the model's own. A server that cannot
+	// shorten fails the call rather than answer longer vectors.
+	Dimensions uint32 `protobuf:"varint,7,opt,name=dimensions,proto3" json:"dimensions,omitempty"`
+	// The client's request fields that the Edge does not interpret, as one
+	// JSON object (see RunOptions.extra_json): {"user":"u1","truncate":false}.
+	ExtraJson      []byte `protobuf:"bytes,8,opt,name=extra_json,json=extraJson,proto3" json:"extra_json,omitempty"`
+	DeadlineUnixMs int64  `protobuf:"varint,9,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"`
+	// Wire value 0 means the default (300000 ms). See R4: the embedding
+	// call is guarded by the same stall watchdog as a run; each frame of
+	// vectors is progress.
+	ResponseStallTimeoutMs int64         `protobuf:"varint,10,opt,name=response_stall_timeout_ms,json=responseStallTimeoutMs,proto3" json:"response_stall_timeout_ms,omitempty"`
+	SealedLease            []byte        `protobuf:"bytes,11,opt,name=sealed_lease,json=sealedLease,proto3" json:"sealed_lease,omitempty"`
+	Binding                *LeaseBinding `protobuf:"bytes,12,opt,name=binding,proto3" json:"binding,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *EmbedRequest) Reset() {
+	*x = EmbedRequest{}
+	mi := &file_wire_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedRequest) ProtoMessage() {}
+
+func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
+func (*EmbedRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *EmbedRequest) GetEmbedId() string {
+	if x != nil {
+		return x.EmbedId
+	}
+	return ""
+}
+
+func (x *EmbedRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *EmbedRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *EmbedRequest) GetAdapter() string {
+	if x != nil {
+		return x.Adapter
+	}
+	return ""
+}
+
+func (x *EmbedRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *EmbedRequest) GetInputs() []string {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *EmbedRequest) GetDimensions() uint32 {
+	if x != nil {
+		return x.Dimensions
+	}
+	return 0
+}
+
+func (x *EmbedRequest) GetExtraJson() []byte {
+	if x != nil {
+		return x.ExtraJson
+	}
+	return nil
+}
+
+func (x *EmbedRequest) GetDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.DeadlineUnixMs
+	}
+	return 0
+}
+
+func (x *EmbedRequest) GetResponseStallTimeoutMs() int64 {
+	if x != nil {
+		return x.ResponseStallTimeoutMs
+	}
+	return 0
+}
+
+func (x *EmbedRequest) GetSealedLease() []byte {
+	if x != nil {
+		return x.SealedLease
+	}
+	return nil
+}
+
+func (x *EmbedRequest) GetBinding() *LeaseBinding {
+	if x != nil {
+		return x.Binding
+	}
+	return nil
+}
+
+// EmbedFrame is one frame of an embed stream (Node to Edge), and of the
+// plugin protocol's Embed call (plugin to Node), which the Node relays.
+type EmbedFrame struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Frame:
+	//
+	//	*EmbedFrame_Vectors
+	//	*EmbedFrame_Terminal
+	Frame         isEmbedFrame_Frame `protobuf_oneof:"frame"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedFrame) Reset() {
+	*x = EmbedFrame{}
+	mi := &file_wire_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedFrame) ProtoMessage() {}
+
+func (x *EmbedFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedFrame.ProtoReflect.Descriptor instead.
+func (*EmbedFrame) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *EmbedFrame) GetFrame() isEmbedFrame_Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *EmbedFrame) GetVectors() *EmbedVectors {
+	if x != nil {
+		if x, ok := x.Frame.(*EmbedFrame_Vectors); ok {
+			return x.Vectors
+		}
+	}
+	return nil
+}
+
+func (x *EmbedFrame) GetTerminal() *RunEvent {
+	if x != nil {
+		if x, ok := x.Frame.(*EmbedFrame_Terminal); ok {
+			return x.Terminal
+		}
+	}
+	return nil
+}
+
+type isEmbedFrame_Frame interface {
+	isEmbedFrame_Frame()
+}
+
+type EmbedFrame_Vectors struct {
+	// The next vectors, in input order.
+	Vectors *EmbedVectors `protobuf:"bytes,1,opt,name=vectors,proto3,oneof"`
+}
+
+type EmbedFrame_Terminal struct {
+	// The outcome, exactly once, last: a RunEvent of a terminal type,
+	// COMPLETED (with usage: prompt_tokens) or any other terminal with its
+	// failure or stall, exactly as a run's. A COMPLETED terminal comes
+	// only after one vector per input.
+	Terminal *RunEvent `protobuf:"bytes,2,opt,name=terminal,proto3,oneof"`
+}
+
+func (*EmbedFrame_Vectors) isEmbedFrame_Frame() {}
+
+func (*EmbedFrame_Terminal) isEmbedFrame_Frame() {}
+
+// EmbedVectors is a run of consecutive vectors. A frame holds at most
+// MaxEmbedFrameValues values, so that it fits MaxStreamFrameSize.
+type EmbedVectors struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The index, among the request's inputs, of the first vector here: the
+	// number of vectors sent before this frame.
+	First         uint32    `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	Vectors       []*Vector `protobuf:"bytes,2,rep,name=vectors,proto3" json:"vectors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedVectors) Reset() {
+	*x = EmbedVectors{}
+	mi := &file_wire_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedVectors) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedVectors) ProtoMessage() {}
+
+func (x *EmbedVectors) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedVectors.ProtoReflect.Descriptor instead.
+func (*EmbedVectors) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *EmbedVectors) GetFirst() uint32 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *EmbedVectors) GetVectors() []*Vector {
+	if x != nil {
+		return x.Vectors
+	}
+	return nil
+}
+
+// Vector is one embedding. Every vector of a call has the same length.
+type Vector struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Values        []float32              `protobuf:"fixed32,1,rep,packed,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Vector) Reset() {
+	*x = Vector{}
+	mi := &file_wire_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Vector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Vector) ProtoMessage() {}
+
+func (x *Vector) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Vector.ProtoReflect.Descriptor instead.
+func (*Vector) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Vector) GetValues() []float32 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 type CommandRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	CommandId string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
@@ -2730,7 +3157,7 @@ type CommandRequest struct {
 
 func (x *CommandRequest) Reset() {
 	*x = CommandRequest{}
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +3169,7 @@ func (x *CommandRequest) String() string {
 func (*CommandRequest) ProtoMessage() {}
 
 func (x *CommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +3182,7 @@ func (x *CommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandRequest.ProtoReflect.Descriptor instead.
 func (*CommandRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{28}
+	return file_wire_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CommandRequest) GetCommandId() string {
@@ -2799,7 +3226,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +3238,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +3251,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{29}
+	return file_wire_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -2876,7 +3303,7 @@ type TransportStatus struct {
 
 func (x *TransportStatus) Reset() {
 	*x = TransportStatus{}
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2888,7 +3315,7 @@ func (x *TransportStatus) String() string {
 func (*TransportStatus) ProtoMessage() {}
 
 func (x *TransportStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2901,7 +3328,7 @@ func (x *TransportStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportStatus.ProtoReflect.Descriptor instead.
 func (*TransportStatus) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{30}
+	return file_wire_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TransportStatus) GetNodeId() string {
@@ -3021,20 +3448,21 @@ const file_wire_proto_rawDesc = "" +
 	"\x14disabled_credentials\x18\x03 \x03(\tR\x13disabledCredentials\x1aF\n" +
 	"\x18CredentialRevisionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xd2\x01\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x85\x02\n" +
 	"\fStreamHeader\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12+\n" +
 	"\x03run\x18\x02 \x01(\v2\x17.iop.wire.v1.RunRequestH\x00R\x03run\x124\n" +
 	"\x06tunnel\x18\x03 \x01(\v2\x1a.iop.wire.v1.TunnelRequestH\x00R\x06tunnel\x127\n" +
-	"\acommand\x18\x04 \x01(\v2\x1b.iop.wire.v1.CommandRequestH\x00R\acommandB\x06\n" +
+	"\acommand\x18\x04 \x01(\v2\x1b.iop.wire.v1.CommandRequestH\x00R\acommand\x121\n" +
+	"\x05embed\x18\x05 \x01(\v2\x19.iop.wire.v1.EmbedRequestH\x00R\x05embedB\x06\n" +
 	"\x04kind\"p\n" +
 	"\fLeaseBinding\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x14\n" +
 	"\x05route\x18\x02 \x01(\tR\x05route\x12\x12\n" +
 	"\x04slot\x18\x03 \x01(\tR\x04slot\x12\x18\n" +
-	"\aprofile\x18\x04 \x01(\tR\aprofile\"\xdf\x03\n" +
+	"\aprofile\x18\x04 \x01(\tR\aprofile\"\x9d\x04\n" +
 	"\n" +
 	"RunRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n" +
@@ -3050,7 +3478,13 @@ const file_wire_proto_rawDesc = "" +
 	"\x19response_stall_timeout_ms\x18\n" +
 	" \x01(\x03R\x16responseStallTimeoutMs\x12!\n" +
 	"\fsealed_lease\x18\v \x01(\fR\vsealedLease\x123\n" +
-	"\abinding\x18\f \x01(\v2\x19.iop.wire.v1.LeaseBindingR\abinding\"\xdd\x01\n" +
+	"\abinding\x18\f \x01(\v2\x19.iop.wire.v1.LeaseBindingR\abinding\x12<\n" +
+	"\n" +
+	"completion\x18\r \x01(\v2\x1c.iop.wire.v1.CompletionInputR\n" +
+	"completion\"A\n" +
+	"\x0fCompletionInput\x12\x16\n" +
+	"\x06prompt\x18\x01 \x01(\tR\x06prompt\x12\x16\n" +
+	"\x06suffix\x18\x02 \x01(\tR\x06suffix\"\xdd\x01\n" +
 	"\vChatMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x1c\n" +
@@ -3160,7 +3594,35 @@ const file_wire_proto_rawDesc = "" +
 	"\x0eTunnelTerminal\x124\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1a.iop.wire.v1.TunnelOutcomeR\aoutcome\x12.\n" +
 	"\afailure\x18\x02 \x01(\v2\x14.iop.wire.v1.FailureR\afailure\x123\n" +
-	"\x05stall\x18\x03 \x01(\v2\x1d.iop.wire.v1.StallObservationR\x05stall\"\xb0\x01\n" +
+	"\x05stall\x18\x03 \x01(\v2\x1d.iop.wire.v1.StallObservationR\x05stall\"\xaa\x03\n" +
+	"\fEmbedRequest\x12\x19\n" +
+	"\bembed_id\x18\x01 \x01(\tR\aembedId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x1a\n" +
+	"\bprovider\x18\x03 \x01(\tR\bprovider\x12\x18\n" +
+	"\aadapter\x18\x04 \x01(\tR\aadapter\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\tR\x06target\x12\x16\n" +
+	"\x06inputs\x18\x06 \x03(\tR\x06inputs\x12\x1e\n" +
+	"\n" +
+	"dimensions\x18\a \x01(\rR\n" +
+	"dimensions\x12\x1d\n" +
+	"\n" +
+	"extra_json\x18\b \x01(\fR\textraJson\x12(\n" +
+	"\x10deadline_unix_ms\x18\t \x01(\x03R\x0edeadlineUnixMs\x129\n" +
+	"\x19response_stall_timeout_ms\x18\n" +
+	" \x01(\x03R\x16responseStallTimeoutMs\x12!\n" +
+	"\fsealed_lease\x18\v \x01(\fR\vsealedLease\x123\n" +
+	"\abinding\x18\f \x01(\v2\x19.iop.wire.v1.LeaseBindingR\abinding\"\x81\x01\n" +
+	"\n" +
+	"EmbedFrame\x125\n" +
+	"\avectors\x18\x01 \x01(\v2\x19.iop.wire.v1.EmbedVectorsH\x00R\avectors\x123\n" +
+	"\bterminal\x18\x02 \x01(\v2\x15.iop.wire.v1.RunEventH\x00R\bterminalB\a\n" +
+	"\x05frame\"S\n" +
+	"\fEmbedVectors\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\rR\x05first\x12-\n" +
+	"\avectors\x18\x02 \x03(\v2\x13.iop.wire.v1.VectorR\avectors\" \n" +
+	"\x06Vector\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\x02R\x06values\"\xb0\x01\n" +
 	"\x0eCommandRequest\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x1d\n" +
@@ -3244,7 +3706,7 @@ func file_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_wire_proto_goTypes = []any{
 	(ProviderState)(0),           // 0: iop.wire.v1.ProviderState
 	(RunEventType)(0),            // 1: iop.wire.v1.RunEventType
@@ -3266,24 +3728,29 @@ var file_wire_proto_goTypes = []any{
 	(*StreamHeader)(nil),         // 17: iop.wire.v1.StreamHeader
 	(*LeaseBinding)(nil),         // 18: iop.wire.v1.LeaseBinding
 	(*RunRequest)(nil),           // 19: iop.wire.v1.RunRequest
-	(*ChatMessage)(nil),          // 20: iop.wire.v1.ChatMessage
-	(*Tool)(nil),                 // 21: iop.wire.v1.Tool
-	(*ToolCall)(nil),             // 22: iop.wire.v1.ToolCall
-	(*RunOptions)(nil),           // 23: iop.wire.v1.RunOptions
-	(*RunEvent)(nil),             // 24: iop.wire.v1.RunEvent
-	(*Usage)(nil),                // 25: iop.wire.v1.Usage
-	(*Failure)(nil),              // 26: iop.wire.v1.Failure
-	(*StallObservation)(nil),     // 27: iop.wire.v1.StallObservation
-	(*TunnelRequest)(nil),        // 28: iop.wire.v1.TunnelRequest
-	(*Header)(nil),               // 29: iop.wire.v1.Header
-	(*TunnelFrame)(nil),          // 30: iop.wire.v1.TunnelFrame
-	(*TunnelResponseHead)(nil),   // 31: iop.wire.v1.TunnelResponseHead
-	(*TunnelTerminal)(nil),       // 32: iop.wire.v1.TunnelTerminal
-	(*CommandRequest)(nil),       // 33: iop.wire.v1.CommandRequest
-	(*CommandResult)(nil),        // 34: iop.wire.v1.CommandResult
-	(*TransportStatus)(nil),      // 35: iop.wire.v1.TransportStatus
-	nil,                          // 36: iop.wire.v1.RegisterRequest.LabelsEntry
-	nil,                          // 37: iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
+	(*CompletionInput)(nil),      // 20: iop.wire.v1.CompletionInput
+	(*ChatMessage)(nil),          // 21: iop.wire.v1.ChatMessage
+	(*Tool)(nil),                 // 22: iop.wire.v1.Tool
+	(*ToolCall)(nil),             // 23: iop.wire.v1.ToolCall
+	(*RunOptions)(nil),           // 24: iop.wire.v1.RunOptions
+	(*RunEvent)(nil),             // 25: iop.wire.v1.RunEvent
+	(*Usage)(nil),                // 26: iop.wire.v1.Usage
+	(*Failure)(nil),              // 27: iop.wire.v1.Failure
+	(*StallObservation)(nil),     // 28: iop.wire.v1.StallObservation
+	(*TunnelRequest)(nil),        // 29: iop.wire.v1.TunnelRequest
+	(*Header)(nil),               // 30: iop.wire.v1.Header
+	(*TunnelFrame)(nil),          // 31: iop.wire.v1.TunnelFrame
+	(*TunnelResponseHead)(nil),   // 32: iop.wire.v1.TunnelResponseHead
+	(*TunnelTerminal)(nil),       // 33: iop.wire.v1.TunnelTerminal
+	(*EmbedRequest)(nil),         // 34: iop.wire.v1.EmbedRequest
+	(*EmbedFrame)(nil),           // 35: iop.wire.v1.EmbedFrame
+	(*EmbedVectors)(nil),         // 36: iop.wire.v1.EmbedVectors
+	(*Vector)(nil),               // 37: iop.wire.v1.Vector
+	(*CommandRequest)(nil),       // 38: iop.wire.v1.CommandRequest
+	(*CommandResult)(nil),        // 39: iop.wire.v1.CommandResult
+	(*TransportStatus)(nil),      // 40: iop.wire.v1.TransportStatus
+	nil,                          // 41: iop.wire.v1.RegisterRequest.LabelsEntry
+	nil,                          // 42: iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
 }
 var file_wire_proto_depIdxs = []int32{
 	6,  // 0: iop.wire.v1.ControlFrame.register_request:type_name -> iop.wire.v1.RegisterRequest
@@ -3296,44 +3763,50 @@ var file_wire_proto_depIdxs = []int32{
 	15, // 7: iop.wire.v1.ControlFrame.drain:type_name -> iop.wire.v1.DrainNotice
 	16, // 8: iop.wire.v1.ControlFrame.credential_notice:type_name -> iop.wire.v1.CredentialNotice
 	7,  // 9: iop.wire.v1.RegisterRequest.providers:type_name -> iop.wire.v1.Provider
-	36, // 10: iop.wire.v1.RegisterRequest.labels:type_name -> iop.wire.v1.RegisterRequest.LabelsEntry
+	41, // 10: iop.wire.v1.RegisterRequest.labels:type_name -> iop.wire.v1.RegisterRequest.LabelsEntry
 	8,  // 11: iop.wire.v1.Provider.targets:type_name -> iop.wire.v1.Target
 	0,  // 12: iop.wire.v1.Provider.state:type_name -> iop.wire.v1.ProviderState
 	7,  // 13: iop.wire.v1.NodeReadyRequest.providers:type_name -> iop.wire.v1.Provider
 	7,  // 14: iop.wire.v1.ProviderStatusUpdate.providers:type_name -> iop.wire.v1.Provider
-	37, // 15: iop.wire.v1.CredentialNotice.credential_revisions:type_name -> iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
+	42, // 15: iop.wire.v1.CredentialNotice.credential_revisions:type_name -> iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
 	19, // 16: iop.wire.v1.StreamHeader.run:type_name -> iop.wire.v1.RunRequest
-	28, // 17: iop.wire.v1.StreamHeader.tunnel:type_name -> iop.wire.v1.TunnelRequest
-	33, // 18: iop.wire.v1.StreamHeader.command:type_name -> iop.wire.v1.CommandRequest
-	20, // 19: iop.wire.v1.RunRequest.messages:type_name -> iop.wire.v1.ChatMessage
-	21, // 20: iop.wire.v1.RunRequest.tools:type_name -> iop.wire.v1.Tool
-	23, // 21: iop.wire.v1.RunRequest.options:type_name -> iop.wire.v1.RunOptions
-	18, // 22: iop.wire.v1.RunRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	22, // 23: iop.wire.v1.ChatMessage.tool_calls:type_name -> iop.wire.v1.ToolCall
-	1,  // 24: iop.wire.v1.RunEvent.type:type_name -> iop.wire.v1.RunEventType
-	22, // 25: iop.wire.v1.RunEvent.tool_call:type_name -> iop.wire.v1.ToolCall
-	25, // 26: iop.wire.v1.RunEvent.usage:type_name -> iop.wire.v1.Usage
-	26, // 27: iop.wire.v1.RunEvent.failure:type_name -> iop.wire.v1.Failure
-	27, // 28: iop.wire.v1.RunEvent.stall:type_name -> iop.wire.v1.StallObservation
-	2,  // 29: iop.wire.v1.Failure.kind:type_name -> iop.wire.v1.FailureKind
-	29, // 30: iop.wire.v1.TunnelRequest.headers:type_name -> iop.wire.v1.Header
-	18, // 31: iop.wire.v1.TunnelRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	31, // 32: iop.wire.v1.TunnelFrame.head:type_name -> iop.wire.v1.TunnelResponseHead
-	32, // 33: iop.wire.v1.TunnelFrame.terminal:type_name -> iop.wire.v1.TunnelTerminal
-	29, // 34: iop.wire.v1.TunnelResponseHead.headers:type_name -> iop.wire.v1.Header
-	3,  // 35: iop.wire.v1.TunnelTerminal.outcome:type_name -> iop.wire.v1.TunnelOutcome
-	26, // 36: iop.wire.v1.TunnelTerminal.failure:type_name -> iop.wire.v1.Failure
-	27, // 37: iop.wire.v1.TunnelTerminal.stall:type_name -> iop.wire.v1.StallObservation
-	4,  // 38: iop.wire.v1.CommandRequest.kind:type_name -> iop.wire.v1.CommandKind
-	28, // 39: iop.wire.v1.CommandRequest.tunnel:type_name -> iop.wire.v1.TunnelRequest
-	26, // 40: iop.wire.v1.CommandResult.failure:type_name -> iop.wire.v1.Failure
-	7,  // 41: iop.wire.v1.CommandResult.providers:type_name -> iop.wire.v1.Provider
-	35, // 42: iop.wire.v1.CommandResult.transport_status:type_name -> iop.wire.v1.TransportStatus
-	43, // [43:43] is the sub-list for method output_type
-	43, // [43:43] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	29, // 17: iop.wire.v1.StreamHeader.tunnel:type_name -> iop.wire.v1.TunnelRequest
+	38, // 18: iop.wire.v1.StreamHeader.command:type_name -> iop.wire.v1.CommandRequest
+	34, // 19: iop.wire.v1.StreamHeader.embed:type_name -> iop.wire.v1.EmbedRequest
+	21, // 20: iop.wire.v1.RunRequest.messages:type_name -> iop.wire.v1.ChatMessage
+	22, // 21: iop.wire.v1.RunRequest.tools:type_name -> iop.wire.v1.Tool
+	24, // 22: iop.wire.v1.RunRequest.options:type_name -> iop.wire.v1.RunOptions
+	18, // 23: iop.wire.v1.RunRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	20, // 24: iop.wire.v1.RunRequest.completion:type_name -> iop.wire.v1.CompletionInput
+	23, // 25: iop.wire.v1.ChatMessage.tool_calls:type_name -> iop.wire.v1.ToolCall
+	1,  // 26: iop.wire.v1.RunEvent.type:type_name -> iop.wire.v1.RunEventType
+	23, // 27: iop.wire.v1.RunEvent.tool_call:type_name -> iop.wire.v1.ToolCall
+	26, // 28: iop.wire.v1.RunEvent.usage:type_name -> iop.wire.v1.Usage
+	27, // 29: iop.wire.v1.RunEvent.failure:type_name -> iop.wire.v1.Failure
+	28, // 30: iop.wire.v1.RunEvent.stall:type_name -> iop.wire.v1.StallObservation
+	2,  // 31: iop.wire.v1.Failure.kind:type_name -> iop.wire.v1.FailureKind
+	30, // 32: iop.wire.v1.TunnelRequest.headers:type_name -> iop.wire.v1.Header
+	18, // 33: iop.wire.v1.TunnelRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	32, // 34: iop.wire.v1.TunnelFrame.head:type_name -> iop.wire.v1.TunnelResponseHead
+	33, // 35: iop.wire.v1.TunnelFrame.terminal:type_name -> iop.wire.v1.TunnelTerminal
+	30, // 36: iop.wire.v1.TunnelResponseHead.headers:type_name -> iop.wire.v1.Header
+	3,  // 37: iop.wire.v1.TunnelTerminal.outcome:type_name -> iop.wire.v1.TunnelOutcome
+	27, // 38: iop.wire.v1.TunnelTerminal.failure:type_name -> iop.wire.v1.Failure
+	28, // 39: iop.wire.v1.TunnelTerminal.stall:type_name -> iop.wire.v1.StallObservation
+	18, // 40: iop.wire.v1.EmbedRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	36, // 41: iop.wire.v1.EmbedFrame.vectors:type_name -> iop.wire.v1.EmbedVectors
+	25, // 42: iop.wire.v1.EmbedFrame.terminal:type_name -> iop.wire.v1.RunEvent
+	37, // 43: iop.wire.v1.EmbedVectors.vectors:type_name -> iop.wire.v1.Vector
+	4,  // 44: iop.wire.v1.CommandRequest.kind:type_name -> iop.wire.v1.CommandKind
+	29, // 45: iop.wire.v1.CommandRequest.tunnel:type_name -> iop.wire.v1.TunnelRequest
+	27, // 46: iop.wire.v1.CommandResult.failure:type_name -> iop.wire.v1.Failure
+	7,  // 47: iop.wire.v1.CommandResult.providers:type_name -> iop.wire.v1.Provider
+	40, // 48: iop.wire.v1.CommandResult.transport_status:type_name -> iop.wire.v1.TransportStatus
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -3356,12 +3829,17 @@ func file_wire_proto_init() {
 		(*StreamHeader_Run)(nil),
 		(*StreamHeader_Tunnel)(nil),
 		(*StreamHeader_Command)(nil),
+		(*StreamHeader_Embed)(nil),
 	}
-	file_wire_proto_msgTypes[18].OneofWrappers = []any{}
-	file_wire_proto_msgTypes[25].OneofWrappers = []any{
+	file_wire_proto_msgTypes[19].OneofWrappers = []any{}
+	file_wire_proto_msgTypes[26].OneofWrappers = []any{
 		(*TunnelFrame_Head)(nil),
 		(*TunnelFrame_Body)(nil),
 		(*TunnelFrame_Terminal)(nil),
+	}
+	file_wire_proto_msgTypes[30].OneofWrappers = []any{
+		(*EmbedFrame_Vectors)(nil),
+		(*EmbedFrame_Terminal)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3369,7 +3847,7 @@ func file_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   33,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
