@@ -2,6 +2,7 @@
 //
 //	POST /v1/chat/completions  a chat run, streamed as server-sent events or
 //	                           answered as one chat.completion object
+//	POST /v1/responses         a run in OpenAI's Responses API (responses.go)
 //	GET  /v1/models            the models the caller may ask for
 //	GET  /v1/models/{model}    one of them
 //
@@ -108,11 +109,13 @@ func Handler(r Runner, a *auth.Authenticator, m *metrics.Metrics, log *slog.Logg
 	h := &handler{runner: r, auth: a, metrics: m, log: log, door: door}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", h.chat)
+	mux.HandleFunc("POST /v1/responses", h.responses)
 	mux.HandleFunc("GET /v1/models", h.models)
 	mux.HandleFunc("GET /v1/models/{model...}", h.model)
 	// A known path with another method is 405 with Allow, in OpenAI's
 	// shape (the catch-all below would say 404).
 	mux.HandleFunc("/v1/chat/completions", methodNotAllowed(http.MethodPost))
+	mux.HandleFunc("/v1/responses", methodNotAllowed(http.MethodPost))
 	mux.HandleFunc("/v1/models", methodNotAllowed(http.MethodGet+", "+http.MethodHead))
 	mux.HandleFunc("/v1/models/{model...}", methodNotAllowed(http.MethodGet+", "+http.MethodHead))
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
