@@ -42,6 +42,7 @@ func main() {
 	verify.Flag("config", "The adapter's configuration as JSON, or @FILE holding it.").StringVar(&verifyFlags.config)
 	verify.Flag("target", "A target that answers with streamed text (default: the first the adapter lists).").StringVar(&verifyFlags.target)
 	verify.Flag("slow-target", "A target slow enough to cancel mid-answer (without it the cancel check is skipped).").StringVar(&verifyFlags.slowTarget)
+	verify.Flag("embed-target", "The target the embed check asks for embeddings, if the adapter reports embed (default: --target).").StringVar(&verifyFlags.embedTarget)
 	verify.Flag("unknown-target", "A target the server does not have, which must fail as model_not_found.").StringVar(&verifyFlags.unknownTarget)
 	verify.Flag("verbose", "Also print the adapter's log lines to stderr.").Short('v').BoolVar(&verifyFlags.verbose)
 

@@ -27,6 +27,7 @@ type verifyFlags struct {
 	config        string // JSON, or @file
 	target        string
 	slowTarget    string
+	embedTarget   string
 	unknownTarget string
 	verbose       bool // the plugin's log lines to stderr
 }
@@ -47,6 +48,7 @@ func verifyAdapter(w io.Writer, f verifyFlags) error {
 		Config:        cfg,
 		Target:        f.target,
 		SlowTarget:    f.slowTarget,
+		EmbedTarget:   f.embedTarget,
 		UnknownTarget: f.unknownTarget,
 	}
 	if f.verbose {

@@ -43,6 +43,26 @@ type Tunneler interface {
 	Tunnel(ctx context.Context, req *TunnelRequest, resp TunnelResponse) error
 }
 
+// Completer is implemented by adapters whose server continues raw text
+// (OpenAI's /v1/completions, Ollama's /api/generate): a raw completion run,
+// whose Request has a Prompt, maybe a Suffix (fill-in-the-middle), and no
+// Messages or Tools. It streams and ends like Execute. A server that cannot
+// fill in the middle fails a run with a Suffix with KindUnsupported; it
+// never drops the suffix. Without Completer, the host refuses raw
+// completions for the adapter with KindUnsupported.
+type Completer interface {
+	Complete(ctx context.Context, req *Request, out EventSink) (*Result, error)
+}
+
+// Embedder is implemented by adapters whose server computes embeddings.
+// Embed returns one vector per input, in input order, all of one length
+// (req.Dimensions when set and the model can shorten its vectors; a model
+// that cannot fails with KindUnsupported or KindInvalidRequest rather than
+// answer longer ones). It is called concurrently for different calls.
+type Embedder interface {
+	Embed(ctx context.Context, req *EmbedRequest) (*EmbedResult, error)
+}
+
 // Prober is implemented by adapters that can check one exact target: is
 // this model there and answering? Probe has its own short deadline in ctx.
 type Prober interface {

@@ -23,17 +23,14 @@ const defaultStallTimeout = 300 * time.Second
 // requestFromWire builds the adapter's view of a run.
 func requestFromWire(r *wirepb.RunRequest, cred *pluginpb.Credential) *Request {
 	req := &Request{
-		RunID:        r.GetRunId(),
-		SessionID:    r.GetSessionId(),
-		Target:       r.GetTarget(),
-		StallTimeout: defaultStallTimeout,
-		Credential:   credentialFromWire(cred),
+		RunID:      r.GetRunId(),
+		SessionID:  r.GetSessionId(),
+		Target:     r.GetTarget(),
+		Credential: credentialFromWire(cred),
 	}
-	if ms := r.GetResponseStallTimeoutMs(); ms > 0 {
-		req.StallTimeout = time.Duration(ms) * time.Millisecond
-	}
-	if ms := r.GetDeadlineUnixMs(); ms > 0 {
-		req.Deadline = time.UnixMilli(ms)
+	req.StallTimeout, req.Deadline = timingFromWire(r.GetResponseStallTimeoutMs(), r.GetDeadlineUnixMs())
+	if c := r.GetCompletion(); c != nil {
+		req.Prompt, req.Suffix = c.GetPrompt(), c.GetSuffix()
 	}
 	for _, m := range r.GetMessages() {
 		msg := Message{
@@ -70,6 +67,19 @@ func requestFromWire(r *wirepb.RunRequest, cred *pluginpb.Credential) *Request {
 		}
 	}
 	return req
+}
+
+// timingFromWire reads a request's stall timeout (0: the default, R4) and
+// hard deadline (0: none).
+func timingFromWire(stallMs, deadlineMs int64) (stall time.Duration, deadline time.Time) {
+	stall = defaultStallTimeout
+	if stallMs > 0 {
+		stall = time.Duration(stallMs) * time.Millisecond
+	}
+	if deadlineMs > 0 {
+		deadline = time.UnixMilli(deadlineMs)
+	}
+	return stall, deadline
 }
 
 func credentialFromWire(c *pluginpb.Credential) *Credential {

@@ -97,8 +97,12 @@ func TestRequestFromWireCarriesEveryField(t *testing.T) {
 			Seed: &seed, Format: []byte(`"json"`), ExtraJson: []byte(`{"num_ctx":8}`), Think: &think,
 			ToolChoice: "function:f"},
 		DeadlineUnixMs: deadline.UnixMilli(), ResponseStallTimeoutMs: 1500,
+		Completion: &wirepb.CompletionInput{Prompt: "def f(", Suffix: "return x"},
 	}
 	req := requestFromWire(r, &pluginpb.Credential{Kind: "bearer", Secret: "s3"})
+	if req.Prompt != "def f(" || req.Suffix != "return x" {
+		t.Errorf("completion %q %q", req.Prompt, req.Suffix)
+	}
 	m := req.Messages[0]
 	if req.RunID != "r" || req.SessionID != "s" || req.Target != "m" || !req.Deadline.Equal(deadline) ||
 		req.StallTimeout != 1500*time.Millisecond || req.Credential.Secret != "s3" || req.Credential.Kind != "bearer" {
@@ -137,5 +141,20 @@ func TestHeadersToWireIsStable(t *testing.T) {
 	back := tunnelRequestFromWire(&wirepb.TunnelRequest{Headers: headersToWire(h)}, nil).Header
 	if back.Get("A") != "1" || len(back.Values("B")) != 2 {
 		t.Errorf("round trip %v", back)
+	}
+}
+
+func TestEmbedRequestFromWireCarriesEveryField(t *testing.T) {
+	deadline := time.UnixMilli(1_700_000_000_000)
+	r := &wirepb.EmbedRequest{EmbedId: "e", SessionId: "s", Target: "m", Inputs: []string{"a", "b"}, Dimensions: 256,
+		ExtraJson: []byte(`{"user":"u"}`), DeadlineUnixMs: deadline.UnixMilli(), ResponseStallTimeoutMs: 1500}
+	req := embedRequestFromWire(r, &pluginpb.Credential{Kind: "bearer", Secret: "s3"})
+	if req.EmbedID != "e" || req.SessionID != "s" || req.Target != "m" || len(req.Inputs) != 2 || req.Dimensions != 256 ||
+		string(req.Extra) != `{"user":"u"}` || !req.Deadline.Equal(deadline) || req.StallTimeout != 1500*time.Millisecond ||
+		req.Credential.Secret != "s3" {
+		t.Errorf("request %+v", req)
+	}
+	if bare := embedRequestFromWire(&wirepb.EmbedRequest{}, nil); bare.StallTimeout != 300*time.Second || !bare.Deadline.IsZero() {
+		t.Errorf("bare request %+v", bare)
 	}
 }

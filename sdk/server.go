@@ -114,13 +114,50 @@ func (s *adapterServer) Execute(req *pluginpb.ExecuteRequest, stream pluginpb.Ad
 	sink := &eventSink{stream: stream, ctx: ctx, runID: run.GetRunId(), sessionID: run.GetSessionId()}
 	var res *Result
 	var err error
-	if run == nil {
+	switch c, completer := s.a.(Completer); {
+	case run == nil:
 		err = &Error{Kind: KindInvalidRequest, Message: "execute request without a run"}
-	} else {
+	case run.GetCompletion() != nil && !completer:
+		err = unsupported(CapComplete) // never run as a chat: it has no messages
+	case run.GetCompletion() != nil:
+		r := requestFromWire(run, req.GetCredential())
+		res, err = guard(s, "Complete", func() (*Result, error) { return c.Complete(ctx, r, sink) })
+	default:
 		r := requestFromWire(run, req.GetCredential())
 		res, err = guard(s, "Execute", func() (*Result, error) { return s.a.Execute(ctx, r, sink) })
 	}
 	return sink.finish(terminalEvent(res, err))
+}
+
+// Embed computes one call's embeddings and sends them in frames, in input
+// order. Exactly one terminal: sent here, last, once the adapter's result
+// has been checked (one vector per input, one length, finite values) and
+// its vectors sent.
+func (s *adapterServer) Embed(call *pluginpb.EmbedCall, stream pluginpb.Adapter_EmbedServer) error {
+	ctx := stream.Context()
+	var res *EmbedResult
+	err := checkEmbedRequest(call.GetRequest())
+	e, ok := s.a.(Embedder)
+	switch {
+	case !ok:
+		err = unsupported(CapEmbed)
+	case err == nil:
+		req := embedRequestFromWire(call.GetRequest(), call.GetCredential())
+		if res, err = guard(s, "Embed", func() (*EmbedResult, error) { return e.Embed(ctx, req) }); err == nil {
+			err = checkEmbedResult(call.GetRequest(), res)
+		}
+	}
+	if err == nil {
+		for _, f := range embedFrames(res.Vectors) {
+			if err := stream.Send(&wirepb.EmbedFrame{Frame: &wirepb.EmbedFrame_Vectors{Vectors: f}}); err != nil {
+				return err
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return nil // nobody is listening; the host ends the call itself
+	}
+	return stream.Send(embedTerminal(res, err))
 }
 
 // eventSink is the EventSink of one run: it numbers events from 1, stamps

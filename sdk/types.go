@@ -26,6 +26,10 @@ const (
 	CapTunnel      = "tunnel"
 	CapProbe       = "probe"
 	CapClose       = "close"
+	// CapComplete: raw text completions (Completer).
+	CapComplete = "complete"
+	// CapEmbed: embeddings (Embedder).
+	CapEmbed = "embed"
 )
 
 // Capabilities returns the capabilities a implements, derived from the
@@ -43,6 +47,12 @@ func Capabilities(a Adapter) []string {
 	}
 	if _, ok := a.(Closer); ok {
 		caps = append(caps, CapClose)
+	}
+	if _, ok := a.(Completer); ok {
+		caps = append(caps, CapComplete)
+	}
+	if _, ok := a.(Embedder); ok {
+		caps = append(caps, CapEmbed)
 	}
 	return caps
 }
@@ -63,6 +73,12 @@ type Request struct {
 	Messages []Message
 	Tools    []Tool
 	Options  Options
+	// Prompt and Suffix are a raw completion's text (Completer.Complete
+	// only, where Messages and Tools are empty): the model continues
+	// Prompt; with a Suffix, it writes what goes between the two
+	// (fill-in-the-middle).
+	Prompt string
+	Suffix string
 	// Deadline is the run's hard deadline; ctx carries it too.
 	Deadline time.Time
 	// StallTimeout is the provider's response-stall timeout for this run

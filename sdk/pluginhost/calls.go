@@ -79,9 +79,18 @@ func (p *Plugin) Probe(ctx context.Context, target string) (sdk.Health, error) {
 //   - A stream without a terminal, with two, or with anything after the
 //     terminal is an error matching ErrProtocol.
 //
+// A raw completion (req.Completion set) needs the complete capability: a
+// plugin without it fails with sdk.ErrUnsupported before it is called (an
+// adapter built before completions would run it as a chat without
+// messages).
+//
 // The sealed lease and its binding are not sent to the plugin; cred is.
 func (p *Plugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.Credential, emit func(*wirepb.RunEvent) error) (*sdk.Result, error) {
-	if err := p.usable(""); err != nil {
+	capability := ""
+	if req.GetCompletion() != nil {
+		capability = sdk.CapComplete
+	}
+	if err := p.usable(capability); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -19,7 +19,7 @@ import (
 func TestCapabilitiesAreHonest(t *testing.T) {
 	eachHost(t, func(t *testing.T, start startFunc) {
 		full, _ := start(t, false)
-		want := []string{sdk.CapListTargets, sdk.CapTunnel, sdk.CapProbe, sdk.CapClose}
+		want := []string{sdk.CapListTargets, sdk.CapTunnel, sdk.CapProbe, sdk.CapClose, sdk.CapComplete, sdk.CapEmbed}
 		if got := full.Capabilities(); !slices.Equal(got, want) {
 			t.Errorf("full adapter capabilities %v, want %v", got, want)
 		}
@@ -40,6 +40,14 @@ func TestCapabilitiesAreHonest(t *testing.T) {
 		err := minimal.Tunnel(t.Context(), &wirepb.TunnelRequest{}, nil, nil, func(*wirepb.TunnelFrame) error { return nil })
 		if !errors.Is(err, sdk.ErrUnsupported) {
 			t.Errorf("Tunnel on an adapter without it: %v", err)
+		}
+		_, err = minimal.Execute(t.Context(), &wirepb.RunRequest{Target: "text:1", Completion: &wirepb.CompletionInput{Prompt: "p"}}, nil,
+			func(*wirepb.RunEvent) error { t.Error("an event of a completion the adapter cannot run"); return nil })
+		if !errors.Is(err, sdk.ErrUnsupported) {
+			t.Errorf("a raw completion on an adapter without Complete: %v", err)
+		}
+		if _, err := minimal.Embed(t.Context(), &wirepb.EmbedRequest{Inputs: []string{"x"}}, nil, nil); !errors.Is(err, sdk.ErrUnsupported) {
+			t.Errorf("Embed on an adapter without it: %v", err)
 		}
 		if err := minimal.Close(t.Context()); err != nil {
 			t.Errorf("Close on an adapter without Close: %v", err)

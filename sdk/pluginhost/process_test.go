@@ -35,7 +35,7 @@ func TestDescribeCommandPrintsInfoAsJSON(t *testing.T) {
 		name    string
 		caps    []string
 	}{
-		{"", "testadapter", []string{"list_targets", "tunnel", "probe", "close"}},
+		{"", "testadapter", []string{"list_targets", "tunnel", "probe", "close", "complete", "embed"}},
 		{"minimal", "testadapter-minimal", []string{}},
 	}
 	for _, c := range cases {

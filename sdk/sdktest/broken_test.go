@@ -80,6 +80,15 @@ func (a ignoresToolChoice) Execute(ctx context.Context, req *sdk.Request, out sd
 	return a.Adapter.Execute(ctx, req, out)
 }
 
+// ignoresDimensions embeds every call at the model's own length, whatever
+// its dimensions ask.
+type ignoresDimensions struct{ *testadapter.Adapter }
+
+func (a ignoresDimensions) Embed(ctx context.Context, req *sdk.EmbedRequest) (*sdk.EmbedResult, error) {
+	req.Dimensions = 0
+	return a.Adapter.Embed(ctx, req)
+}
+
 // brokenBinaries are the broken adapters the test binary serves as plugin
 // processes, by the name in brokenEnv.
 var brokenBinaries = map[string]func() sdk.Adapter{

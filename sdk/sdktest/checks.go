@@ -30,6 +30,8 @@ func Checks() []Check {
 		{"cancel", "a cancelled run returns within 2s with the context's error and leaves no goroutine behind", checkCancel},
 		{"error_mapping", "an unknown target fails as model_not_found; each upstream failure maps to its kind", checkErrorMapping},
 		{"tool_choice", "a run whose tool_choice names a tool it does not offer fails as invalid_request: tool_choice is never ignored", checkToolChoice},
+		{"complete", "an adapter that reports complete streams a raw completion of a prompt as a run; one that does not is refused as unsupported", checkComplete},
+		{"embed", "an adapter that reports embed returns one vector per input, in order, all of one length, and honours dimensions; one that does not is refused as unsupported", checkEmbed},
 		{"concurrency", "runs started at once all succeed, each with its own ordered stream", checkConcurrency},
 		{"restart", "after Close, a new plugin takes the configuration again and runs", checkRestart},
 		{"no_stdout", "the plugin writes nothing to stdout (the plugin handshake owns it)", checkNoStdout},
@@ -290,7 +292,7 @@ func (s *Session) tunnelOnce(ctx context.Context, p *pluginhost.Plugin, target s
 
 func knownCapability(c string) bool {
 	switch c {
-	case sdk.CapListTargets, sdk.CapTunnel, sdk.CapProbe, sdk.CapClose:
+	case sdk.CapListTargets, sdk.CapTunnel, sdk.CapProbe, sdk.CapClose, sdk.CapComplete, sdk.CapEmbed:
 		return true
 	}
 	return false

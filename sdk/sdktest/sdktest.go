@@ -17,8 +17,9 @@
 // output, strict configuration, honest capabilities, ordered events and
 // one outcome per run, prompt return on cancel without leaked goroutines,
 // the mapping of upstream failures to kinds, a tool choice that is read and
-// not ignored, concurrent runs, a restart followed by a new Configure, and
-// nothing written to stdout.
+// not ignored, raw completions and embeddings where the adapter reports
+// them, concurrent runs, a restart followed by a new Configure, and nothing
+// written to stdout.
 //
 // The two kinds of subject see different things. In process, the cancel
 // check sees the adapter's own goroutines (a run that ignores its ctx shows
@@ -102,6 +103,9 @@ type Options struct {
 	// SlowTarget answers slowly enough to be cancelled after its first
 	// event. Empty skips the cancel check.
 	SlowTarget string
+	// EmbedTarget is the target the embed check asks for embeddings, when
+	// the adapter reports the embed capability. Empty: Target.
+	EmbedTarget string
 	// UnknownTarget is a target the server does not have: Execute must
 	// fail with sdk.ErrModelNotFound. Empty skips that part of the error
 	// mapping check.

@@ -153,6 +153,12 @@ func TestBrokenAdaptersFailTheirCheck(t *testing.T) {
 			check:   "tool_choice",
 			want:    []string{"does not offer", "succeeded", "want kind invalid_request"},
 		},
+		{
+			name:    "embedding dimensions ignored",
+			subject: inProcess(func(a *testadapter.Adapter) sdk.Adapter { return ignoresDimensions{a} }),
+			check:   "embed",
+			want:    []string{"with dimensions 2", "kind upstream", "ignored dimensions", "want vectors of 2 values"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -182,8 +182,8 @@ type DescribeResponse struct {
 	Description string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
 	// Configuration key -> meaning.
 	ConfigFields map[string]string `protobuf:"bytes,4,rep,name=config_fields,json=configFields,proto3" json:"config_fields,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Capability names (list_targets, tunnel, probe, close), derived from the
-	// interfaces the adapter implements.
+	// Capability names (list_targets, tunnel, probe, close, complete,
+	// embed), derived from the interfaces the adapter implements.
 	Capabilities []string `protobuf:"bytes,5,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// The plugin protocol version the adapter was built against.
 	ProtocolVersion uint32 `protobuf:"varint,6,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
@@ -353,6 +353,59 @@ func (x *ConfigureResponse) GetFailure() *wirepb.Failure {
 	return nil
 }
 
+type EmbedCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Without its sealed lease and binding, as for a run.
+	Request       *wirepb.EmbedRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	Credential    *Credential          `protobuf:"bytes,2,opt,name=credential,proto3" json:"credential,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedCall) Reset() {
+	*x = EmbedCall{}
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedCall) ProtoMessage() {}
+
+func (x *EmbedCall) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedCall.ProtoReflect.Descriptor instead.
+func (*EmbedCall) Descriptor() ([]byte, []int) {
+	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *EmbedCall) GetRequest() *wirepb.EmbedRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *EmbedCall) GetCredential() *Credential {
+	if x != nil {
+		return x.Credential
+	}
+	return nil
+}
+
 type ExecuteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Run           *wirepb.RunRequest     `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -363,7 +416,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[5]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +428,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[5]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +441,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{5}
+	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExecuteRequest) GetRun() *wirepb.RunRequest {
@@ -413,7 +466,7 @@ type ListTargetsRequest struct {
 
 func (x *ListTargetsRequest) Reset() {
 	*x = ListTargetsRequest{}
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[6]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +478,7 @@ func (x *ListTargetsRequest) String() string {
 func (*ListTargetsRequest) ProtoMessage() {}
 
 func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[6]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +491,7 @@ func (x *ListTargetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsRequest.ProtoReflect.Descriptor instead.
 func (*ListTargetsRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{6}
+	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{7}
 }
 
 type ListTargetsResponse struct {
@@ -451,7 +504,7 @@ type ListTargetsResponse struct {
 
 func (x *ListTargetsResponse) Reset() {
 	*x = ListTargetsResponse{}
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[7]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +516,7 @@ func (x *ListTargetsResponse) String() string {
 func (*ListTargetsResponse) ProtoMessage() {}
 
 func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[7]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +529,7 @@ func (x *ListTargetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTargetsResponse.ProtoReflect.Descriptor instead.
 func (*ListTargetsResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{7}
+	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListTargetsResponse) GetTargets() []*wirepb.Target {
@@ -502,7 +555,7 @@ type ProbeRequest struct {
 
 func (x *ProbeRequest) Reset() {
 	*x = ProbeRequest{}
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[8]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +567,7 @@ func (x *ProbeRequest) String() string {
 func (*ProbeRequest) ProtoMessage() {}
 
 func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[8]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +580,7 @@ func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeRequest.ProtoReflect.Descriptor instead.
 func (*ProbeRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{8}
+	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProbeRequest) GetTarget() string {
@@ -550,7 +603,7 @@ type ProbeResponse struct {
 
 func (x *ProbeResponse) Reset() {
 	*x = ProbeResponse{}
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[9]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +615,7 @@ func (x *ProbeResponse) String() string {
 func (*ProbeResponse) ProtoMessage() {}
 
 func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[9]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +628,7 @@ func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResponse.ProtoReflect.Descriptor instead.
 func (*ProbeResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{9}
+	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ProbeResponse) GetStatus() HealthStatus {
@@ -614,7 +667,7 @@ type TunnelUpstream struct {
 
 func (x *TunnelUpstream) Reset() {
 	*x = TunnelUpstream{}
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[10]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +679,7 @@ func (x *TunnelUpstream) String() string {
 func (*TunnelUpstream) ProtoMessage() {}
 
 func (x *TunnelUpstream) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[10]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +692,7 @@ func (x *TunnelUpstream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelUpstream.ProtoReflect.Descriptor instead.
 func (*TunnelUpstream) Descriptor() ([]byte, []int) {
-	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{10}
+	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TunnelUpstream) GetMsg() isTunnelUpstream_Msg {
@@ -712,7 +765,7 @@ type TunnelOpen struct {
 
 func (x *TunnelOpen) Reset() {
 	*x = TunnelOpen{}
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[11]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +777,7 @@ func (x *TunnelOpen) String() string {
 func (*TunnelOpen) ProtoMessage() {}
 
 func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[11]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +790,7 @@ func (x *TunnelOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelOpen.ProtoReflect.Descriptor instead.
 func (*TunnelOpen) Descriptor() ([]byte, []int) {
-	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{11}
+	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TunnelOpen) GetRequest() *wirepb.TunnelRequest {
@@ -762,7 +815,7 @@ type TunnelBodyEnd struct {
 
 func (x *TunnelBodyEnd) Reset() {
 	*x = TunnelBodyEnd{}
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[12]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +827,7 @@ func (x *TunnelBodyEnd) String() string {
 func (*TunnelBodyEnd) ProtoMessage() {}
 
 func (x *TunnelBodyEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[12]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +840,7 @@ func (x *TunnelBodyEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelBodyEnd.ProtoReflect.Descriptor instead.
 func (*TunnelBodyEnd) Descriptor() ([]byte, []int) {
-	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{12}
+	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{13}
 }
 
 type CloseRequest struct {
@@ -798,7 +851,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[13]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +863,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[13]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +876,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{13}
+	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{14}
 }
 
 type CloseResponse struct {
@@ -835,7 +888,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[14]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +900,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[14]
+	mi := &file_sdk_internal_pluginpb_adapter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +913,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{14}
+	return file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CloseResponse) GetFailure() *wirepb.Failure {
@@ -894,7 +947,12 @@ const file_sdk_internal_pluginpb_adapter_proto_rawDesc = "" +
 	"\vconfig_json\x18\x01 \x01(\fR\n" +
 	"configJson\"C\n" +
 	"\x11ConfigureResponse\x12.\n" +
-	"\afailure\x18\x01 \x01(\v2\x14.iop.wire.v1.FailureR\afailure\"w\n" +
+	"\afailure\x18\x01 \x01(\v2\x14.iop.wire.v1.FailureR\afailure\"|\n" +
+	"\tEmbedCall\x123\n" +
+	"\arequest\x18\x01 \x01(\v2\x19.iop.wire.v1.EmbedRequestR\arequest\x12:\n" +
+	"\n" +
+	"credential\x18\x02 \x01(\v2\x1a.iop.adapter.v1.CredentialR\n" +
+	"credential\"w\n" +
 	"\x0eExecuteRequest\x12)\n" +
 	"\x03run\x18\x01 \x01(\v2\x17.iop.wire.v1.RunRequestR\x03run\x12:\n" +
 	"\n" +
@@ -928,7 +986,7 @@ const file_sdk_internal_pluginpb_adapter_proto_rawDesc = "" +
 	"\fHealthStatus\x12\x19\n" +
 	"\x15HEALTH_STATUS_UNKNOWN\x10\x00\x12\x1b\n" +
 	"\x17HEALTH_STATUS_AVAILABLE\x10\x01\x12\x1d\n" +
-	"\x19HEALTH_STATUS_UNAVAILABLE\x10\x022\x9a\x04\n" +
+	"\x19HEALTH_STATUS_UNAVAILABLE\x10\x022\xd9\x04\n" +
 	"\aAdapter\x12M\n" +
 	"\bDescribe\x12\x1f.iop.adapter.v1.DescribeRequest\x1a .iop.adapter.v1.DescribeResponse\x12P\n" +
 	"\tConfigure\x12 .iop.adapter.v1.ConfigureRequest\x1a!.iop.adapter.v1.ConfigureResponse\x12B\n" +
@@ -936,7 +994,8 @@ const file_sdk_internal_pluginpb_adapter_proto_rawDesc = "" +
 	"\vListTargets\x12\".iop.adapter.v1.ListTargetsRequest\x1a#.iop.adapter.v1.ListTargetsResponse\x12D\n" +
 	"\x05Probe\x12\x1c.iop.adapter.v1.ProbeRequest\x1a\x1d.iop.adapter.v1.ProbeResponse\x12F\n" +
 	"\x06Tunnel\x12\x1e.iop.adapter.v1.TunnelUpstream\x1a\x18.iop.wire.v1.TunnelFrame(\x010\x01\x12D\n" +
-	"\x05Close\x12\x1c.iop.adapter.v1.CloseRequest\x1a\x1d.iop.adapter.v1.CloseResponseB.Z,github.com/iop-dev/iop/sdk/internal/pluginpbb\x06proto3"
+	"\x05Close\x12\x1c.iop.adapter.v1.CloseRequest\x1a\x1d.iop.adapter.v1.CloseResponse\x12=\n" +
+	"\x05Embed\x12\x19.iop.adapter.v1.EmbedCall\x1a\x17.iop.wire.v1.EmbedFrame0\x01B.Z,github.com/iop-dev/iop/sdk/internal/pluginpbb\x06proto3"
 
 var (
 	file_sdk_internal_pluginpb_adapter_proto_rawDescOnce sync.Once
@@ -951,7 +1010,7 @@ func file_sdk_internal_pluginpb_adapter_proto_rawDescGZIP() []byte {
 }
 
 var file_sdk_internal_pluginpb_adapter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sdk_internal_pluginpb_adapter_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_sdk_internal_pluginpb_adapter_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_sdk_internal_pluginpb_adapter_proto_goTypes = []any{
 	(HealthStatus)(0),            // 0: iop.adapter.v1.HealthStatus
 	(*Credential)(nil),           // 1: iop.adapter.v1.Credential
@@ -959,57 +1018,64 @@ var file_sdk_internal_pluginpb_adapter_proto_goTypes = []any{
 	(*DescribeResponse)(nil),     // 3: iop.adapter.v1.DescribeResponse
 	(*ConfigureRequest)(nil),     // 4: iop.adapter.v1.ConfigureRequest
 	(*ConfigureResponse)(nil),    // 5: iop.adapter.v1.ConfigureResponse
-	(*ExecuteRequest)(nil),       // 6: iop.adapter.v1.ExecuteRequest
-	(*ListTargetsRequest)(nil),   // 7: iop.adapter.v1.ListTargetsRequest
-	(*ListTargetsResponse)(nil),  // 8: iop.adapter.v1.ListTargetsResponse
-	(*ProbeRequest)(nil),         // 9: iop.adapter.v1.ProbeRequest
-	(*ProbeResponse)(nil),        // 10: iop.adapter.v1.ProbeResponse
-	(*TunnelUpstream)(nil),       // 11: iop.adapter.v1.TunnelUpstream
-	(*TunnelOpen)(nil),           // 12: iop.adapter.v1.TunnelOpen
-	(*TunnelBodyEnd)(nil),        // 13: iop.adapter.v1.TunnelBodyEnd
-	(*CloseRequest)(nil),         // 14: iop.adapter.v1.CloseRequest
-	(*CloseResponse)(nil),        // 15: iop.adapter.v1.CloseResponse
-	nil,                          // 16: iop.adapter.v1.DescribeResponse.ConfigFieldsEntry
-	(*wirepb.Failure)(nil),       // 17: iop.wire.v1.Failure
-	(*wirepb.RunRequest)(nil),    // 18: iop.wire.v1.RunRequest
-	(*wirepb.Target)(nil),        // 19: iop.wire.v1.Target
-	(*wirepb.TunnelRequest)(nil), // 20: iop.wire.v1.TunnelRequest
-	(*wirepb.RunEvent)(nil),      // 21: iop.wire.v1.RunEvent
-	(*wirepb.TunnelFrame)(nil),   // 22: iop.wire.v1.TunnelFrame
+	(*EmbedCall)(nil),            // 6: iop.adapter.v1.EmbedCall
+	(*ExecuteRequest)(nil),       // 7: iop.adapter.v1.ExecuteRequest
+	(*ListTargetsRequest)(nil),   // 8: iop.adapter.v1.ListTargetsRequest
+	(*ListTargetsResponse)(nil),  // 9: iop.adapter.v1.ListTargetsResponse
+	(*ProbeRequest)(nil),         // 10: iop.adapter.v1.ProbeRequest
+	(*ProbeResponse)(nil),        // 11: iop.adapter.v1.ProbeResponse
+	(*TunnelUpstream)(nil),       // 12: iop.adapter.v1.TunnelUpstream
+	(*TunnelOpen)(nil),           // 13: iop.adapter.v1.TunnelOpen
+	(*TunnelBodyEnd)(nil),        // 14: iop.adapter.v1.TunnelBodyEnd
+	(*CloseRequest)(nil),         // 15: iop.adapter.v1.CloseRequest
+	(*CloseResponse)(nil),        // 16: iop.adapter.v1.CloseResponse
+	nil,                          // 17: iop.adapter.v1.DescribeResponse.ConfigFieldsEntry
+	(*wirepb.Failure)(nil),       // 18: iop.wire.v1.Failure
+	(*wirepb.EmbedRequest)(nil),  // 19: iop.wire.v1.EmbedRequest
+	(*wirepb.RunRequest)(nil),    // 20: iop.wire.v1.RunRequest
+	(*wirepb.Target)(nil),        // 21: iop.wire.v1.Target
+	(*wirepb.TunnelRequest)(nil), // 22: iop.wire.v1.TunnelRequest
+	(*wirepb.RunEvent)(nil),      // 23: iop.wire.v1.RunEvent
+	(*wirepb.TunnelFrame)(nil),   // 24: iop.wire.v1.TunnelFrame
+	(*wirepb.EmbedFrame)(nil),    // 25: iop.wire.v1.EmbedFrame
 }
 var file_sdk_internal_pluginpb_adapter_proto_depIdxs = []int32{
-	16, // 0: iop.adapter.v1.DescribeResponse.config_fields:type_name -> iop.adapter.v1.DescribeResponse.ConfigFieldsEntry
-	17, // 1: iop.adapter.v1.ConfigureResponse.failure:type_name -> iop.wire.v1.Failure
-	18, // 2: iop.adapter.v1.ExecuteRequest.run:type_name -> iop.wire.v1.RunRequest
-	1,  // 3: iop.adapter.v1.ExecuteRequest.credential:type_name -> iop.adapter.v1.Credential
-	19, // 4: iop.adapter.v1.ListTargetsResponse.targets:type_name -> iop.wire.v1.Target
-	17, // 5: iop.adapter.v1.ListTargetsResponse.failure:type_name -> iop.wire.v1.Failure
-	0,  // 6: iop.adapter.v1.ProbeResponse.status:type_name -> iop.adapter.v1.HealthStatus
-	17, // 7: iop.adapter.v1.ProbeResponse.failure:type_name -> iop.wire.v1.Failure
-	12, // 8: iop.adapter.v1.TunnelUpstream.open:type_name -> iop.adapter.v1.TunnelOpen
-	13, // 9: iop.adapter.v1.TunnelUpstream.end:type_name -> iop.adapter.v1.TunnelBodyEnd
-	20, // 10: iop.adapter.v1.TunnelOpen.request:type_name -> iop.wire.v1.TunnelRequest
-	1,  // 11: iop.adapter.v1.TunnelOpen.credential:type_name -> iop.adapter.v1.Credential
-	17, // 12: iop.adapter.v1.CloseResponse.failure:type_name -> iop.wire.v1.Failure
-	2,  // 13: iop.adapter.v1.Adapter.Describe:input_type -> iop.adapter.v1.DescribeRequest
-	4,  // 14: iop.adapter.v1.Adapter.Configure:input_type -> iop.adapter.v1.ConfigureRequest
-	6,  // 15: iop.adapter.v1.Adapter.Execute:input_type -> iop.adapter.v1.ExecuteRequest
-	7,  // 16: iop.adapter.v1.Adapter.ListTargets:input_type -> iop.adapter.v1.ListTargetsRequest
-	9,  // 17: iop.adapter.v1.Adapter.Probe:input_type -> iop.adapter.v1.ProbeRequest
-	11, // 18: iop.adapter.v1.Adapter.Tunnel:input_type -> iop.adapter.v1.TunnelUpstream
-	14, // 19: iop.adapter.v1.Adapter.Close:input_type -> iop.adapter.v1.CloseRequest
-	3,  // 20: iop.adapter.v1.Adapter.Describe:output_type -> iop.adapter.v1.DescribeResponse
-	5,  // 21: iop.adapter.v1.Adapter.Configure:output_type -> iop.adapter.v1.ConfigureResponse
-	21, // 22: iop.adapter.v1.Adapter.Execute:output_type -> iop.wire.v1.RunEvent
-	8,  // 23: iop.adapter.v1.Adapter.ListTargets:output_type -> iop.adapter.v1.ListTargetsResponse
-	10, // 24: iop.adapter.v1.Adapter.Probe:output_type -> iop.adapter.v1.ProbeResponse
-	22, // 25: iop.adapter.v1.Adapter.Tunnel:output_type -> iop.wire.v1.TunnelFrame
-	15, // 26: iop.adapter.v1.Adapter.Close:output_type -> iop.adapter.v1.CloseResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	17, // 0: iop.adapter.v1.DescribeResponse.config_fields:type_name -> iop.adapter.v1.DescribeResponse.ConfigFieldsEntry
+	18, // 1: iop.adapter.v1.ConfigureResponse.failure:type_name -> iop.wire.v1.Failure
+	19, // 2: iop.adapter.v1.EmbedCall.request:type_name -> iop.wire.v1.EmbedRequest
+	1,  // 3: iop.adapter.v1.EmbedCall.credential:type_name -> iop.adapter.v1.Credential
+	20, // 4: iop.adapter.v1.ExecuteRequest.run:type_name -> iop.wire.v1.RunRequest
+	1,  // 5: iop.adapter.v1.ExecuteRequest.credential:type_name -> iop.adapter.v1.Credential
+	21, // 6: iop.adapter.v1.ListTargetsResponse.targets:type_name -> iop.wire.v1.Target
+	18, // 7: iop.adapter.v1.ListTargetsResponse.failure:type_name -> iop.wire.v1.Failure
+	0,  // 8: iop.adapter.v1.ProbeResponse.status:type_name -> iop.adapter.v1.HealthStatus
+	18, // 9: iop.adapter.v1.ProbeResponse.failure:type_name -> iop.wire.v1.Failure
+	13, // 10: iop.adapter.v1.TunnelUpstream.open:type_name -> iop.adapter.v1.TunnelOpen
+	14, // 11: iop.adapter.v1.TunnelUpstream.end:type_name -> iop.adapter.v1.TunnelBodyEnd
+	22, // 12: iop.adapter.v1.TunnelOpen.request:type_name -> iop.wire.v1.TunnelRequest
+	1,  // 13: iop.adapter.v1.TunnelOpen.credential:type_name -> iop.adapter.v1.Credential
+	18, // 14: iop.adapter.v1.CloseResponse.failure:type_name -> iop.wire.v1.Failure
+	2,  // 15: iop.adapter.v1.Adapter.Describe:input_type -> iop.adapter.v1.DescribeRequest
+	4,  // 16: iop.adapter.v1.Adapter.Configure:input_type -> iop.adapter.v1.ConfigureRequest
+	7,  // 17: iop.adapter.v1.Adapter.Execute:input_type -> iop.adapter.v1.ExecuteRequest
+	8,  // 18: iop.adapter.v1.Adapter.ListTargets:input_type -> iop.adapter.v1.ListTargetsRequest
+	10, // 19: iop.adapter.v1.Adapter.Probe:input_type -> iop.adapter.v1.ProbeRequest
+	12, // 20: iop.adapter.v1.Adapter.Tunnel:input_type -> iop.adapter.v1.TunnelUpstream
+	15, // 21: iop.adapter.v1.Adapter.Close:input_type -> iop.adapter.v1.CloseRequest
+	6,  // 22: iop.adapter.v1.Adapter.Embed:input_type -> iop.adapter.v1.EmbedCall
+	3,  // 23: iop.adapter.v1.Adapter.Describe:output_type -> iop.adapter.v1.DescribeResponse
+	5,  // 24: iop.adapter.v1.Adapter.Configure:output_type -> iop.adapter.v1.ConfigureResponse
+	23, // 25: iop.adapter.v1.Adapter.Execute:output_type -> iop.wire.v1.RunEvent
+	9,  // 26: iop.adapter.v1.Adapter.ListTargets:output_type -> iop.adapter.v1.ListTargetsResponse
+	11, // 27: iop.adapter.v1.Adapter.Probe:output_type -> iop.adapter.v1.ProbeResponse
+	24, // 28: iop.adapter.v1.Adapter.Tunnel:output_type -> iop.wire.v1.TunnelFrame
+	16, // 29: iop.adapter.v1.Adapter.Close:output_type -> iop.adapter.v1.CloseResponse
+	25, // 30: iop.adapter.v1.Adapter.Embed:output_type -> iop.wire.v1.EmbedFrame
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_sdk_internal_pluginpb_adapter_proto_init() }
@@ -1017,7 +1083,7 @@ func file_sdk_internal_pluginpb_adapter_proto_init() {
 	if File_sdk_internal_pluginpb_adapter_proto != nil {
 		return
 	}
-	file_sdk_internal_pluginpb_adapter_proto_msgTypes[10].OneofWrappers = []any{
+	file_sdk_internal_pluginpb_adapter_proto_msgTypes[11].OneofWrappers = []any{
 		(*TunnelUpstream_Open)(nil),
 		(*TunnelUpstream_Body)(nil),
 		(*TunnelUpstream_End)(nil),
@@ -1028,7 +1094,7 @@ func file_sdk_internal_pluginpb_adapter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sdk_internal_pluginpb_adapter_proto_rawDesc), len(file_sdk_internal_pluginpb_adapter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

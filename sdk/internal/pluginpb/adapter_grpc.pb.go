@@ -40,6 +40,7 @@ const (
 	Adapter_Probe_FullMethodName       = "/iop.adapter.v1.Adapter/Probe"
 	Adapter_Tunnel_FullMethodName      = "/iop.adapter.v1.Adapter/Tunnel"
 	Adapter_Close_FullMethodName       = "/iop.adapter.v1.Adapter/Close"
+	Adapter_Embed_FullMethodName       = "/iop.adapter.v1.Adapter/Embed"
 )
 
 // AdapterClient is the client API for Adapter service.
@@ -66,6 +67,12 @@ type AdapterClient interface {
 	// Close releases the adapter's resources before the process is stopped
 	// (capability close).
 	Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
+	// Embed computes embeddings (capability embed). The server sends the
+	// vectors in input order as EmbedFrame{vectors}, then exactly one
+	// EmbedFrame{terminal} (a RunEvent, COMPLETED with usage or FAILED),
+	// and ends the stream: the frames the Node relays to the Edge as they
+	// are. A plugin built before Embed answers Unimplemented.
+	Embed(ctx context.Context, in *EmbedCall, opts ...grpc.CallOption) (grpc.ServerStreamingClient[wirepb.EmbedFrame], error)
 }
 
 type adapterClient struct {
@@ -158,6 +165,25 @@ func (c *adapterClient) Close(ctx context.Context, in *CloseRequest, opts ...grp
 	return out, nil
 }
 
+func (c *adapterClient) Embed(ctx context.Context, in *EmbedCall, opts ...grpc.CallOption) (grpc.ServerStreamingClient[wirepb.EmbedFrame], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Adapter_ServiceDesc.Streams[2], Adapter_Embed_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[EmbedCall, wirepb.EmbedFrame]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Adapter_EmbedClient = grpc.ServerStreamingClient[wirepb.EmbedFrame]
+
 // AdapterServer is the server API for Adapter service.
 // All implementations must embed UnimplementedAdapterServer
 // for forward compatibility.
@@ -182,6 +208,12 @@ type AdapterServer interface {
 	// Close releases the adapter's resources before the process is stopped
 	// (capability close).
 	Close(context.Context, *CloseRequest) (*CloseResponse, error)
+	// Embed computes embeddings (capability embed). The server sends the
+	// vectors in input order as EmbedFrame{vectors}, then exactly one
+	// EmbedFrame{terminal} (a RunEvent, COMPLETED with usage or FAILED),
+	// and ends the stream: the frames the Node relays to the Edge as they
+	// are. A plugin built before Embed answers Unimplemented.
+	Embed(*EmbedCall, grpc.ServerStreamingServer[wirepb.EmbedFrame]) error
 	mustEmbedUnimplementedAdapterServer()
 }
 
@@ -212,6 +244,9 @@ func (UnimplementedAdapterServer) Tunnel(grpc.BidiStreamingServer[TunnelUpstream
 }
 func (UnimplementedAdapterServer) Close(context.Context, *CloseRequest) (*CloseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Close not implemented")
+}
+func (UnimplementedAdapterServer) Embed(*EmbedCall, grpc.ServerStreamingServer[wirepb.EmbedFrame]) error {
+	return status.Error(codes.Unimplemented, "method Embed not implemented")
 }
 func (UnimplementedAdapterServer) mustEmbedUnimplementedAdapterServer() {}
 func (UnimplementedAdapterServer) testEmbeddedByValue()                 {}
@@ -342,6 +377,17 @@ func _Adapter_Close_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Adapter_Embed_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(EmbedCall)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdapterServer).Embed(m, &grpc.GenericServerStream[EmbedCall, wirepb.EmbedFrame]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Adapter_EmbedServer = grpc.ServerStreamingServer[wirepb.EmbedFrame]
+
 // Adapter_ServiceDesc is the grpc.ServiceDesc for Adapter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -381,6 +427,11 @@ var Adapter_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Adapter_Tunnel_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Embed",
+			Handler:       _Adapter_Embed_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "sdk/internal/pluginpb/adapter.proto",

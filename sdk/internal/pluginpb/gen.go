@@ -5,8 +5,9 @@
 // The conversation: the Node starts the adapter process; go-plugin checks
 // the handshake (magic cookie, protocol version), negotiates mutual TLS on a
 // local socket and connects gRPC. The Node calls Describe, then Configure,
-// then Execute (one server stream per run) and Tunnel (one bidirectional
-// stream per raw HTTP request) concurrently, ListTargets and Probe as
+// then Execute (one server stream per run, a raw completion included),
+// Tunnel (one bidirectional stream per raw HTTP request) and Embed (one
+// server stream per embedding call) concurrently, ListTargets and Probe as
 // needed, and Close before it stops the process.
 package pluginpb
 
