@@ -158,7 +158,7 @@ type (
 		Text           *string         `json:"text,omitempty"`
 		Name           string          `json:"name,omitempty"`
 		Arguments      *string         `json:"arguments,omitempty"`
-		Logprobs       []struct{}      `json:"logprobs,omitempty"` // set (empty) on text events
+		Logprobs       json.RawMessage `json:"logprobs,omitempty"` // noLogprobs on text events
 	}
 	// errorEvent is the in-stream error.
 	errorEvent struct {
@@ -170,6 +170,9 @@ type (
 		Error          any     `json:"error"`
 	}
 )
+
+// noLogprobs is the logprobs of a text event: none, as an empty list.
+var noLogprobs = json.RawMessage("[]")
 
 // echo is what the response repeats of req, whose run is run.
 func (req *responsesRequest) echo(run *wirepb.RunRequest) responseEcho {
@@ -308,31 +311,26 @@ func (o *respOutput) head() bool {
 
 // text relays a text delta. Like the other event methods it reports false
 // when the client could not be written to.
-func (o *respOutput) text(s string) bool {
-	if s == "" {
-		return true
-	}
-	it, ok := o.current(kindMessage)
-	if !ok {
-		return false
-	}
-	it.text.WriteString(s)
-	return o.emit(&streamEvent{Type: "response.output_text.delta", ItemID: it.id, OutputIndex: &it.index,
-		ContentIndex: new(int), Delta: &s, Logprobs: []struct{}{}})
-}
+func (o *respOutput) text(s string) bool { return o.delta(kindMessage, s) }
 
 // reasoning relays a reasoning delta.
-func (o *respOutput) reasoning(s string) bool {
+func (o *respOutput) reasoning(s string) bool { return o.delta(kindReasoning, s) }
+
+// delta appends s to the open item of kind (a message or reasoning).
+func (o *respOutput) delta(kind, s string) bool {
 	if s == "" {
 		return true
 	}
-	it, ok := o.current(kindReasoning)
+	it, ok := o.current(kind)
 	if !ok {
 		return false
 	}
 	it.text.WriteString(s)
-	return o.emit(&streamEvent{Type: "response.reasoning_text.delta", ItemID: it.id, OutputIndex: &it.index,
-		ContentIndex: new(int), Delta: &s})
+	ev := &streamEvent{Type: "response.reasoning_text.delta", ItemID: it.id, OutputIndex: &it.index, ContentIndex: new(int), Delta: &s}
+	if kind == kindMessage {
+		ev.Type, ev.Logprobs = "response.output_text.delta", noLogprobs
+	}
+	return o.emit(ev)
 }
 
 // toolCall relays a tool call or a fragment of one, by its index.
@@ -428,7 +426,7 @@ func (o *respOutput) close(it *outItem, status string) bool {
 	switch it.kind {
 	case kindMessage:
 		done = &streamEvent{Type: "response.output_text.done", ItemID: it.id, OutputIndex: &it.index, ContentIndex: new(int),
-			Text: &text, Logprobs: []struct{}{}}
+			Text: &text, Logprobs: noLogprobs}
 	case kindReasoning:
 		done = &streamEvent{Type: "response.reasoning_text.done", ItemID: it.id, OutputIndex: &it.index, ContentIndex: new(int),
 			Text: &text}

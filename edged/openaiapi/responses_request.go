@@ -182,6 +182,14 @@ type parsedResponses struct {
 func parseResponses(body []byte) (*parsedResponses, *apiError) {
 	var req responsesRequest
 	if err := json.Unmarshal(body, &req); err != nil {
+		// encoding/json prefixes the field of an error that a list's
+		// decoder named already ("input.input[3].role"): drop the repeat.
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			if head, rest, ok := strings.Cut(te.Field, "."); ok && strings.HasPrefix(rest, head) {
+				te.Field = rest
+			}
+		}
 		return nil, jsonError(err)
 	}
 	run, e := req.toRun()
