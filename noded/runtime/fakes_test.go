@@ -20,6 +20,7 @@ import (
 type fakeStream struct {
 	mu        sync.Mutex
 	sent      []*wirepb.RunEvent
+	frames    []*wirepb.EmbedFrame // of an embed stream
 	cancelled chan struct{}
 	once      sync.Once
 }
@@ -34,8 +35,18 @@ func (f *fakeStream) Send(m proto.Message) error {
 		return &quicwire.StreamCancelledError{Code: quicwire.StreamCancelled, Remote: true}
 	default:
 	}
+	if ef, ok := m.(*wirepb.EmbedFrame); ok {
+		f.frames = append(f.frames, proto.CloneOf(ef))
+		return nil
+	}
 	f.sent = append(f.sent, proto.Clone(m).(*wirepb.RunEvent))
 	return nil
+}
+
+func (f *fakeStream) embedFrames() []*wirepb.EmbedFrame {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*wirepb.EmbedFrame(nil), f.frames...)
 }
 
 func (f *fakeStream) Recv(proto.Message) error {
@@ -51,9 +62,11 @@ func (f *fakeStream) events() []*wirepb.RunEvent {
 	return append([]*wirepb.RunEvent(nil), f.sent...)
 }
 
-// fakePlugin runs exec for each Execute.
+// fakePlugin runs exec for each Execute, and embed, if set, for each
+// Embed.
 type fakePlugin struct {
 	exec     func(ctx context.Context, req *wirepb.RunRequest, emit func(*wirepb.RunEvent) error) (*sdk.Result, error)
+	embed    func(ctx context.Context, req *wirepb.EmbedRequest, emit func(*wirepb.EmbedVectors) error) (*sdk.Usage, error)
 	calls    atomic.Int32
 	exited   chan struct{}
 	exitOnce sync.Once
@@ -115,6 +128,21 @@ func (p *fakePlugin) Probe(ctx context.Context, target string) (sdk.Health, erro
 }
 func (p *fakePlugin) Tunnel(context.Context, *wirepb.TunnelRequest, *sdk.Credential, io.Reader, func(*wirepb.TunnelFrame) error) error {
 	return sdk.ErrUnsupported
+}
+func (p *fakePlugin) Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *sdk.Credential, emit func(*wirepb.EmbedVectors) error) (*sdk.Usage, error) {
+	p.calls.Add(1)
+	p.credMu.Lock()
+	if cred != nil {
+		p.creds = append(p.creds, cred.Secret)
+	}
+	if len(req.GetSealedLease()) > 0 {
+		p.leases++
+	}
+	p.credMu.Unlock()
+	if p.embed == nil {
+		return nil, sdk.ErrUnsupported
+	}
+	return p.embed(ctx, req, emit)
 }
 func (p *fakePlugin) Close(context.Context) error { p.closed.Store(true); p.exit(); return nil }
 func (p *fakePlugin) Exited() <-chan struct{}     { return p.exited }

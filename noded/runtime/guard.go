@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/iop-dev/iop/quicwire"
@@ -71,6 +72,48 @@ func (h *Handler) newGuard(conn context.Context, s guardSpec) *guard {
 	}
 	g.wd = NewWatchdog(cfg, g.cancel)
 	return g
+}
+
+// call runs one provider call under g and returns its terminal: the
+// watchdog starts, call runs on its own goroutine (so that a stall can end
+// the work while the call is still stuck), and the outcome is claimed once:
+// what the call returned, a cause that ended it early (S5), or a stall,
+// whose observation then makes the terminal (R5, R6). release frees the
+// capacity slot once the call has returned. ctx is the connection's.
+func (g *guard) call(ctx context.Context, log *slog.Logger, release func(), call func() (*sdk.Result, error)) *wirepb.RunEvent {
+	// ret is written before callDone closes.
+	var ret struct {
+		term  *wirepb.RunEvent
+		claim string
+	}
+	callDone := make(chan struct{})
+	g.wd.Start()
+	go func() {
+		defer close(callDone)
+		result, err := call()
+		g.wd.CallReturned()
+		ret.term = outcome(ctx, g.ctx, result, err)
+		ret.claim = g.settle(runClaim(ret.term))
+	}()
+	defer g.releaseAfter(callDone, release)
+
+	select {
+	case <-callDone:
+		if ret.claim != CauseStalled {
+			if earlyEnd(ret.claim) && ret.claim != runClaim(ret.term) {
+				return runTerminal(ret.claim)
+			}
+			return ret.term
+		}
+	case <-g.wd.Stalled():
+	}
+	if obs := g.wd.Finish(); obs != nil {
+		log.Warn("provider call stalled", "stall", stallMessage(obs), "seq", obs.GetHealthObservationSeq(),
+			"retryable", obs.GetRetryable(), "fenced_events", g.wd.Dropped())
+		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED, Stall: obs}
+	}
+	<-callDone // a deadline or disconnect took the outcome at the same instant
+	return runTerminal(g.wd.Winner())
 }
 
 // stop ends the call early for cause (errCancelled, errDisconnected, or a

@@ -1,7 +1,7 @@
 // Package runtime is the Node's execution side: its providers (adapter
 // plugins under supervision, with capacity), and the handler that serves
-// the streams the Edge dispatches: normalized runs, tunnels and the closed
-// set of commands.
+// the streams the Edge dispatches: normalized runs, tunnels, embedding
+// calls and the closed set of commands.
 package runtime
 
 import (
@@ -55,6 +55,8 @@ func (h *Handler) ServeStream(ctx context.Context, sess *quicwire.Session, hdr *
 		_ = st.Send(h.command(sess, k.Command))
 	case *wirepb.StreamHeader_Tunnel:
 		h.serveTunnel(ctx, sess, k.Tunnel, st)
+	case *wirepb.StreamHeader_Embed:
+		h.serveEmbed(ctx, sess, k.Embed, st)
 	}
 }
 

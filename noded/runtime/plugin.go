@@ -19,6 +19,9 @@ type Plugin interface {
 	ListTargets(ctx context.Context) ([]sdk.Target, error)
 	Probe(ctx context.Context, target string) (sdk.Health, error)
 	Tunnel(ctx context.Context, req *wirepb.TunnelRequest, cred *sdk.Credential, body io.Reader, emit func(*wirepb.TunnelFrame) error) error
+	// Embed relays the adapter's frames of vectors to emit and returns
+	// the call's usage (see pluginhost.Plugin.Embed).
+	Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *sdk.Credential, emit func(*wirepb.EmbedVectors) error) (*sdk.Usage, error)
 	// Close stops the plugin (and its process) and waits.
 	Close(ctx context.Context) error
 	// Exited is closed when the plugin's process has exited.

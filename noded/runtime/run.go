@@ -91,87 +91,25 @@ func (h *Handler) serveRun(ctx context.Context, sess *quicwire.Session, req *wir
 	out := &runOut{st: st, req: req}
 	log := h.log.With("run_id", req.GetRunId(), "target", req.GetTarget())
 
-	// R4: an invalid raw stall timeout is refused before any provider
-	// lookup or adapter call.
-	stall, err := StallTimeout(req.GetResponseStallTimeoutMs())
-	if err != nil {
-		out.finish(failed(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, "%v", err))
-		return
+	capability := ""
+	if req.GetCompletion() != nil {
+		capability = sdk.CapComplete // never run as a chat: it has no messages
 	}
-	prov, err := h.set.Lookup(req.GetProvider(), req.GetAdapter(), req.GetTarget())
-	if err != nil {
-		out.finish(failed(wirepb.FailureKind_FAILURE_KIND_MODEL_NOT_FOUND, "%v", err))
-		return
-	}
-	plugin, release, err := prov.Acquire()
-	switch {
-	case errors.Is(err, ErrCapacityExhausted):
-		out.finish(failed(wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED, "%v", err))
-		return
-	case err != nil:
-		out.finish(failed(wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "%v", err))
-		return
-	}
-
-	// R11: the lease is opened after admission, immediately before the
-	// provider call; a refusal ends the run without one (S4).
-	cred, refused := h.openLease(sess, req.GetSealedLease(), req.GetBinding(), prov.Name(), req.GetTarget())
+	a, refused := h.admit(sess, admission{stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(), adapter: req.GetAdapter(),
+		target: req.GetTarget(), capability: capability, sealed: req.GetSealedLease(), binding: req.GetBinding()})
 	if refused != nil {
-		release()
 		out.finish(&wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: refused})
 		return
 	}
 	req.SealedLease = nil // the adapter gets the credential, not the lease
 
-	// The call's context ends with the connection, the hard deadline, the
-	// Edge's cancel or a stall, whichever comes first; the guard claims
-	// the outcome once.
-	g := h.newGuard(ctx, guardSpec{sess: sess, prov: prov, plugin: plugin, target: req.GetTarget(),
-		stall: stall, deadlineMs: req.GetDeadlineUnixMs()})
-	go watchCancel(st, g.stop)
+	g := a.guard(ctx, h, sess, req.GetTarget(), req.GetDeadlineUnixMs(), st)
 
 	start := time.Now()
 	emit := func(ev *wirepb.RunEvent) error {
 		return g.wd.Emit(RunEventIsProgress(ev), func() error { return out.emit(ev) })
 	}
-	// The call runs on its own goroutine so that a stall can end the run
-	// while the call is still stuck. ret is written before callDone closes.
-	var ret struct {
-		term  *wirepb.RunEvent
-		claim string
-	}
-	callDone := make(chan struct{})
-	g.wd.Start()
-	go func() {
-		defer close(callDone)
-		result, err := plugin.Execute(g.ctx, req, cred, emit)
-		g.wd.CallReturned()
-		ret.term = outcome(ctx, g.ctx, result, err)
-		ret.claim = g.settle(runClaim(ret.term))
-	}()
-	defer g.releaseAfter(callDone, release)
-
-	var term *wirepb.RunEvent
-	select {
-	case <-callDone:
-		if ret.claim != CauseStalled {
-			term = ret.term
-			if earlyEnd(ret.claim) && ret.claim != runClaim(ret.term) {
-				term = runTerminal(ret.claim)
-			}
-		}
-	case <-g.wd.Stalled():
-	}
-	if term == nil {
-		if obs := g.wd.Finish(); obs != nil {
-			term = &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED, Stall: obs}
-			log.Warn("run stalled", "stall", stallMessage(obs), "seq", obs.GetHealthObservationSeq(),
-				"retryable", obs.GetRetryable(), "fenced_events", g.wd.Dropped())
-		} else {
-			<-callDone // a deadline or disconnect took the outcome at the same instant
-			term = runTerminal(g.wd.Winner())
-		}
-	}
+	term := g.call(ctx, log, a.release, func() (*sdk.Result, error) { return a.plugin.Execute(g.ctx, req, a.cred, emit) })
 	if out.finish(term) {
 		log.Info("run ended", "outcome", term.GetType().String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
 	}
