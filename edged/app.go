@@ -22,6 +22,7 @@ import (
 
 	"github.com/iop-dev/iop/configs"
 	"github.com/iop-dev/iop/edged/adminapi"
+	"github.com/iop-dev/iop/edged/anthropicapi"
 	"github.com/iop-dev/iop/edged/auth"
 	"github.com/iop-dev/iop/edged/config"
 	"github.com/iop-dev/iop/edged/credentials"
@@ -288,7 +289,15 @@ func newHTTPServer(cfg *config.Config, reg *nodes.Registry, s *sched.Scheduler, 
 	mux.Handle("/healthz", admin)
 	mux.Handle("/readyz", admin)
 	mux.Handle("GET /metrics", adminapi.ReadAccess(m.Handler(), access...))
-	mux.Handle("/v1/", openaiapi.Handler(openaiapi.FromGateway(g, reg), authn, m, log, door))
+	openai := openaiapi.Handler(openaiapi.FromGateway(g, reg), authn, m, log, door)
+	mux.Handle("/v1/", openai)
+	// Anthropic's Messages API; its clients list models at OpenAI's path,
+	// told apart by their anthropic-version header.
+	anthropic := anthropicapi.Handler(anthropicapi.FromGateway(g), authn, m, log, door)
+	mux.Handle("/v1/messages", anthropic)
+	mux.Handle("/v1/messages/", anthropic)
+	mux.Handle("/v1/models", anthropicapi.ModelsOr(anthropic, openai))
+	mux.Handle("/v1/models/", anthropicapi.ModelsOr(anthropic, openai))
 	// Ollama's API, and its root: the ollama CLI probes HEAD / first.
 	ollama := ollamaapi.Handler(ollamaapi.FromGateway(g, reg), authn, m, log, door)
 	mux.Handle("/api/", ollama)
