@@ -95,6 +95,8 @@ func StartFailure(err, cause error, model string) *Failure {
 		return FailDeadline
 	case errors.Is(err, ErrForbidden), errors.Is(err, ErrUnknownModel):
 		return ModelNotFound(model)
+	case errors.Is(err, ErrUnsupported):
+		return &Failure{Status: http.StatusBadRequest, Code: "unsupported", Message: err.Error()}
 	case errors.Is(err, ErrCredentialUnavailable):
 		return &Failure{Status: http.StatusServiceUnavailable, Code: "credential_unavailable",
 			Message: "the request's provider credential cannot be used now: " + err.Error()}

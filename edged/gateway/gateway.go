@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,11 @@ var (
 	// any state: a 404 in each API's shape (SPEC P1), not the 503 of a
 	// model that is known but cannot be served now.
 	ErrUnknownModel = errors.New("unknown model")
+	// ErrUnsupported: the model is served now, but by no provider whose
+	// adapter does the kind of work asked for (Plan.Needs: embeddings, raw
+	// completions): a 400, which the client can only change by asking
+	// another model.
+	ErrUnsupported = errors.New("unsupported")
 )
 
 // Plan is what a model resolves to: its route (if configured), its
@@ -75,7 +81,18 @@ type Plan struct {
 	Route   string
 	Profile config.Profile
 	Match   func(sched.Candidate) bool
+	// Needs, if not "", is a capability the adapter of every candidate
+	// must report (CapEmbed, CapComplete): the work is of a kind not every
+	// adapter does. Match and Known do not look at it; acquire does.
+	Needs string
 }
+
+// Capabilities a Plan may need, as adapters report them (sdk.CapEmbed,
+// sdk.CapComplete; the Edge does not import the SDK).
+const (
+	CapEmbed    = "embed"
+	CapComplete = "complete"
+)
 
 // Resolve finds the route and profile for model and checks that p may use
 // it. A model with no configured route uses the default profile and any
@@ -126,14 +143,20 @@ func routeMatch(r config.Route, adapter string) func(sched.Candidate) bool {
 	}
 }
 
-// acquire takes a slot for plan, excluding candidates already tried. A
-// model that nothing offers at all is ErrUnknownModel.
+// acquire takes a slot for plan, excluding candidates already tried, among
+// the candidates whose adapter has what plan needs. A model that nothing
+// offers at all is ErrUnknownModel; one offered now, but by no adapter that
+// can do the work, ErrUnsupported.
 func (g *Gateway) acquire(ctx context.Context, id string, plan Plan, tried []sched.Candidate) (*sched.Slot, error) {
 	start := time.Now()
+	match := plan.Match
+	if plan.Needs != "" {
+		match = func(c sched.Candidate) bool { return plan.Match(c) && slices.Contains(c.Capabilities, plan.Needs) }
+	}
 	slot, err := g.sched.Acquire(ctx, sched.Request{
 		ID:            id,
 		Model:         plan.Model,
-		Match:         plan.Match,
+		Match:         match,
 		Exclude:       tried,
 		QueueTimeout:  time.Duration(plan.Profile.QueueTimeout),
 		MaxQueueDepth: plan.Profile.MaxQueueDepth,
@@ -141,8 +164,13 @@ func (g *Gateway) acquire(ctx context.Context, id string, plan Plan, tried []sch
 	if err == nil && g.metrics != nil {
 		g.metrics.QueueWait.WithLabelValues(plan.Model).Observe(time.Since(start).Seconds())
 	}
-	if len(tried) == 0 && errors.Is(err, sched.ErrNoCandidate) && !g.Known(plan) {
-		return nil, fmt.Errorf("%w: %q: no route names it and no Node offers it", ErrUnknownModel, plan.Model)
+	if len(tried) == 0 && errors.Is(err, sched.ErrNoCandidate) {
+		if !g.Known(plan) {
+			return nil, fmt.Errorf("%w: %q: no route names it and no Node offers it", ErrUnknownModel, plan.Model)
+		}
+		if plan.Needs != "" && slices.ContainsFunc(g.sched.Candidates(), plan.Match) {
+			return nil, fmt.Errorf("%w: model %q is served by no provider whose adapter implements %s", ErrUnsupported, plan.Model, plan.Needs)
+		}
 	}
 	return slot, err
 }

@@ -49,6 +49,9 @@ func (g *Gateway) StartRun(ctx context.Context, p auth.Principal, model string, 
 	if err != nil {
 		return nil, err
 	}
+	if req.GetCompletion() != nil {
+		plan.Needs = CapComplete // a raw completion: not every adapter runs one
+	}
 	r := &Run{ID: g.NewID("run"), Plan: plan, g: g, p: p, admitted: admitted}
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	deadline := time.Now().Add(time.Duration(plan.Profile.Deadline))

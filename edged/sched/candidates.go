@@ -20,6 +20,10 @@ type Candidate struct {
 	// Capacity is the provider's reported maximum of concurrent runs and
 	// tunnels, shared by all its targets.
 	Capacity int
+	// Capabilities are what the provider's adapter implements, as the Node
+	// reports them (sdk.Cap*: "embed", "complete", ...), shared by all its
+	// targets. Do not modify.
+	Capabilities []string
 }
 
 // providerKey names the capacity a slot counts against: one provider on
@@ -112,12 +116,13 @@ func (s *Scheduler) refreshLocked() bool {
 					continue
 				}
 				s.cands = append(s.cands, candidate{conn: conn, stalls: h.Stalls, connSlots: conn.Slots(), Candidate: Candidate{
-					NodeID:     conn.NodeID(),
-					Generation: conn.Generation(),
-					Provider:   p.GetName(),
-					Adapter:    p.GetAdapter(),
-					Target:     t.GetName(),
-					Capacity:   int(p.GetCapacity()),
+					NodeID:       conn.NodeID(),
+					Generation:   conn.Generation(),
+					Provider:     p.GetName(),
+					Adapter:      p.GetAdapter(),
+					Target:       t.GetName(),
+					Capacity:     int(p.GetCapacity()),
+					Capabilities: p.GetCapabilities(),
 				}})
 			}
 		}
