@@ -184,8 +184,13 @@ func TestOfficialClientResponsesFunctionCallRoundTrip(t *testing.T) {
 			var text strings.Builder
 			var final responses.Response
 			seq := int64(0)
+			var acc responses.ResponseAccumulator // the SDK's own check of ids, indices and the terminal
 			for stream.Next() {
 				ev := stream.Current()
+				var server responses.ResponsesServerEventUnion
+				if err := json.Unmarshal([]byte(ev.RawJSON()), &server); err != nil || acc.AddEvent(server) != nil {
+					t.Errorf("the accumulator refused %s (%v)", ev.RawJSON(), err)
+				}
 				events = append(events, ev.Type)
 				if ev.SequenceNumber != seq {
 					t.Errorf("event %s has sequence_number %d, want %d", ev.Type, ev.SequenceNumber, seq)
@@ -208,6 +213,9 @@ func TestOfficialClientResponsesFunctionCallRoundTrip(t *testing.T) {
 			if text.String() != b.answer || final.OutputText() != b.answer || final.Status != responses.ResponseStatusCompleted ||
 				final.Usage.OutputTokens == 0 || final.ID == first.ID {
 				t.Errorf("text %q; final response %s", text.String(), final.RawJSON())
+			}
+			if whole, err := acc.ReconstructedResponse(); err != nil || whole.OutputText() != b.answer {
+				t.Errorf("accumulated response %v: %+v", err, whole)
 			}
 
 			// The model server got the turn as a chat history.

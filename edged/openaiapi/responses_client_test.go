@@ -1,6 +1,7 @@
 package openaiapi
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -100,7 +101,17 @@ func TestOfficialClientStreamsAResponse(t *testing.T) {
 	var text strings.Builder
 	var final responses.Response
 	var args string
+	// The SDK's accumulator checks what it collects (ids, indices, the
+	// terminal); it reads the same events on OpenAI's WebSocket transport.
+	var acc responses.ResponseAccumulator
 	for stream.Next() {
+		var ev responses.ResponsesServerEventUnion
+		if err := json.Unmarshal([]byte(stream.Current().RawJSON()), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if err := acc.AddEvent(ev); err != nil {
+			t.Fatalf("the accumulator refused %s: %v", stream.Current().RawJSON(), err)
+		}
 		switch ev := stream.Current().AsAny().(type) {
 		case responses.ResponseTextDeltaEvent:
 			text.WriteString(ev.Delta)
@@ -116,6 +127,11 @@ func TestOfficialClientStreamsAResponse(t *testing.T) {
 	if text.String() != "Let me check." || args != `{"city":"Seoul"}` || final.OutputText() != "Let me check." ||
 		final.Usage.TotalTokens != 9 || final.Output[1].AsFunctionCall().CallID != "call_abc" {
 		t.Errorf("text %q args %q final %s", text.String(), args, final.RawJSON())
+	}
+	whole, err := acc.ReconstructedResponse()
+	if snap := acc.Snapshot(); err != nil || whole.OutputText() != "Let me check." || snap.TerminalEvent != "response.completed" ||
+		len(snap.Output) != 2 || snap.Output[1].Arguments != `{"city":"Seoul"}` || snap.Output[1].CallID != "call_abc" {
+		t.Errorf("accumulated %+v, %v", snap, err)
 	}
 }
 
