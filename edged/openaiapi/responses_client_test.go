@@ -82,7 +82,7 @@ func TestOfficialClientRespondsWithAFunctionCallRoundTrip(t *testing.T) {
 	want := []string{"user:weather in Seoul?",
 		`assistant:Checking. reasoning=need weather call[0]=call_abc:get_weather:{"city":"Seoul"}`,
 		"tool:22C, sunny answers=call_abc"}
-	if got := summaries(e2.runner.reqs[0]); strings.Join(got, "\n") != strings.Join(want, "\n") {
+	if got := msgLines(e2.runner.reqs[0]); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("the second run's messages\n got %q\nwant %q", got, want)
 	}
 }

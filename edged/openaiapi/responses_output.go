@@ -82,7 +82,7 @@ type (
 		Summary *string `json:"summary"`
 	}
 	textEcho struct {
-		Format textFormat `json:"format"`
+		Format respTextFormat `json:"format"`
 	}
 	toolEcho struct {
 		Type        string          `json:"type"`
@@ -111,13 +111,13 @@ type (
 	}
 
 	messageItem struct {
-		Type    string       `json:"type"`
-		ID      string       `json:"id"`
-		Status  string       `json:"status"`
-		Role    string       `json:"role"`
-		Content []outputText `json:"content"`
+		Type    string           `json:"type"`
+		ID      string           `json:"id"`
+		Status  string           `json:"status"`
+		Role    string           `json:"role"`
+		Content []respOutputText `json:"content"`
 	}
-	outputText struct {
+	respOutputText struct {
 		Type        string     `json:"type"`
 		Text        string     `json:"text"`
 		Annotations []struct{} `json:"annotations"`
@@ -143,9 +143,9 @@ type (
 		Arguments string `json:"arguments"`
 	}
 
-	// streamEvent is every streamed event but error: each type uses some
+	// respEvent is every streamed event but error: each type uses some
 	// of the fields.
-	streamEvent struct {
+	respEvent struct {
 		Type           string          `json:"type"`
 		SequenceNumber int64           `json:"sequence_number"`
 		Response       *responseObject `json:"response,omitempty"`
@@ -160,8 +160,8 @@ type (
 		Arguments      *string         `json:"arguments,omitempty"`
 		Logprobs       json.RawMessage `json:"logprobs,omitempty"` // noLogprobs on text events
 	}
-	// errorEvent is the in-stream error.
-	errorEvent struct {
+	// respErrorEvent is the in-stream error.
+	respErrorEvent struct {
 		Type           string  `json:"type"`
 		SequenceNumber int64   `json:"sequence_number"`
 		Code           string  `json:"code"`
@@ -180,7 +180,7 @@ func (req *responsesRequest) echo(run *wirepb.RunRequest) responseEcho {
 		Instructions: req.Instructions, MaxOutputTokens: req.MaxOutputTokens, Metadata: req.Metadata,
 		ParallelToolCalls: req.ParallelToolCalls == nil || *req.ParallelToolCalls,
 		Temperature:       req.Temperature, TopP: req.TopP, ToolChoice: "auto",
-		Text: textEcho{Format: textFormat{Type: "text"}}, Tools: []toolEcho{},
+		Text: textEcho{Format: respTextFormat{Type: "text"}}, Tools: []toolEcho{},
 	}
 	if e.Metadata == nil {
 		e.Metadata = map[string]string{}
@@ -237,9 +237,9 @@ func (it *outItem) wire(whole bool) any {
 	}
 	switch it.kind {
 	case kindMessage:
-		m := messageItem{Type: "message", ID: it.id, Status: it.status, Role: "assistant", Content: []outputText{}}
+		m := messageItem{Type: "message", ID: it.id, Status: it.status, Role: "assistant", Content: []respOutputText{}}
 		if whole {
-			m.Content = append(m.Content, newOutputText(text))
+			m.Content = append(m.Content, newRespOutputText(text))
 		}
 		return m
 	case kindReasoning:
@@ -252,8 +252,8 @@ func (it *outItem) wire(whole bool) any {
 	return functionCallItem{Type: "function_call", ID: it.id, Status: it.status, CallID: it.callID, Name: it.name, Arguments: text}
 }
 
-func newOutputText(s string) outputText {
-	return outputText{Type: "output_text", Text: s, Annotations: []struct{}{}, Logprobs: []struct{}{}}
+func newRespOutputText(s string) respOutputText {
+	return respOutputText{Type: "output_text", Text: s, Annotations: []struct{}{}, Logprobs: []struct{}{}}
 }
 
 // respOutput writes a run's answer as a Responses API response: streamed
@@ -305,8 +305,8 @@ func (o *respOutput) head() bool {
 		o.x.FirstByte()
 	}
 	r := o.resp
-	return o.emit(&streamEvent{Type: "response.created", Response: &r}) &&
-		o.emit(&streamEvent{Type: "response.in_progress", Response: &r})
+	return o.emit(&respEvent{Type: "response.created", Response: &r}) &&
+		o.emit(&respEvent{Type: "response.in_progress", Response: &r})
 }
 
 // text relays a text delta. Like the other event methods it reports false
@@ -326,7 +326,7 @@ func (o *respOutput) delta(kind, s string) bool {
 		return false
 	}
 	it.text.WriteString(s)
-	ev := &streamEvent{Type: "response.reasoning_text.delta", ItemID: it.id, OutputIndex: &it.index, ContentIndex: new(int), Delta: &s}
+	ev := &respEvent{Type: "response.reasoning_text.delta", ItemID: it.id, OutputIndex: &it.index, ContentIndex: new(int), Delta: &s}
 	if kind == kindMessage {
 		ev.Type, ev.Logprobs = "response.output_text.delta", noLogprobs
 	}
@@ -361,7 +361,7 @@ func (o *respOutput) toolCall(tc *wirepb.ToolCall) bool {
 		return true
 	}
 	it.text.WriteString(args)
-	return o.emit(&streamEvent{Type: "response.function_call_arguments.delta", ItemID: it.id, OutputIndex: &it.index, Delta: &args})
+	return o.emit(&respEvent{Type: "response.function_call_arguments.delta", ItemID: it.id, OutputIndex: &it.index, Delta: &args})
 }
 
 // current returns the open item of kind, closing the open item of the
@@ -389,11 +389,11 @@ func (o *respOutput) add(kind string) *outItem {
 
 // opened announces a new item (and its content part).
 func (o *respOutput) opened(it *outItem) bool {
-	if !o.emit(&streamEvent{Type: "response.output_item.added", OutputIndex: &it.index, Item: it.wire(false)}) {
+	if !o.emit(&respEvent{Type: "response.output_item.added", OutputIndex: &it.index, Item: it.wire(false)}) {
 		return false
 	}
 	if part := it.part(false); part != nil {
-		return o.emit(&streamEvent{Type: "response.content_part.added", ItemID: it.id, OutputIndex: &it.index,
+		return o.emit(&respEvent{Type: "response.content_part.added", ItemID: it.id, OutputIndex: &it.index,
 			ContentIndex: new(int), Part: part})
 	}
 	return true
@@ -408,7 +408,7 @@ func (it *outItem) part(whole bool) any {
 	}
 	switch it.kind {
 	case kindMessage:
-		return newOutputText(text)
+		return newRespOutputText(text)
 	case kindReasoning:
 		return reasoningPart{Type: "reasoning_text", Text: text}
 	}
@@ -422,28 +422,28 @@ func (o *respOutput) close(it *outItem, status string) bool {
 	}
 	it.status = status
 	text := it.text.String()
-	var done *streamEvent
+	var done *respEvent
 	switch it.kind {
 	case kindMessage:
-		done = &streamEvent{Type: "response.output_text.done", ItemID: it.id, OutputIndex: &it.index, ContentIndex: new(int),
+		done = &respEvent{Type: "response.output_text.done", ItemID: it.id, OutputIndex: &it.index, ContentIndex: new(int),
 			Text: &text, Logprobs: noLogprobs}
 	case kindReasoning:
-		done = &streamEvent{Type: "response.reasoning_text.done", ItemID: it.id, OutputIndex: &it.index, ContentIndex: new(int),
+		done = &respEvent{Type: "response.reasoning_text.done", ItemID: it.id, OutputIndex: &it.index, ContentIndex: new(int),
 			Text: &text}
 	default:
-		done = &streamEvent{Type: "response.function_call_arguments.done", ItemID: it.id, OutputIndex: &it.index,
+		done = &respEvent{Type: "response.function_call_arguments.done", ItemID: it.id, OutputIndex: &it.index,
 			Name: it.name, Arguments: &text}
 	}
 	if !o.emit(done) {
 		return false
 	}
 	if part := it.part(true); part != nil {
-		if !o.emit(&streamEvent{Type: "response.content_part.done", ItemID: it.id, OutputIndex: &it.index,
+		if !o.emit(&respEvent{Type: "response.content_part.done", ItemID: it.id, OutputIndex: &it.index,
 			ContentIndex: new(int), Part: part}) {
 			return false
 		}
 	}
-	return o.emit(&streamEvent{Type: "response.output_item.done", OutputIndex: &it.index, Item: it.wire(true)})
+	return o.emit(&respEvent{Type: "response.output_item.done", OutputIndex: &it.index, Item: it.wire(true)})
 }
 
 // complete ends the response: completed, or incomplete when the run
@@ -467,7 +467,7 @@ func (o *respOutput) complete(doneReason string, u *wirepb.Usage) bool {
 			return false
 		}
 	}
-	o.resp.Status, o.resp.Usage, o.resp.Output = status, usageOf(u), o.wireItems()
+	o.resp.Status, o.resp.Usage, o.resp.Output = status, respUsageOf(u), o.wireItems()
 	if status == "completed" {
 		now := time.Now().Unix()
 		o.resp.CompletedAt = &now
@@ -480,7 +480,7 @@ func (o *respOutput) complete(doneReason string, u *wirepb.Usage) bool {
 		return true
 	}
 	r := o.resp
-	return o.emit(&streamEvent{Type: "response." + status, Response: &r})
+	return o.emit(&respEvent{Type: "response." + status, Response: &r})
 }
 
 // fail ends a response that has started with an error event and
@@ -493,12 +493,12 @@ func (o *respOutput) fail(e *apiError, u *wirepb.Usage) {
 		it.status = "incomplete"
 	}
 	b := e.body()
-	o.resp.Status, o.resp.Usage, o.resp.Output = "failed", usageOf(u), o.wireItems()
+	o.resp.Status, o.resp.Usage, o.resp.Output = "failed", respUsageOf(u), o.wireItems()
 	o.resp.Error = &responseError{Code: e.code, Message: e.message}
-	ev := &errorEvent{Type: "error", Code: e.code, Message: e.message, Param: b.Error.Param, Error: b.Error}
+	ev := &respErrorEvent{Type: "error", Code: e.code, Message: e.message, Param: b.Error.Param, Error: b.Error}
 	r := o.resp
 	if o.emit(ev) {
-		o.emit(&streamEvent{Type: "response.failed", Response: &r})
+		o.emit(&respEvent{Type: "response.failed", Response: &r})
 	}
 	o.sse.mu.Lock()
 	o.sse.errorSent = true
@@ -524,9 +524,9 @@ func (o *respOutput) wireItems() []any {
 	return out
 }
 
-// usageOf is the run's usage in the Responses API's terms (zeros when the
+// respUsageOf is the run's usage in the Responses API's terms (zeros when the
 // provider reported none).
-func usageOf(u *wirepb.Usage) *responseUsage {
+func respUsageOf(u *wirepb.Usage) *responseUsage {
 	r := &responseUsage{InputTokens: u.GetPromptTokens(), OutputTokens: u.GetCompletionTokens()}
 	r.TotalTokens = r.InputTokens + r.OutputTokens
 	return r
@@ -545,9 +545,9 @@ func (o *respOutput) emit(ev any) bool {
 	}
 	var typ string
 	switch e := ev.(type) {
-	case *streamEvent:
+	case *respEvent:
 		e.SequenceNumber, typ = o.seq, e.Type
-	case *errorEvent:
+	case *respErrorEvent:
 		e.SequenceNumber, typ = o.seq, e.Type
 	}
 	o.seq++

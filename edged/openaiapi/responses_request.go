@@ -64,38 +64,38 @@ const MaxMetadataPairs = 16
 
 // responsesRequest is the part of a Responses request the Edge reads.
 type responsesRequest struct {
-	Model              string            `json:"model"`
-	Input              inputList         `json:"input"`
-	Instructions       *string           `json:"instructions"`
-	Tools              respToolList      `json:"tools"`
-	ToolChoice         json.RawMessage   `json:"tool_choice"`
-	MaxOutputTokens    *int64            `json:"max_output_tokens"`
-	Temperature        *float64          `json:"temperature"`
-	TopP               *float64          `json:"top_p"`
-	Reasoning          *reasoningParam   `json:"reasoning"`
-	Text               *textParam        `json:"text"`
-	Stream             bool              `json:"stream"`
-	ParallelToolCalls  *bool             `json:"parallel_tool_calls"`
-	Metadata           map[string]string `json:"metadata"`
-	Store              *bool             `json:"store"`
-	PreviousResponseID *string           `json:"previous_response_id"`
-	Background         *bool             `json:"background"`
-	Conversation       json.RawMessage   `json:"conversation"`
-	Prompt             json.RawMessage   `json:"prompt"`
+	Model              string              `json:"model"`
+	Input              respItemList        `json:"input"`
+	Instructions       *string             `json:"instructions"`
+	Tools              respToolList        `json:"tools"`
+	ToolChoice         json.RawMessage     `json:"tool_choice"`
+	MaxOutputTokens    *int64              `json:"max_output_tokens"`
+	Temperature        *float64            `json:"temperature"`
+	TopP               *float64            `json:"top_p"`
+	Reasoning          *respReasoningParam `json:"reasoning"`
+	Text               *respTextParam      `json:"text"`
+	Stream             bool                `json:"stream"`
+	ParallelToolCalls  *bool               `json:"parallel_tool_calls"`
+	Metadata           map[string]string   `json:"metadata"`
+	Store              *bool               `json:"store"`
+	PreviousResponseID *string             `json:"previous_response_id"`
+	Background         *bool               `json:"background"`
+	Conversation       json.RawMessage     `json:"conversation"`
+	Prompt             json.RawMessage     `json:"prompt"`
 }
 
-type reasoningParam struct {
+type respReasoningParam struct {
 	Effort  *string `json:"effort"`
 	Summary *string `json:"summary"`
 }
 
-type textParam struct {
-	Format *textFormat `json:"format"`
+type respTextParam struct {
+	Format *respTextFormat `json:"format"`
 }
 
-// textFormat is text.format: {"type":"text"}, {"type":"json_object"} or
+// respTextFormat is text.format: {"type":"text"}, {"type":"json_object"} or
 // {"type":"json_schema","name":...,"schema":{...},"strict":...}.
-type textFormat struct {
+type respTextFormat struct {
 	Type        string          `json:"type"`
 	Name        string          `json:"name,omitempty"`
 	Description string          `json:"description,omitempty"`
@@ -103,21 +103,21 @@ type textFormat struct {
 	Strict      *bool           `json:"strict,omitempty"`
 }
 
-// inputItem is one item of input; which fields count depends on Type.
-type inputItem struct {
+// respItem is one item of input; which fields count depends on Type.
+type respItem struct {
 	Type      string          `json:"type"`
 	Role      string          `json:"role"`
 	Content   json.RawMessage `json:"content"` // message: a string or parts; reasoning: parts
-	Summary   inputPartList   `json:"summary"` // reasoning
+	Summary   respPartList    `json:"summary"` // reasoning
 	CallID    string          `json:"call_id"`
 	Name      string          `json:"name"`
 	Arguments string          `json:"arguments"`
 	Output    json.RawMessage `json:"output"` // function_call_output: a string or parts
 }
 
-// inputPart is a content part of an input item: input_text, output_text,
+// respPart is a content part of an input item: input_text, output_text,
 // refusal, input_image, reasoning_text, summary_text, input_file.
-type inputPart struct {
+type respPart struct {
 	Type     string `json:"type"`
 	Text     string `json:"text"`
 	Refusal  string `json:"refusal"`
@@ -136,28 +136,28 @@ type respTool struct {
 
 // Bounded lists, as chat's (frontdoor.DecodeList).
 type (
-	inputList     []inputItem
-	inputPartList []inputPart
-	respToolList  []respTool
+	respItemList []respItem
+	respPartList []respPart
+	respToolList []respTool
 )
 
 // UnmarshalJSON reads input: a string is one user message.
-func (l *inputList) UnmarshalJSON(b []byte) (err error) {
+func (l *respItemList) UnmarshalJSON(b []byte) (err error) {
 	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '"' {
 		var s string
 		if err := json.Unmarshal(t, &s); err != nil {
 			return err
 		}
 		text, _ := json.Marshal(s) // a string always marshals
-		*l = inputList{{Type: "message", Role: "user", Content: text}}
+		*l = respItemList{{Type: "message", Role: "user", Content: text}}
 		return nil
 	}
-	*l, err = frontdoor.DecodeList[inputItem](b, MaxMessages, "input")
+	*l, err = frontdoor.DecodeList[respItem](b, MaxMessages, "input")
 	return err
 }
 
-func (l *inputPartList) UnmarshalJSON(b []byte) (err error) {
-	*l, err = frontdoor.DecodeList[inputPart](b, MaxContentParts, "content")
+func (l *respPartList) UnmarshalJSON(b []byte) (err error) {
+	*l, err = frontdoor.DecodeList[respPart](b, MaxContentParts, "content")
 	return err
 }
 
@@ -261,11 +261,11 @@ func (req *responsesRequest) stateless() *apiError {
 		return invalid("store", "store true is not supported: responses are not stored."+why)
 	case req.PreviousResponseID != nil && *req.PreviousResponseID != "":
 		return invalid("previous_response_id", "previous_response_id is not supported: no response is stored."+why)
-	case present(req.Conversation):
+	case given(req.Conversation):
 		return invalid("conversation", "conversation is not supported."+why)
 	case req.Background != nil && *req.Background:
 		return invalid("background", "background true is not supported: a response is answered on its request."+why)
-	case present(req.Prompt):
+	case given(req.Prompt):
 		return invalid("prompt", "Stored prompts are not supported: send the prompt in instructions and input.")
 	case len(req.Metadata) > MaxMetadataPairs:
 		return invalid("metadata", "metadata may hold at most %d pairs, got %d.", MaxMetadataPairs, len(req.Metadata))
@@ -273,8 +273,8 @@ func (req *responsesRequest) stateless() *apiError {
 	return nil
 }
 
-// present reports whether a raw field was sent with a value other than null.
-func present(raw json.RawMessage) bool {
+// given reports whether a raw field was sent with a value other than null.
+func given(raw json.RawMessage) bool {
 	return len(raw) > 0 && !bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 }
 
@@ -310,7 +310,7 @@ func (req *responsesRequest) options(o *wirepb.RunOptions) *apiError {
 	case "json_object":
 		o.Format = []byte("json")
 	case "json_schema":
-		if !present(f.Schema) || !json.Valid(f.Schema) {
+		if !given(f.Schema) || !json.Valid(f.Schema) {
 			return invalid("text.format.schema", "A json_schema text format needs a schema.")
 		}
 		o.Format = f.Schema
@@ -363,7 +363,7 @@ func (b *historyBuilder) assistant(fits func(*wirepb.ChatMessage) bool) *wirepb.
 }
 
 // item adds one input item; param is its path ("input[3]").
-func (b *historyBuilder) item(it *inputItem, param string) *apiError {
+func (b *historyBuilder) item(it *respItem, param string) *apiError {
 	kind := it.Type
 	if kind == "" && it.Role != "" {
 		kind = "message" // EasyInputMessage: type is optional
@@ -415,7 +415,7 @@ func (b *historyBuilder) item(it *inputItem, param string) *apiError {
 }
 
 // message adds a message item.
-func (b *historyBuilder) message(it *inputItem, param string) *apiError {
+func (b *historyBuilder) message(it *respItem, param string) *apiError {
 	m := &wirepb.ChatMessage{Role: it.Role}
 	switch it.Role {
 	case "user", "system":
@@ -425,7 +425,7 @@ func (b *historyBuilder) message(it *inputItem, param string) *apiError {
 	default:
 		return invalid(param+".role", "Unsupported role %q: expected user, system, developer or assistant.", it.Role)
 	}
-	if !present(it.Content) {
+	if !given(it.Content) {
 		return invalid(param+".content", "A message item needs content.")
 	}
 	if e := partsInto(m, it.Content, param+".content"); e != nil {
@@ -455,10 +455,10 @@ func partsInto(m *wirepb.ChatMessage, raw json.RawMessage, param string) *apiErr
 		}
 		return nil
 	}
-	if !present(c) {
+	if !given(c) {
 		return nil
 	}
-	var parts inputPartList
+	var parts respPartList
 	if err := json.Unmarshal(c, &parts); err != nil {
 		var le *frontdoor.ListTooLong
 		if errors.As(err, &le) {
@@ -495,9 +495,9 @@ func partsInto(m *wirepb.ChatMessage, raw json.RawMessage, param string) *apiErr
 
 // reasoningText is the text of a reasoning item: its reasoning_text
 // content, or else its summaries.
-func reasoningText(it *inputItem, param string) (string, *apiError) {
-	var content inputPartList
-	if present(it.Content) {
+func reasoningText(it *respItem, param string) (string, *apiError) {
+	var content respPartList
+	if given(it.Content) {
 		if err := json.Unmarshal(it.Content, &content); err != nil {
 			return "", invalid(param+".content", "The content of a reasoning item must be a list of reasoning_text parts.")
 		}

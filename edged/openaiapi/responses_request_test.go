@@ -9,8 +9,8 @@ import (
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
-// summary is a chat message in one line, for comparing histories.
-func summary(m *wirepb.ChatMessage) string {
+// msgLine is a chat message in one line, for comparing histories.
+func msgLine(m *wirepb.ChatMessage) string {
 	s := m.GetRole() + ":" + m.GetContent()
 	if r := m.GetReasoning(); r != "" {
 		s += " reasoning=" + r
@@ -30,10 +30,10 @@ func summary(m *wirepb.ChatMessage) string {
 	return s
 }
 
-func summaries(run *wirepb.RunRequest) []string {
+func msgLines(run *wirepb.RunRequest) []string {
 	var out []string
 	for _, m := range run.GetMessages() {
-		out = append(out, summary(m))
+		out = append(out, msgLine(m))
 	}
 	return out
 }
@@ -93,7 +93,7 @@ func TestResponsesInputItemsBecomeTheRunsMessages(t *testing.T) {
 			if e != nil {
 				t.Fatalf("refused: %d %s (%s)", e.status, e.message, e.param)
 			}
-			got := summaries(req.run)
+			got := msgLines(req.run)
 			if strings.Join(got, "\n---\n") != strings.Join(tt.want, "\n---\n") {
 				t.Errorf("messages\n got %q\nwant %q", got, tt.want)
 			}

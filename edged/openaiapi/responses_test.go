@@ -72,7 +72,7 @@ func respEvents(t *testing.T, body string) []sseEvent {
 	return out
 }
 
-func names(evs []sseEvent) []string {
+func eventNames(evs []sseEvent) []string {
 	var out []string
 	for _, ev := range evs {
 		out = append(out, ev.name)
@@ -129,7 +129,7 @@ func TestResponsesStreamIsTheDocumentedEventSequence(t *testing.T) {
 		"response.function_call_arguments.done", "response.output_item.done",
 		"response.completed",
 	}
-	if got := names(evs); strings.Join(got, " ") != strings.Join(want, " ") {
+	if got := eventNames(evs); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("events\n got %q\nwant %q", got, want)
 	}
 	for i, want := range map[int]string{
@@ -284,7 +284,7 @@ func TestResponsesFailureAfterOutputIsAnErrorEventAndResponseFailed(t *testing.T
 		terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "model crashed")}})
 	w := e.do(respReq(respStreamBody))
 	evs := respEvents(t, w.Body.String())
-	got := names(evs)
+	got := eventNames(evs)
 	want := []string{"response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
 		"response.output_text.delta", "error", "response.failed"}
 	if w.Code != http.StatusOK || strings.Join(got, " ") != strings.Join(want, " ") {
@@ -321,7 +321,7 @@ func TestResponsesIdleTimeoutAfterOutputIsInStream(t *testing.T) {
 		evs := respEvents(t, e.do(respReq(respStreamBody)).Body.String())
 		last := evs[len(evs)-1]
 		if last.name != "response.failed" || !strings.Contains(last.data, `"code":"idle_timeout"`) || evs[len(evs)-2].name != "error" {
-			t.Errorf("events %q, last %s", names(evs), last.data)
+			t.Errorf("events %q, last %s", eventNames(evs), last.data)
 		}
 		if !f.run(t).cancelledWith(ErrIdleTimeout) {
 			t.Error("the run was not cancelled with ErrIdleTimeout")
@@ -343,7 +343,7 @@ func TestResponsesKeepAlivesWhileQueuedOrInPrefill(t *testing.T) {
 		for alive < len(evs) && evs[alive].name == "keep-alive" {
 			alive++
 		}
-		rest := names(evs[alive:])
+		rest := eventNames(evs[alive:])
 		if alive != 8 || rest[0] != "response.created" || rest[len(rest)-1] != "response.completed" {
 			t.Errorf("%d keep-alives, then %q", alive, rest)
 		}
@@ -353,7 +353,7 @@ func TestResponsesKeepAlivesWhileQueuedOrInPrefill(t *testing.T) {
 		e := newEnv(t, f)
 		w := e.do(respReq(respStreamBody))
 		evs := respEvents(t, w.Body.String())
-		got := strings.Join(names(evs), " ")
+		got := strings.Join(eventNames(evs), " ")
 		if w.Code != http.StatusOK || !strings.HasPrefix(got, "keep-alive") ||
 			!strings.HasSuffix(got, "response.created response.in_progress error response.failed") ||
 			!strings.Contains(evs[len(evs)-1].data, `"code":"queue_timeout"`) {
