@@ -53,3 +53,16 @@ func DecodeList[T any](data []byte, max int, param string) ([]T, error) {
 	}
 	return out, nil
 }
+
+// FieldPath is the path of the field a type error names, as the client
+// wrote it ("messages[3].role"). encoding/json prefixes the name of the
+// struct field that holds a list to the path the list's own decoder
+// (DecodeList) already gave ("messages.messages[3].role"); the repeat is
+// dropped.
+func FieldPath(te *json.UnmarshalTypeError) string {
+	f := te.Field
+	if i := strings.IndexByte(f, '.'); i > 0 && strings.HasPrefix(f[i+1:], f[:i]+"[") {
+		return f[i+1:]
+	}
+	return f
+}

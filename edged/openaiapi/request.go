@@ -183,7 +183,8 @@ func jsonError(err error) *apiError {
 	case errors.As(err, &le):
 		return invalid(le.Param, "Too many %s: at most %d are accepted.", le.Param, le.Max)
 	case errors.As(err, &te):
-		return invalid(te.Field, "Invalid type for '%s': expected %s, got %s.", te.Field, te.Type, te.Value)
+		field := frontdoor.FieldPath(te)
+		return invalid(field, "Invalid type for '%s': expected %s, got %s.", field, te.Type, te.Value)
 	}
 	return invalid("", "We could not parse the JSON body of your request: %v", err)
 }

@@ -104,6 +104,7 @@ func TestInvalidRequestsName400Param(t *testing.T) {
 		{"no model", `{` + msgs + `}`, "model"},
 		{"no messages", `{"model":"m1","messages":[]}`, "messages"},
 		{"unknown role", `{"model":"m1","messages":[{"role":"robot","content":"hi"}]}`, "messages[0].role"},
+		{"role of the wrong type", `{"model":"m1","messages":[{"role":"user","content":"hi"},{"role":5}]}`, "messages[1].role"},
 		{"user without content", `{"model":"m1","messages":[{"role":"user"}]}`, "messages[0].content"},
 		{"content neither string nor parts", `{"model":"m1","messages":[{"role":"user","content":7}]}`, "messages[0].content"},
 		{"unknown part", `{"model":"m1","messages":[{"role":"user","content":[{"type":"input_audio"}]}]}`, "messages[0].content[0].type"},
