@@ -11,19 +11,26 @@ import (
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
-// chat serves POST /v1/chat/completions. What a request may make the Edge
-// hold is bounded before it is built (P3): the body is read within
-// MaxRequestBytes and the door's memory budget; the model is read and the
-// principal's right to it checked before the rest is decoded; the decode
-// counts messages and parts as it goes; and the body's share of the budget
-// is given back as soon as the run request is built.
+// chat serves POST /v1/chat/completions.
 func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
+	h.runRequest(w, r, routeChat, parseChat, (*exchange).serve)
+}
+
+// runRequest serves a request that becomes one run (chat, text
+// completions) on route: parse builds it from the body, serve runs it.
+// What a request may make the Edge hold is bounded before it is built
+// (P3): the body is read within MaxRequestBytes and the door's memory
+// budget; the model is read and the principal's right to it checked before
+// the rest is decoded; the decode counts lists as it goes; and the body's
+// share of the budget is given back as soon as the run request is built.
+func (h *handler) runRequest(w http.ResponseWriter, r *http.Request, route string,
+	parse func([]byte) (*parsedChat, *apiError), serve func(*exchange, config.Profile) *apiError) {
 	arrived := time.Now()
-	p, ok := h.authenticate(w, r, routeChat)
+	p, ok := h.authenticate(w, r, route)
 	if !ok {
 		return
 	}
-	x := &exchange{Exchange: gateway.NewExchange(w, r, routeChat, h.metrics, h.log), h: h}
+	x := &exchange{Exchange: gateway.NewExchange(w, r, route, h.metrics, h.log), h: h}
 	x.Arrived, x.P = arrived, p
 	body, err := h.door.ReadBody(w, r, MaxRequestBytes)
 	if err != nil {
@@ -43,14 +50,14 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 		x.end(fromFailure(gateway.StartFailure(err, nil, peek.Model)))
 		return
 	}
-	req, e := parseChat(body.Bytes)
+	req, e := parse(body.Bytes)
 	body.Release()
 	if e != nil {
 		x.end(e)
 		return
 	}
 	x.req = req
-	x.end(x.serve(profile))
+	x.end(serve(x, profile))
 }
 
 // exchange is one chat request from parse to its last byte: the lifecycle
@@ -145,5 +152,9 @@ func (x *exchange) end(e *apiError) {
 	if e != nil {
 		f = e.failure()
 	}
-	x.Record("openai chat completion", "ok", f, started, attrs...)
+	msg := "openai chat completion"
+	if x.Route == routeCompletions {
+		msg = "openai text completion"
+	}
+	x.Record(msg, "ok", f, started, attrs...)
 }

@@ -177,7 +177,7 @@ func TestModelsListsWhatThePrincipalMayUse(t *testing.T) {
 	if w = get("/v1/models/nope"); w.Code != http.StatusNotFound || codeOf(apiErrorOf(t, w.Body.String())) != "model_not_found" {
 		t.Errorf("unknown model: %d %s", w.Code, w.Body)
 	}
-	if w = get("/v1/embeddings"); w.Code != http.StatusNotFound || codeOf(apiErrorOf(t, w.Body.String())) != "unknown_url" {
+	if w = get("/v1/audio/speech"); w.Code != http.StatusNotFound || codeOf(apiErrorOf(t, w.Body.String())) != "unknown_url" {
 		t.Errorf("unknown route: %d %s", w.Code, w.Body)
 	}
 	if got := value(t, e.metrics.Requests.WithLabelValues(routeModels, "ok")); got != 2 {

@@ -3,6 +3,9 @@
 //	POST /v1/chat/completions  a chat run, streamed as server-sent events or
 //	                           answered as one chat.completion object
 //	POST /v1/responses         a run in OpenAI's Responses API (responses.go)
+//	POST /v1/completions       a raw text completion run, with suffix for
+//	                           fill-in-the-middle (completions.go)
+//	POST /v1/embeddings        an embedding call, not a run (embeddings.go)
 //	GET  /v1/models            the models the caller may ask for
 //	GET  /v1/models/{model}    one of them
 //
@@ -110,12 +113,16 @@ func Handler(r Runner, a *auth.Authenticator, m *metrics.Metrics, log *slog.Logg
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", h.chat)
 	mux.HandleFunc("POST /v1/responses", h.responses)
+	mux.HandleFunc("POST /v1/completions", h.completions)
+	mux.HandleFunc("POST /v1/embeddings", h.embeddings)
 	mux.HandleFunc("GET /v1/models", h.models)
 	mux.HandleFunc("GET /v1/models/{model...}", h.model)
 	// A known path with another method is 405 with Allow, in OpenAI's
 	// shape (the catch-all below would say 404).
 	mux.HandleFunc("/v1/chat/completions", methodNotAllowed(http.MethodPost))
 	mux.HandleFunc("/v1/responses", methodNotAllowed(http.MethodPost))
+	mux.HandleFunc("/v1/completions", methodNotAllowed(http.MethodPost))
+	mux.HandleFunc("/v1/embeddings", methodNotAllowed(http.MethodPost))
 	mux.HandleFunc("/v1/models", methodNotAllowed(http.MethodGet+", "+http.MethodHead))
 	mux.HandleFunc("/v1/models/{model...}", methodNotAllowed(http.MethodGet+", "+http.MethodHead))
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 
 	"github.com/iop-dev/iop/quicwire"
@@ -91,6 +92,9 @@ func (e *EmbedStream) Wait(progress func()) ([]*wirepb.Vector, *wirepb.RunEvent)
 					return nil, e.end(protocolFailure(fmt.Errorf("vector %d has %d values (the first has %d; %d in all, at most %d)",
 						len(vectors), n, dims, values, wirepb.MaxEmbedValues)))
 				}
+				if !finite(vec.GetValues()) {
+					return nil, e.end(protocolFailure(fmt.Errorf("vector %d holds a value that is not a finite number", len(vectors))))
+				}
 				vectors = append(vectors, vec)
 			}
 			if progress != nil {
@@ -153,4 +157,15 @@ func (e *EmbedStream) Abandoned() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.abandoned != nil
+}
+
+// finite reports whether every value is a finite number: JSON has no
+// other.
+func finite(values []float32) bool {
+	for _, v := range values {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return false
+		}
+	}
+	return true
 }

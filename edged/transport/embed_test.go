@@ -3,6 +3,7 @@ package transport_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -79,6 +80,7 @@ func TestEmbedStreamsThatBreakTheProtocolFail(t *testing.T) {
 		{"too many", []*wirepb.EmbedFrame{vectorsFrame(0, []float32{1}, []float32{2}, []float32{3})}, "3 vector(s) from index 0"},
 		{"too few", []*wirepb.EmbedFrame{vectorsFrame(0, []float32{1}), completed}, "completed with 1 vector(s) for 2"},
 		{"no terminal", []*wirepb.EmbedFrame{vectorsFrame(0, []float32{1})}, "without a terminal"},
+		{"not a number", []*wirepb.EmbedFrame{vectorsFrame(0, []float32{float32(math.NaN())}), completed}, "not a finite number"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
