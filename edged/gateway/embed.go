@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -111,4 +112,19 @@ func (g *Gateway) Embed(ctx context.Context, p auth.Principal, model string, req
 		g.failover(e.ID, c, err, reason)
 	}
 	return nil, noStreamIsBusy(plan.Model, lastErr)
+}
+
+// AppendValues appends v's values to b as a JSON array of numbers, each
+// the shortest text that reads back as the same float32: what the
+// embedding answers of every API are made of. The values are finite (the
+// transport refuses others).
+func AppendValues(b []byte, v *wirepb.Vector) []byte {
+	b = append(b, '[')
+	for i, f := range v.GetValues() {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendFloat(b, float64(f), 'g', -1, 32)
+	}
+	return append(b, ']')
 }

@@ -148,6 +148,18 @@ func (x *Exchange) Why() error {
 // BeforeWrite gives the next write to the client its deadline.
 func (x *Exchange) BeforeWrite() { x.wd.Extend() }
 
+// Write writes p to the client with its deadline (BeforeWrite), and notes
+// the bytes that went (Wrote): for an answer written in pieces, through a
+// buffer.
+func (x *Exchange) Write(p []byte) (int, error) {
+	x.BeforeWrite()
+	n, err := x.W.Write(p)
+	if n > 0 {
+		x.Wrote()
+	}
+	return n, err
+}
+
 // Wrote notes that bytes went to the client (or, for a response sent
 // whole, that the work made progress): the idle timer starts over.
 func (x *Exchange) Wrote() {

@@ -82,6 +82,11 @@ func (h *handler) tunnelled(route string, nameToo bool) http.HandlerFunc {
 			body.Release()
 			x.end(x.show())
 			return
+		case route == routeEmbed || route == routeEmbeddings:
+			if e, ok := h.runner.(Embedder); ok && !h.tunnels(p, x.Model) {
+				x.end(x.serveEmbed(e, profile, body))
+				return
+			}
 		}
 		x.end(x.serve(profile, body))
 	}
@@ -106,9 +111,12 @@ type exchange struct {
 	rename *renamer   // gives the answer the client's name back; nil unless target is set
 	lines  *lineWatch // the stream's last line, when it must be final; else nil
 	failed bool       // the stream ended with the provider's own error line
+
+	embedding bool   // the request is an embedding call (embed.go)
+	embedID   string // its id, once it ran
 }
 
-// tunnels reports whether a chat or generate for model goes through the
+// tunnels reports whether a chat, generate or embed for model goes through the
 // raw tunnel: exactly when an Ollama server is among the model's
 // candidates now. Any other model runs as a normalized run, on whatever
 // provider serves it (run.go); so does a model no candidate serves now, so
@@ -365,8 +373,14 @@ func (x *exchange) end(e *apiError) {
 		f = e.failure()
 	}
 	msg := "ollama tunnel"
-	if x.out != nil {
+	switch {
+	case x.out != nil:
 		msg = "ollama run"
+	case x.embedding:
+		msg = "ollama embed"
+	}
+	if x.embedID != "" {
+		attrs = append(attrs, slog.String("embed_id", x.embedID))
 	}
 	x.Record(msg, outcome, f, started, attrs...)
 }

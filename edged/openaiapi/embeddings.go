@@ -236,7 +236,7 @@ func writeEmbeddings(x *gateway.Exchange, req *parsedEmbeddings, emb *gateway.Em
 	x.W.Header().Set("Content-Type", "application/json")
 	x.BeforeWrite()
 	x.W.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(deadlineWriter{x}, 64<<10)
+	bw := bufio.NewWriterSize(x, 64<<10)
 	var b []byte
 	b = append(b, `{"object":"list","data":[`...)
 	var raw []byte
@@ -256,14 +256,7 @@ func writeEmbeddings(x *gateway.Exchange, req *parsedEmbeddings, emb *gateway.Em
 			b = base64.StdEncoding.AppendEncode(b, raw)
 			b = append(b, '"')
 		} else {
-			b = append(b, '[')
-			for j, f := range v.GetValues() {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				b = strconv.AppendFloat(b, float64(f), 'g', -1, 32)
-			}
-			b = append(b, ']')
+			b = gateway.AppendValues(b, v)
 		}
 		b = append(b, '}')
 		if _, err := bw.Write(b); err != nil {
@@ -282,16 +275,4 @@ func writeEmbeddings(x *gateway.Exchange, req *parsedEmbeddings, emb *gateway.Em
 		return false
 	}
 	return bw.Flush() == nil
-}
-
-// deadlineWriter gives every write to the client its deadline.
-type deadlineWriter struct{ x *gateway.Exchange }
-
-func (d deadlineWriter) Write(p []byte) (int, error) {
-	d.x.BeforeWrite()
-	n, err := d.x.W.Write(p)
-	if err == nil {
-		d.x.Wrote()
-	}
-	return n, err
 }
