@@ -40,6 +40,29 @@ func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 	if err := req.Options.ToolChoice.Check(req.Tools); err != nil {
 		return nil, err
 	}
+	return m.generate(ctx, req, out, seedOf(req), promptWords(req.Messages), true)
+}
+
+// Complete streams the simulated continuation of a raw completion's
+// prompt, as Execute streams an answer, its text seeded by the target, the
+// prompt, the suffix and the seed; it makes no tool call. A model with
+// no_suffix refuses a suffix (no fill-in-the-middle) with KindUnsupported.
+func (a *Adapter) Complete(ctx context.Context, req *sdk.Request, out sdk.EventSink) (*sdk.Result, error) {
+	m, ok := a.models.Load().byName[req.Target]
+	if !ok {
+		return nil, sdk.Errorf(sdk.KindModelNotFound, "simulator: no model %q", req.Target)
+	}
+	if req.Suffix != "" && m.noSuffix {
+		return nil, sdk.Errorf(sdk.KindUnsupported, "simulator: model %q does not fill in the middle (no_suffix)", req.Target)
+	}
+	words := int64(len(strings.Fields(req.Prompt)) + len(strings.Fields(req.Suffix)))
+	return m.generate(ctx, req, out, hashOf(req.Target, req.Prompt+"\x00"+req.Suffix, req.Options.Seed), words, false)
+}
+
+// generate streams m's answer for req, its words drawn from seed, prompt
+// its prompt's token count; a chat run (not a raw completion) makes its
+// tool call.
+func (m *model) generate(ctx context.Context, req *sdk.Request, out sdk.EventSink, seed uint64, prompt int64, chat bool) (*sdk.Result, error) {
 	n, reason := m.tokens, "stop"
 	if mt := req.Options.MaxTokens; mt != nil {
 		if *mt < 0 {
@@ -49,7 +72,7 @@ func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 			n, reason = int(*mt), "length"
 		}
 	}
-	words := newWords(seedOf(req))
+	words := newWords(seed)
 
 	if err := wait(ctx, m.prefill); err != nil {
 		return nil, err
@@ -87,14 +110,14 @@ func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 			return nil, err
 		}
 	}
-	if name, args := toolCall(m, req); name != "" && reason != "length" {
+	if name, args := toolCall(m, req); chat && name != "" && reason != "length" {
 		reason = "tool_calls"
 		call := &sdk.ToolCall{Index: 0, ID: callID(req), Name: name, Arguments: args}
 		if err := out.Send(ctx, sdk.Event{Kind: sdk.ToolCallDelta, ToolCall: call}); err != nil {
 			return nil, err
 		}
 	}
-	usage := sdk.Usage{PromptTokens: promptWords(req.Messages), CompletionTokens: int64(n)}
+	usage := sdk.Usage{PromptTokens: prompt, CompletionTokens: int64(n)}
 	if err := out.Send(ctx, sdk.Event{Kind: sdk.UsageReport, Usage: &usage}); err != nil {
 		return nil, err
 	}
@@ -157,16 +180,21 @@ func seedOf(req *sdk.Request) uint64 {
 			break
 		}
 	}
-	var seed int64
-	if req.Options.Seed != nil {
-		seed = *req.Options.Seed
+	return hashOf(req.Target, last, req.Options.Seed)
+}
+
+// hashOf hashes target, text and seed (0 when none).
+func hashOf(target, text string, seed *int64) uint64 {
+	var s int64
+	if seed != nil {
+		s = *seed
 	}
 	h := fnv.New64a()
-	h.Write([]byte(req.Target))
+	h.Write([]byte(target))
 	h.Write([]byte{0})
-	h.Write([]byte(last))
+	h.Write([]byte(text))
 	h.Write([]byte{0})
-	h.Write([]byte(strconv.FormatInt(seed, 10)))
+	h.Write([]byte(strconv.FormatInt(s, 10)))
 	return h.Sum64()
 }
 

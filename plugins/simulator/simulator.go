@@ -1,7 +1,9 @@
 // Package simulator is a deterministic model for demos, tests and load. It
 // has no upstream server: Execute makes its text itself, from a fixed
 // vocabulary seeded by a hash of the request (target, last user message and
-// seed), so the same request always streams the same tokens.
+// seed), so the same request always streams the same tokens; Complete does
+// the same for a raw completion's prompt and suffix, and Embed makes unit
+// vectors from a hash of each input.
 //
 // Each configured model has knobs: its token count and rate, a prefill
 // delay before the first token, reasoning sent before the text, a tool call
@@ -17,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 )
 
@@ -30,6 +33,7 @@ const DefaultModel = "sim-small"
 const (
 	DefaultTokens        = 32
 	DefaultTokenInterval = 20 * time.Millisecond
+	DefaultEmbeddingDims = 16
 )
 
 // Config is the adapter's configuration, decoded strictly.
@@ -61,6 +65,12 @@ type ModelConfig struct {
 	ToolCall *ToolCallConfig `json:"tool_call,omitempty"`
 	// Reasoning is text sent as one reasoning delta before the answer.
 	Reasoning string `json:"reasoning,omitempty"`
+	// NoSuffix makes raw completions with a suffix fail as unsupported, as
+	// a model without fill-in-the-middle does.
+	NoSuffix bool `json:"no_suffix,omitempty"`
+	// EmbeddingDims is the length of the model's embeddings (default
+	// DefaultEmbeddingDims).
+	EmbeddingDims int `json:"embedding_dims,omitempty"`
 }
 
 // FailConfig makes a model's runs fail.
@@ -95,6 +105,8 @@ type model struct {
 	toolName   string
 	toolArgs   string
 	reasoning  string
+	noSuffix   bool
+	dims       int
 }
 
 type failure struct {
@@ -118,6 +130,8 @@ var (
 	_ sdk.Adapter      = (*Adapter)(nil)
 	_ sdk.TargetLister = (*Adapter)(nil)
 	_ sdk.Prober       = (*Adapter)(nil)
+	_ sdk.Completer    = (*Adapter)(nil)
+	_ sdk.Embedder     = (*Adapter)(nil)
 )
 
 // New returns a simulator serving DefaultModel until configured.
@@ -139,7 +153,8 @@ func (a *Adapter) Info() sdk.Info {
 		Description: "deterministic simulated models for demos, tests and load (no model server)",
 		ConfigFields: map[string]string{
 			"models": `optional list of {name, tokens (default 32), token_interval (default "20ms"), prefill_delay (default "0s"), ` +
-				`stall_after (0 = never), fail {kind, message, after_tokens}, tool_call {name, arguments}, reasoning}; ` +
+				`stall_after (0 = never), fail {kind, message, after_tokens}, tool_call {name, arguments}, reasoning, ` +
+				`no_suffix (no fill-in-the-middle), embedding_dims (default 16)}; ` +
 				`default: one model "` + DefaultModel + `"`,
 		},
 	}
@@ -183,7 +198,14 @@ func (mc ModelConfig) validate() (*model, error) {
 	if mc.Name == "" {
 		return nil, fmt.Errorf("name is required")
 	}
-	m := &model{name: mc.Name, tokens: DefaultTokens, interval: DefaultTokenInterval, reasoning: mc.Reasoning}
+	m := &model{name: mc.Name, tokens: DefaultTokens, interval: DefaultTokenInterval, reasoning: mc.Reasoning,
+		noSuffix: mc.NoSuffix, dims: DefaultEmbeddingDims}
+	switch d := mc.EmbeddingDims; {
+	case d < 0 || d > wirepb.MaxEmbedDimensions:
+		return nil, fmt.Errorf("embedding_dims: must be between 1 and %d", wirepb.MaxEmbedDimensions)
+	case d > 0:
+		m.dims = d
+	}
 	if mc.Tokens != nil {
 		if *mc.Tokens < 0 {
 			return nil, fmt.Errorf("tokens: must not be negative")
