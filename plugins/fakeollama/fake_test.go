@@ -288,3 +288,42 @@ func TestTagsShowPsVersionEmbedGenerate(t *testing.T) {
 		t.Fatalf("version %q %v", v, err)
 	}
 }
+
+// Issue 12: embed's dimensions shorten the vectors (normalized again), and
+// a generate with a suffix fills in the middle, or is refused with
+// Ollama's 400 for a model without it; checked with the official client.
+func TestEmbedDimensionsAndGenerateWithASuffix(t *testing.T) {
+	s := newServer(t, Model{Name: "coder", Text: "return a + b"}, Model{Name: "plain", NoInsert: true},
+		Model{Name: "embed", EmbeddingDims: 16})
+	c := client(t, s)
+	ctx := ctxTimeout(t, 5*time.Second)
+
+	emb, err := c.Embed(ctx, &api.EmbedRequest{Model: "embed", Input: "a", Dimensions: 4})
+	if err != nil || len(emb.Embeddings) != 1 || len(emb.Embeddings[0]) != 4 {
+		t.Fatalf("embed %+v %v", emb, err)
+	}
+	var norm float64
+	for _, v := range emb.Embeddings[0] {
+		norm += float64(v) * float64(v)
+	}
+	if norm < 0.999 || norm > 1.001 {
+		t.Errorf("a shortened vector of length² %v, want a unit vector", norm)
+	}
+
+	var text strings.Builder
+	err = c.Generate(ctx, &api.GenerateRequest{Model: "coder", Prompt: "def add(a, b):\n    ", Suffix: "\n\nprint(add(1, 2))"},
+		func(r api.GenerateResponse) error { text.WriteString(r.Response); return nil })
+	if err != nil || text.String() != "return a + b" {
+		t.Fatalf("generate with a suffix: %q, %v", text.String(), err)
+	}
+	var got GenerateRequest
+	reqs := s.Requests()
+	if err := json.Unmarshal(reqs[len(reqs)-1].Body, &got); err != nil || got.Suffix != "\n\nprint(add(1, 2))" {
+		t.Errorf("recorded %+v, %v", got, err)
+	}
+	err = c.Generate(ctx, &api.GenerateRequest{Model: "plain", Prompt: "x", Suffix: "y"}, func(api.GenerateResponse) error { return nil })
+	var se api.StatusError
+	if !errors.As(err, &se) || se.StatusCode != http.StatusBadRequest || se.ErrorMessage != "does not support insert" {
+		t.Errorf("a suffix on a model without insert: %v", err)
+	}
+}

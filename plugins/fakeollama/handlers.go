@@ -225,7 +225,7 @@ func (s *Server) embed(ctx context.Context, w http.ResponseWriter, body []byte) 
 	s.markLoaded(m, keepAlive(req.KeepAlive))
 	resp := EmbedResponse{Model: req.Model, Embeddings: [][]float32{}}
 	for _, in := range inputs {
-		resp.Embeddings = append(resp.Embeddings, m.embedding(in))
+		resp.Embeddings = append(resp.Embeddings, m.embedding(in, req.Dimensions))
 	}
 	if len(inputs) > 0 {
 		resp.TotalDuration = nonZero(time.Since(start))

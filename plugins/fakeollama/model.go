@@ -64,8 +64,13 @@ type Model struct {
 	// PromptEvalCount, when set, is reported as prompt_eval_count instead of
 	// the fake's own count of the prompt's words.
 	PromptEvalCount int `json:"prompt_eval_count,omitempty"`
-	// EmbeddingDims is the length of embeddings (default 8).
+	// EmbeddingDims is the length of embeddings (default 8). A request's
+	// dimensions below it shortens them, normalized again, as Ollama does.
 	EmbeddingDims int `json:"embedding_dims,omitempty"`
+	// NoInsert is a model without fill-in-the-middle: a generate with a
+	// suffix is refused with 400 "does not support insert", as Ollama
+	// refuses it for a model whose template has no suffix.
+	NoInsert bool `json:"no_insert,omitempty"`
 
 	// Family, ParameterSize and Quantization fill the details object.
 	Family        string `json:"family,omitempty"`
@@ -178,14 +183,28 @@ func (m Model) digest() string {
 
 func (m Model) capabilities() []string {
 	caps := []string{"completion", "tools"}
+	if !m.NoInsert {
+		caps = append(caps, "insert")
+	}
 	if m.Thinking != "" {
 		caps = append(caps, "thinking")
 	}
 	return caps
 }
 
-// embedding returns a deterministic unit vector for text.
-func (m Model) embedding(text string) []float32 {
+// embedding returns a deterministic unit vector for text, of dims values
+// when dims is above 0 and below the model's length (its first values,
+// normalized again).
+func (m Model) embedding(text string, dims int) []float32 {
+	vec := m.fullEmbedding(text)
+	if dims > 0 && dims < len(vec) {
+		vec = normalized(vec[:dims])
+	}
+	return vec
+}
+
+// fullEmbedding is the model's own embedding of text.
+func (m Model) fullEmbedding(text string) []float32 {
 	dims := m.EmbeddingDims
 	if dims <= 0 {
 		dims = 8
@@ -197,11 +216,17 @@ func (m Model) embedding(text string) []float32 {
 	}
 	rng := rand.New(rand.NewPCG(seed, m.Seed))
 	vec := make([]float32, dims)
-	var norm float64
 	for i := range vec {
-		v := rng.Float64()*2 - 1
-		vec[i] = float32(v)
-		norm += v * v
+		vec[i] = float32(rng.Float64()*2 - 1)
+	}
+	return normalized(vec)
+}
+
+// normalized scales vec to length 1, in place, and returns it.
+func normalized(vec []float32) []float32 {
+	var norm float64
+	for _, v := range vec {
+		norm += float64(v) * float64(v)
 	}
 	norm = math.Sqrt(norm)
 	for i := range vec {

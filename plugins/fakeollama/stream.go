@@ -265,6 +265,10 @@ func (s *Server) generate(ctx context.Context, w *recorder, body []byte) {
 		notFound(w, req.Model)
 		return
 	}
+	if req.Suffix != "" && m.NoInsert {
+		writeError(w, http.StatusBadRequest, "does not support insert")
+		return
+	}
 	thinkOn, thinkSet := think(req.Think)
 	if !s.admit(ctx, w, m, req.Model, thinkOn && thinkSet, req.Prompt == "", req.KeepAlive) {
 		return

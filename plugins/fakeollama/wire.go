@@ -27,7 +27,9 @@ type ChatRequest struct {
 type GenerateRequest struct {
 	Model     string          `json:"model"`
 	Prompt    string          `json:"prompt"`
+	Suffix    string          `json:"suffix,omitempty"`
 	System    string          `json:"system,omitempty"`
+	Raw       bool            `json:"raw,omitempty"`
 	Stream    *bool           `json:"stream,omitempty"`
 	Format    json.RawMessage `json:"format,omitempty"`
 	KeepAlive json.RawMessage `json:"keep_alive,omitempty"`
@@ -39,10 +41,12 @@ type GenerateRequest struct {
 // EmbedRequest is the body of POST /api/embed. Input is a string or a list
 // of strings.
 type EmbedRequest struct {
-	Model     string          `json:"model"`
-	Input     json.RawMessage `json:"input"`
-	KeepAlive json.RawMessage `json:"keep_alive,omitempty"`
-	Options   map[string]any  `json:"options,omitempty"`
+	Model      string          `json:"model"`
+	Input      json.RawMessage `json:"input"`
+	KeepAlive  json.RawMessage `json:"keep_alive,omitempty"`
+	Truncate   *bool           `json:"truncate,omitempty"`
+	Dimensions int             `json:"dimensions,omitempty"`
+	Options    map[string]any  `json:"options,omitempty"`
 }
 
 // ShowRequest is the body of POST /api/show. Name is the deprecated
