@@ -217,7 +217,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record, cfg C
 		return
 	}
 	if req.Stream {
-		s.stream(w, r, rec, m, req)
+		s.stream(w, r, rec, m, chatAnswer(m, req))
 		return
 	}
 	s.complete(w, r, m, req)
@@ -256,10 +256,63 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, m Model, req c
 	writeJSON(w, http.StatusOK, out)
 }
 
-// stream writes m's answer as server-sent events. Chunk i of the deltas is
-// preceded by the delay (except the first), and the stall and mid-stream
+// sseAnswer is an answer stream writes: n delta chunks, then the final
+// chunk and, if usage is not nil, the usage chunk.
+type sseAnswer struct {
+	n     int
+	delta func(i int) any // the i-th delta chunk
+	final func() any
+	usage func() any
+}
+
+// chatAnswer is m's chat answer to req as chunks.
+func chatAnswer(m Model, req chatRequest) sseAnswer {
+	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	chunk := func(d wireDelta, finish *string) wireChunk {
+		c := wireChunk{
+			ID: "chatcmpl-fake", Object: "chat.completion.chunk", Created: created, Model: m.Name,
+			Choices: []wireChunkChoice{{Delta: d, FinishReason: finish}},
+		}
+		if includeUsage {
+			null := json.RawMessage("null")
+			c.Usage = &null
+		}
+		return c
+	}
+	deltas := m.deltas()
+	a := sseAnswer{
+		n: len(deltas),
+		delta: func(i int) any {
+			d := deltas[i]
+			if i == 0 {
+				d.Role = "assistant"
+			}
+			return chunk(d, nil)
+		},
+		final: func() any {
+			finish := m.finishReason()
+			d := wireDelta{}
+			if len(deltas) == 0 {
+				d.Role = "assistant"
+			}
+			return chunk(d, &finish)
+		},
+	}
+	if includeUsage && !m.NoUsage {
+		a.usage = func() any {
+			u, _ := json.Marshal(m.usage(req))
+			raw := json.RawMessage(u)
+			return wireChunk{ID: "chatcmpl-fake", Object: "chat.completion.chunk", Created: created, Model: m.Name,
+				Choices: []wireChunkChoice{}, Usage: &raw}
+		}
+	}
+	return a
+}
+
+// stream writes an answer as server-sent events. Chunk i of the deltas is
+// preceded by m's delay (except the first), and the stall and mid-stream
 // failure knobs are checked before each chunk and before the final one.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, m Model, req chatRequest) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, m Model, a sseAnswer) {
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -267,7 +320,6 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, m M
 	if flusher != nil {
 		flusher.Flush()
 	}
-	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	sent := 0
 	send := func(v any) bool {
 		if sent > 0 && !sleep(r, m.Delay) {
@@ -283,24 +335,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, m M
 		sent++
 		return r.Context().Err() == nil
 	}
-	chunk := func(d wireDelta, finish *string) wireChunk {
-		if sent == 0 {
-			d.Role = "assistant"
-		}
-		c := wireChunk{
-			ID: "chatcmpl-fake", Object: "chat.completion.chunk", Created: created, Model: m.Name,
-			Choices: []wireChunkChoice{{Delta: d, FinishReason: finish}},
-		}
-		if includeUsage {
-			null := json.RawMessage("null")
-			c.Usage = &null
-		}
-		return c
-	}
 	if !sleep(r, m.PrefillDelay) {
 		return
 	}
-	deltas := m.deltas()
 	for i := 0; ; i++ {
 		if f := m.Fail; f != nil && f.MidStream && i == f.AfterChunks {
 			b, _ := json.Marshal(errorBody(*f))
@@ -312,25 +349,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, m M
 			<-r.Context().Done()
 			return
 		}
-		if i == len(deltas) {
+		if i == a.n {
 			break
 		}
-		if !send(chunk(deltas[i], nil)) {
+		if !send(a.delta(i)) {
 			return
 		}
 	}
-	finish := m.finishReason()
-	if !send(chunk(wireDelta{}, &finish)) {
+	if !send(a.final()) {
 		return
 	}
-	if includeUsage && !m.NoUsage {
-		u, _ := json.Marshal(m.usage(req))
-		raw := json.RawMessage(u)
-		last := wireChunk{
-			ID: "chatcmpl-fake", Object: "chat.completion.chunk", Created: created, Model: m.Name,
-			Choices: []wireChunkChoice{}, Usage: &raw,
-		}
-		b, _ := json.Marshal(last)
+	if a.usage != nil {
+		b, _ := json.Marshal(a.usage())
 		fmt.Fprintf(w, "data: %s\n\n", b)
 	}
 	if _, err := fmt.Fprint(w, "data: [DONE]\n\n"); err != nil {

@@ -2,7 +2,9 @@
 //
 // It speaks the wire shapes of /v1/chat/completions (server-sent events of
 // chat.completion.chunk objects ending in `data: [DONE]`, or one
-// chat.completion object when not streaming) and /v1/models, with per-model
+// chat.completion object when not streaming), /v1/completions (text
+// completions, streamed or not, with suffix), /v1/embeddings (float or
+// base64, with dimensions) and /v1/models, with per-model
 // knobs: the tokens, the reasoning, the delay between chunks, tool calls
 // streamed as fragmented deltas, the finish reason, the usage, a failure
 // (an HTTP status with an OpenAI error body, or an error object mid-stream),
@@ -78,6 +80,12 @@ type Model struct {
 	// nothing, until the client goes away.
 	Stall      bool
 	StallAfter int
+	// NoSuffix refuses text completions with a suffix, 400 "suffix is not
+	// currently supported", as vLLM answers for a model without
+	// fill-in-the-middle.
+	NoSuffix bool
+	// EmbeddingDims is the length of the model's embeddings (default 8).
+	EmbeddingDims int
 }
 
 // ToolCall is a tool call the model makes.
@@ -183,7 +191,8 @@ func (c Config) model(name string) (Model, bool) {
 	return Model{}, false
 }
 
-// ServeHTTP serves /v1/chat/completions and /v1/models.
+// ServeHTTP serves /v1/chat/completions, /v1/completions, /v1/embeddings
+// and /v1/models.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := s.begin(r)
 	defer s.finish(r, rec)
@@ -195,6 +204,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/v1/chat/completions" && r.Method == http.MethodPost:
 		s.chat(w, r, rec, cfg)
+	case r.URL.Path == "/v1/completions" && r.Method == http.MethodPost:
+		s.completions(w, r, rec, cfg)
+	case r.URL.Path == "/v1/embeddings" && r.Method == http.MethodPost:
+		s.embeddings(w, r, cfg)
 	case r.URL.Path == "/v1/models" && r.Method == http.MethodGet:
 		s.models(w, r, cfg)
 	default:
