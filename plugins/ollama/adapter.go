@@ -1,7 +1,8 @@
 // Package ollama is the IOP adapter for Ollama. It runs normalized runs
-// through Ollama's streaming /api/chat, lists the server's models
-// (/api/tags), probes one exact model (listed and answering), and relays
-// Ollama's own HTTP API raw for the tunnel.
+// through Ollama's streaming /api/chat and raw completions through its
+// /api/generate (generate.go), computes embeddings with /api/embed, lists
+// the server's models (/api/tags), probes one exact model (listed and
+// answering), and relays Ollama's own HTTP API raw for the tunnel.
 //
 // The adapter owns no timers: the Node's stall watchdog and the run's hard
 // deadline reach it through ctx, and every upstream request is bound to its
@@ -39,6 +40,8 @@ var (
 	_ sdk.Prober       = (*Adapter)(nil)
 	_ sdk.Tunneler     = (*Adapter)(nil)
 	_ sdk.Closer       = (*Adapter)(nil)
+	_ sdk.Completer    = (*Adapter)(nil)
+	_ sdk.Embedder     = (*Adapter)(nil)
 )
 
 // Config is the adapter's configuration, decoded strictly.
@@ -104,7 +107,7 @@ func (a *Adapter) Info() sdk.Info {
 	return sdk.Info{
 		Name:        "ollama",
 		Version:     Version,
-		Description: "Ollama: streaming /api/chat runs, model listing, exact-model probe, raw API tunnel",
+		Description: "Ollama: streaming /api/chat runs, raw completions (/api/generate, with suffix), embeddings (/api/embed), model listing, exact-model probe, raw API tunnel",
 		ConfigFields: map[string]string{
 			"base_url":   "Ollama's base URL (default " + DefaultBaseURL + ")",
 			"keep_alive": `optional keep_alive sent to Ollama: a duration ("5m") or seconds ("-1" keeps the model loaded)`,

@@ -34,30 +34,35 @@ func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 	if err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(cr)
-	if err != nil {
-		return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: encode chat request: %w", err)
-	}
+	return a.stream(ctx, s, "chat", cr, req.Credential, out)
+}
 
+// stream posts body (as JSON) to op's streaming endpoint, /api/<op>, and
+// relays the NDJSON answer (readLines).
+func (a *Adapter) stream(ctx context.Context, s *settings, op string, body any, cred *sdk.Credential, out sdk.EventSink) (*sdk.Result, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: encode %s request: %w", op, err)
+	}
 	// reqCtx ends the upstream request with the run, or once the answer is
 	// complete and its trailing bytes have had drainGrace to arrive.
 	reqCtx, cancelReq := context.WithCancel(ctx)
 	defer cancelReq()
-	hreq, err := a.newRequest(reqCtx, s, http.MethodPost, "/api/chat", body, req.Credential)
+	hreq, err := a.newRequest(reqCtx, s, http.MethodPost, "/api/"+op, b, cred)
 	if err != nil {
 		return nil, err
 	}
 	hreq.Header.Set("Accept", "application/x-ndjson")
 	resp, err := a.client.Do(hreq)
 	if err != nil {
-		return nil, sendError(ctx, "chat", err)
+		return nil, sendError(ctx, op, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, statusError("chat", resp)
+		return nil, statusError(op, resp)
 	}
 
-	res, err := readChat(ctx, resp.Body, out)
+	res, err := readLines(ctx, op, resp.Body, out)
 	if err == nil {
 		t := time.AfterFunc(drainGrace, cancelReq)
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
@@ -66,15 +71,16 @@ func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 	return res, err
 }
 
-// readChat reads the NDJSON answer line by line as it arrives, sending one
+// readLines reads op's NDJSON answer (/api/chat's message pieces, or
+// /api/generate's response pieces) line by line as it arrives, sending one
 // event per piece, and returns at the done line.
-func readChat(ctx context.Context, body io.Reader, out sdk.EventSink) (*sdk.Result, error) {
+func readLines(ctx context.Context, op string, body io.Reader, out sdk.EventSink) (*sdk.Result, error) {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
 	calls := 0
 	send := func(ev sdk.Event) error {
 		if err := out.Send(ctx, ev); err != nil {
-			return fmt.Errorf("ollama chat: %w", err)
+			return fmt.Errorf("ollama %s: %w", op, err)
 		}
 		return nil
 	}
@@ -85,17 +91,17 @@ func readChat(ctx context.Context, body io.Reader, out sdk.EventSink) (*sdk.Resu
 		}
 		var line chatLine
 		if err := json.Unmarshal(raw, &line); err != nil {
-			return nil, sdk.Errorf(sdk.KindUpstream, "ollama chat: malformed answer line: %v", err)
+			return nil, sdk.Errorf(sdk.KindUpstream, "ollama %s: malformed answer line: %v", op, err)
 		}
 		if line.Error != "" {
-			return nil, sdk.Errorf(sdk.KindUpstream, "ollama chat: %s", line.Error)
+			return nil, sdk.Errorf(sdk.KindUpstream, "ollama %s: %s", op, line.Error)
 		}
-		if t := line.Message.Thinking; t != "" {
+		if t := line.Message.Thinking + line.Thinking; t != "" {
 			if err := send(sdk.Event{Kind: sdk.ReasoningDelta, Text: t}); err != nil {
 				return nil, err
 			}
 		}
-		if t := line.Message.Content; t != "" {
+		if t := line.Message.Content + line.Response; t != "" {
 			if err := send(sdk.Event{Kind: sdk.TextDelta, Text: t}); err != nil {
 				return nil, err
 			}
@@ -120,14 +126,14 @@ func readChat(ctx context.Context, body io.Reader, out sdk.EventSink) (*sdk.Resu
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, sdk.Errorf(sdk.KindUpstream, "ollama chat: an answer line exceeds %d MiB", MaxLineBytes>>20)
+			return nil, sdk.Errorf(sdk.KindUpstream, "ollama %s: an answer line exceeds %d MiB", op, MaxLineBytes>>20)
 		}
-		return nil, readError(ctx, "chat", err)
+		return nil, readError(ctx, op, err)
 	}
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("ollama chat: %w", ctx.Err())
+		return nil, fmt.Errorf("ollama %s: %w", op, ctx.Err())
 	}
-	return nil, sdk.Errorf(sdk.KindUpstream, "ollama chat: the answer ended without its done line")
+	return nil, sdk.Errorf(sdk.KindUpstream, "ollama %s: the answer ended without its done line", op)
 }
 
 // completeCall turns one of Ollama's tool calls, which always arrive whole,

@@ -28,7 +28,8 @@ import (
 //     warning in its log);
 //   - truncate, shift and think go to the top level, as Ollama takes them,
 //     and so does keep_alive unless the provider's configuration sets one
-//     (the operator owns the server's memory);
+//     (the operator owns the server's memory); raw too, for a raw
+//     completion (/api/generate);
 //   - everything else is dropped: OpenAI's fields that Ollama has no
 //     equivalent for (logit_bias, user, parallel_tool_calls, service_tier,
 //     store, metadata, prediction, modalities, audio), other servers'
@@ -73,9 +74,10 @@ var optionKinds = map[string]optionKind{
 var optionAliases = map[string]string{"repetition_penalty": "repeat_penalty"}
 
 // topLevel are the fields of Extra that go to the top level of Ollama's
-// request.
+// request. raw is /api/generate's only (no template applied to a raw
+// completion's prompt); chat leaves it out.
 type topLevel struct {
-	keepAlive, think, truncate, shift json.RawMessage
+	keepAlive, think, truncate, shift, raw json.RawMessage
 }
 
 // options builds Ollama's options and top-level fields from o: Extra's,
@@ -147,6 +149,8 @@ func fromExtra(extra json.RawMessage) (map[string]any, topLevel, error) {
 			top.truncate = v
 		case "shift":
 			top.shift = v
+		case "raw":
+			top.raw = v
 		}
 	}
 	if raw, ok := fields["options"]; ok && !isNull(raw) {

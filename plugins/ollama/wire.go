@@ -60,15 +60,19 @@ type toolSpec struct {
 	Parameters  json.RawMessage `json:"parameters"`
 }
 
-// chatLine is one NDJSON line of a streamed /api/chat answer: a piece of
-// the message, the final done line (with counts and durations in
-// nanoseconds), or {"error": ...}.
+// chatLine is one NDJSON line of a streamed /api/chat or /api/generate
+// answer: a piece of the message (chat) or of the response (generate), the
+// final done line (with counts and durations in nanoseconds), or
+// {"error": ...}.
 type chatLine struct {
 	Message struct {
 		Content   string     `json:"content"`
 		Thinking  string     `json:"thinking"`
 		ToolCalls []toolCall `json:"tool_calls"`
 	} `json:"message"`
+	// Response and Thinking are /api/generate's pieces.
+	Response           string `json:"response"`
+	Thinking           string `json:"thinking"`
 	Done               bool   `json:"done"`
 	DoneReason         string `json:"done_reason"`
 	TotalDuration      int64  `json:"total_duration"`
