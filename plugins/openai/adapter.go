@@ -4,7 +4,9 @@
 // Normalized runs go through streaming chat completions (POST
 // {base_url}/chat/completions with stream and stream_options.include_usage),
 // parsed incrementally from server-sent events into text, reasoning,
-// tool-call and usage events. The raw tunnel relays any request to base_url;
+// tool-call and usage events; raw completions through streaming text
+// completions ({base_url}/completions, with suffix), read the same way;
+// embeddings through {base_url}/embeddings (complete.go). The raw tunnel relays any request to base_url;
 // the probe and the target list read {base_url}/models.
 //
 // Credentials never rest on the Node: the key is presented only when a run
@@ -44,6 +46,8 @@ var (
 	_ sdk.Tunneler     = (*Adapter)(nil)
 	_ sdk.Prober       = (*Adapter)(nil)
 	_ sdk.Closer       = (*Adapter)(nil)
+	_ sdk.Completer    = (*Adapter)(nil)
+	_ sdk.Embedder     = (*Adapter)(nil)
 )
 
 // Config is the adapter's configuration, decoded strictly from the
@@ -81,7 +85,7 @@ func (a *Adapter) Info() sdk.Info {
 	return sdk.Info{
 		Name:        "openai",
 		Version:     Version,
-		Description: "OpenAI-compatible servers (vLLM, llama.cpp server, LM Studio, hosted APIs) via streaming chat completions",
+		Description: "OpenAI-compatible servers (vLLM, llama.cpp server, LM Studio, hosted APIs) via streaming chat completions, text completions (with suffix) and embeddings",
 		ConfigFields: map[string]string{
 			"base_url": "required: the server's OpenAI API root including the version path, e.g. http://127.0.0.1:8000/v1",
 			"headers":  "optional: extra HTTP headers for every request (no Authorization: credentials come from the run's lease)",

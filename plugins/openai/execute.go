@@ -41,6 +41,7 @@ type (
 			Index        int        `json:"index"`
 			Delta        chunkDelta `json:"delta"`
 			Message      chunkDelta `json:"message"` // the non-streaming shape
+			Text         *string    `json:"text"`    // a text completion's
 			FinishReason *string    `json:"finish_reason"`
 		} `json:"choices"`
 		Usage *wireUsage      `json:"usage"`
@@ -59,27 +60,25 @@ func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 	if err != nil {
 		return nil, err
 	}
+	return a.stream(ctx, c, "/chat/completions", body, req.Credential, out, httpError)
+}
+
+// stream posts body to path under base_url for a streamed answer and reads
+// it: server-sent events of chunks, or one whole answer from a server that
+// ignored "stream". failed maps an HTTP error answer.
+func (a *Adapter) stream(ctx context.Context, c *config, path string, body []byte, cred *sdk.Credential, out sdk.EventSink,
+	failed func(*http.Response) error) (*sdk.Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	hreq, err := c.newRequest(ctx, http.MethodPost, "/chat/completions", req.Credential)
+	resp, err := a.post(ctx, c, path, body, cred, "text/event-stream")
 	if err != nil {
 		return nil, err
-	}
-	hreq.Body = io.NopCloser(bytes.NewReader(body))
-	hreq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	hreq.ContentLength = int64(len(body))
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
-
-	resp, err := a.client.Do(hreq)
-	if err != nil {
-		return nil, transportError(ctx, err)
 	}
 	// Closing an unfinished body closes the connection: on every early
 	// return (cancel, host gone, error) the server sees the client leave.
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, httpError(resp)
+		return nil, failed(resp)
 	}
 	r := &reader{out: out, calls: map[int]*callState{}}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
@@ -87,6 +86,25 @@ func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 		return r.whole(ctx, resp.Body)
 	}
 	return r.stream(ctx, resp.Body)
+}
+
+// post sends body as JSON to path under base_url, accepting accept, with
+// the run's credential. The caller closes the response's body.
+func (a *Adapter) post(ctx context.Context, c *config, path string, body []byte, cred *sdk.Credential, accept string) (*http.Response, error) {
+	hreq, err := c.newRequest(ctx, http.MethodPost, path, cred)
+	if err != nil {
+		return nil, err
+	}
+	hreq.Body = io.NopCloser(bytes.NewReader(body))
+	hreq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	hreq.ContentLength = int64(len(body))
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", accept)
+	resp, err := a.client.Do(hreq)
+	if err != nil {
+		return nil, transportError(ctx, err)
+	}
+	return resp, nil
 }
 
 // reader turns the chunks of one answer into events.
@@ -185,7 +203,7 @@ func (r *reader) chunk(ctx context.Context, data []byte) error {
 		if choice.Index != 0 {
 			continue // only one choice is asked for
 		}
-		for _, d := range []chunkDelta{choice.Delta, choice.Message} {
+		for _, d := range []chunkDelta{choice.Delta, choice.Message, {Content: choice.Text}} {
 			if err := r.delta(ctx, d); err != nil {
 				return err
 			}

@@ -113,7 +113,7 @@ func buildBody(req *sdk.Request) ([]byte, error) {
 	if tc := toolChoice(req.Options.ToolChoice); tc != nil && len(req.Tools) > 0 {
 		body["tool_choice"] = tc
 	}
-	if err := setOptions(body, req.Options); err != nil {
+	if err := setOptions(body, req.Options, reservedKeys); err != nil {
 		return nil, err
 	}
 	return json.Marshal(body)
@@ -166,7 +166,9 @@ func dataURL(img []byte) string {
 	return "data:" + http.DetectContentType(img) + ";base64," + base64.StdEncoding.EncodeToString(img)
 }
 
-func setOptions(body map[string]any, o sdk.Options) error {
+// setOptions sets the normalized options in body, then merges
+// Options.Extra, which may not set a reserved key.
+func setOptions(body map[string]any, o sdk.Options, reserved map[string]bool) error {
 	if o.Temperature != nil {
 		body["temperature"] = *o.Temperature
 	}
@@ -192,7 +194,7 @@ func setOptions(body map[string]any, o sdk.Options) error {
 	if rf != nil {
 		body["response_format"] = rf
 	}
-	return mergeExtra(body, o.Extra)
+	return mergeExtra(body, o.Extra, reserved)
 }
 
 // responseFormat maps Options.Format: "json" to {"type":"json_object"}, a
@@ -236,7 +238,7 @@ func toolChoice(c sdk.ToolChoice) any {
 // adapter has set already (from the run's normalized fields) keeps its
 // value, since the host interpreted and validated it; a reserved key is
 // refused.
-func mergeExtra(body map[string]any, extra json.RawMessage) error {
+func mergeExtra(body map[string]any, extra json.RawMessage, reserved map[string]bool) error {
 	e := bytes.TrimSpace(extra)
 	if len(e) == 0 || string(e) == "null" {
 		return nil
@@ -246,7 +248,7 @@ func mergeExtra(body map[string]any, extra json.RawMessage) error {
 		return sdk.Errorf(sdk.KindInvalidRequest, "openai: extra options must be a JSON object")
 	}
 	for k, v := range m {
-		if reservedKeys[k] {
+		if reserved[k] {
 			return sdk.Errorf(sdk.KindInvalidRequest, "openai: extra option %q is set by the adapter and cannot be replaced", k)
 		}
 		if _, set := body[k]; !set {
