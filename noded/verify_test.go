@@ -89,7 +89,7 @@ func TestAdapterVerifyCommand(t *testing.T) {
 		{
 			name: "a third-party binary passes",
 			args: []string{testadapter, "--target", "text:5", "--slow-target", "text:1000000", "--unknown-target", "nope"},
-			want: map[string]string{"describe": "PASS", "cancel": "PASS", "error_mapping": "PASS", "no_stdout": "PASS"},
+			want: map[string]string{"describe": "PASS", "cancel": "PASS", "error_mapping": "PASS", "complete": "PASS", "embed": "PASS", "no_stdout": "PASS"},
 		},
 		{
 			name: "builtin:simulator passes, its target defaulting to the one it lists",
@@ -99,7 +99,7 @@ func TestAdapterVerifyCommand(t *testing.T) {
 		{
 			name: "builtin:ollama passes with its configuration from a file",
 			args: []string{"builtin:ollama", "--config", "@" + ollamaConfig, "--target", "llama3.2", "--slow-target", "slow", "--unknown-target", "nope"},
-			want: map[string]string{"honest_capabilities": "PASS", "cancel": "PASS", "error_mapping": "PASS", "no_stdout": "PASS"},
+			want: map[string]string{"honest_capabilities": "PASS", "cancel": "PASS", "error_mapping": "PASS", "embed": "PASS", "no_stdout": "PASS"},
 		},
 		{
 			name:     "a failed check exits 1",
