@@ -1,9 +1,10 @@
 // Package fakeollama is a fake Ollama server for tests. It speaks Ollama's
 // wire shapes exactly (NDJSON lines flushed one by one, a final done line
 // with counts and durations, {"error": ...} bodies with Ollama's statuses)
-// for /api/chat, /api/generate, /api/embed, /api/tags, /api/show, /api/ps
-// and /api/version, and serves models whose behaviour is set by knobs (see
-// Model): answer, pace, prefill, stall, failure, tool calls, thinking.
+// for /api/chat, /api/generate, /api/embed (and the legacy
+// /api/embeddings), /api/tags, /api/show, /api/ps and /api/version, and
+// serves models whose behaviour is set by knobs (see Model): answer, pace,
+// prefill, stall, failure, tool calls, thinking.
 //
 // The server records every request it receives and when each client went
 // away, so tests can check what an adapter sent and that a cancellation

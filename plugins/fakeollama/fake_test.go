@@ -298,6 +298,10 @@ func TestEmbedDimensionsAndGenerateWithASuffix(t *testing.T) {
 	c := client(t, s)
 	ctx := ctxTimeout(t, 5*time.Second)
 
+	legacy, err := c.Embeddings(ctx, &api.EmbeddingRequest{Model: "embed", Prompt: "a"})
+	if err != nil || len(legacy.Embedding) != 16 {
+		t.Fatalf("legacy embeddings %+v %v", legacy, err)
+	}
 	emb, err := c.Embed(ctx, &api.EmbedRequest{Model: "embed", Input: "a", Dimensions: 4})
 	if err != nil || len(emb.Embeddings) != 1 || len(emb.Embeddings[0]) != 4 {
 		t.Fatalf("embed %+v %v", emb, err)

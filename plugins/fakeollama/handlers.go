@@ -71,6 +71,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.generate(ctx, rw, body)
 	case "POST /api/embed":
 		s.embed(ctx, rw, body)
+	case "POST /api/embeddings":
+		s.embeddings(rw, body)
 	case "GET /api/tags":
 		s.tags(rw)
 	case "POST /api/show":
@@ -231,6 +233,32 @@ func (s *Server) embed(ctx context.Context, w http.ResponseWriter, body []byte) 
 		resp.TotalDuration = nonZero(time.Since(start))
 		resp.LoadDuration = time.Microsecond
 		resp.PromptEvalCount = countWords(inputs...)
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// embeddings answers the legacy /api/embeddings: one embedding of the
+// prompt, {"embedding": [...]} (none for an empty prompt, Ollama's load).
+func (s *Server) embeddings(w http.ResponseWriter, body []byte) {
+	var req EmbeddingRequest
+	if !decodeBody(w, body, &req) {
+		return
+	}
+	m, ok := s.model(req.Model)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("model '%s' not found", req.Model))
+		return
+	}
+	if m.FailStatus != 0 {
+		writeError(w, m.FailStatus, m.FailMessage)
+		return
+	}
+	s.markLoaded(m, keepAlive(req.KeepAlive))
+	resp := EmbeddingResponse{Embedding: []float64{}}
+	if req.Prompt != "" {
+		for _, v := range m.embedding(req.Prompt, 0) {
+			resp.Embedding = append(resp.Embedding, float64(v))
+		}
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -49,6 +49,19 @@ type EmbedRequest struct {
 	Options    map[string]any  `json:"options,omitempty"`
 }
 
+// EmbeddingRequest is the body of the legacy POST /api/embeddings.
+type EmbeddingRequest struct {
+	Model     string          `json:"model"`
+	Prompt    string          `json:"prompt"`
+	KeepAlive json.RawMessage `json:"keep_alive,omitempty"`
+	Options   map[string]any  `json:"options,omitempty"`
+}
+
+// EmbeddingResponse is the answer of the legacy /api/embeddings.
+type EmbeddingResponse struct {
+	Embedding []float64 `json:"embedding"`
+}
+
 // ShowRequest is the body of POST /api/show. Name is the deprecated
 // spelling of Model.
 type ShowRequest struct {
