@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ollama/ollama/api"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 )
@@ -153,5 +154,31 @@ func TestOfficialClientCompletionErrors(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Errorf("the completion holding the slot: %v", err)
+	}
+}
+
+// P2, issue 12: the official Ollama client's Generate with a suffix on each
+// adapter: tunnelled to the fake Ollama, and a raw completion run on the
+// fake OpenAI server (its /v1/completions with the suffix) and the
+// simulator; a model that cannot fill in the middle is Ollama's 400.
+func TestOllamaClientGenerateWithASuffixOnEveryAdapter(t *testing.T) {
+	s := startKindsStack(t)
+	c := ollamaClient(t, s.base)
+	for _, m := range []struct{ model, answer string }{{"coder", "return a + b"}, {"oa-coder", "return a + b"}, {"sim-coder", ""}} {
+		var text strings.Builder
+		var last api.GenerateResponse
+		err := c.Generate(t.Context(), &api.GenerateRequest{Model: m.model, Prompt: "def add(a, b):\n    ", Suffix: "\n\nprint(add(1, 2))"},
+			func(r api.GenerateResponse) error { text.WriteString(r.Response); last = r; return nil })
+		if err != nil || text.Len() == 0 || !last.Done || (m.answer != "" && text.String() != m.answer) {
+			t.Errorf("%s: %q, last %+v, %v", m.model, text.String(), last, err)
+		}
+	}
+	if got := lastBody(t, s.compat.Requests(), "/v1/completions")["suffix"]; got != "\n\nprint(add(1, 2))" {
+		t.Errorf("the OpenAI-compatible server got suffix %q", got)
+	}
+	err := c.Generate(t.Context(), &api.GenerateRequest{Model: "oa-plain", Prompt: "x", Suffix: "y"}, func(api.GenerateResponse) error { return nil })
+	var se api.StatusError
+	if !errors.As(err, &se) || se.StatusCode != http.StatusBadRequest {
+		t.Errorf("a suffix without fill-in-the-middle: %v", err)
 	}
 }

@@ -2,10 +2,13 @@ package ollamaapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/ollama/ollama/api"
 
 	"github.com/iop-dev/iop/edged/auth"
 	"github.com/iop-dev/iop/edged/gateway"
@@ -115,5 +118,32 @@ func TestEmbedOnAnOllamaModelIsTunnelled(t *testing.T) {
 	w := e.do(req(http.MethodPost, "/api/embed", `{"model":"m1","input":"a"}`))
 	if w.Code != http.StatusOK || len(f.reqs) != 0 || len(f.fakeRunner.starts) != 1 {
 		t.Errorf("%d %s, %d calls, %d tunnels", w.Code, w.Body, len(f.reqs), len(f.fakeRunner.starts))
+	}
+}
+
+// P2, issue 12: a generate with a suffix (or raw) on a model no Ollama
+// server serves is a raw completion run, for providers that complete; a
+// system prompt or images with it are refused.
+func TestGenerateWithASuffixIsARawCompletion(t *testing.T) {
+	f := &fakeRunner{inventory: []gateway.Offering{offering("m1", "openai")}, events: []runStep{text("return a + b"), used(3, 4), finished("stop")}}
+	c, _ := officialClient(t, f)
+	var out strings.Builder
+	err := c.Generate(t.Context(), &api.GenerateRequest{Model: "m1", Prompt: "def add(a, b):", Suffix: "print(add(1, 2))"},
+		func(r api.GenerateResponse) error { out.WriteString(r.Response); return nil })
+	if err != nil || out.String() != "return a + b" {
+		t.Fatalf("%q, %v", out.String(), err)
+	}
+	req := f.runReqs[0]
+	if c := req.GetCompletion(); c.GetPrompt() != "def add(a, b):" || c.GetSuffix() != "print(add(1, 2))" || len(req.GetMessages()) != 0 {
+		t.Errorf("run %v", req)
+	}
+	if err := c.Generate(t.Context(), &api.GenerateRequest{Model: "m1", Prompt: "p", Raw: true}, func(api.GenerateResponse) error { return nil }); err != nil ||
+		f.runReqs[1].GetCompletion().GetPrompt() != "p" {
+		t.Errorf("raw: %v %v", err, f.runReqs[1])
+	}
+	err = c.Generate(t.Context(), &api.GenerateRequest{Model: "m1", Prompt: "p", Suffix: "s", System: "be brief"}, func(api.GenerateResponse) error { return nil })
+	var se api.StatusError
+	if !errors.As(err, &se) || se.StatusCode != http.StatusBadRequest || len(f.runReqs) != 2 {
+		t.Errorf("a system prompt with a suffix: %v", err)
 	}
 }

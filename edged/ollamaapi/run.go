@@ -25,7 +25,9 @@ import (
 // answers /api/chat and /api/generate as a normalized run (R2), written back
 // in Ollama's NDJSON: content, thinking and tool calls, then the final
 // done:true line with done_reason, the token counts and the durations. A
-// request that is not streamed gets one JSON object, as Ollama sends it.
+// request that is not streamed gets one JSON object, as Ollama sends it. A
+// generate with a suffix (fill-in-the-middle) or raw is a raw completion
+// run (issue 12), for providers that complete.
 
 // Bounds on what one request's JSON may make the Edge build (P3), as for
 // the OpenAI API: counted as the body is decoded.
@@ -54,6 +56,7 @@ type (
 		Model   string          `json:"model"`
 		Prompt  string          `json:"prompt"`
 		Suffix  string          `json:"suffix"`
+		Raw     bool            `json:"raw"`
 		System  string          `json:"system"`
 		Images  imageList       `json:"images"`
 		Format  json.RawMessage `json:"format"`
@@ -164,24 +167,20 @@ func parseRun(route string, body []byte) (*parsedRun, *apiError) {
 		if err := json.Unmarshal(body, &req); err != nil {
 			return nil, decodeErr(err)
 		}
-		if req.Suffix != "" {
-			return nil, &apiError{status: http.StatusBadRequest, code: "unsupported",
-				message: "suffix (fill-in-the-middle) is only served by models on an Ollama server"}
-		}
 		stream, format, options, think = req.Stream, req.Format, req.Options, req.Think
 		pr.load = req.Prompt == "" && len(req.Images) == 0
-		if req.System != "" {
-			pr.run.Messages = append(pr.run.Messages, &wirepb.ChatMessage{Role: "system", Content: req.System})
-		}
-		user := &wirepb.ChatMessage{Role: "user", Content: req.Prompt}
-		for j, img := range req.Images {
-			b, e := decodeImage(img, fmt.Sprintf("images[%d]", j))
-			if e != nil {
-				return nil, e
+		if req.Suffix != "" || req.Raw {
+			// Fill-in-the-middle, or the prompt as it is: a raw completion
+			// (issue 12), which only a provider that completes runs (400
+			// unsupported otherwise). It has no system message or images.
+			if req.System != "" || len(req.Images) > 0 {
+				return nil, &apiError{status: http.StatusBadRequest, code: "unsupported",
+					message: "system and images are not supported with suffix or raw on this model"}
 			}
-			user.Images = append(user.Images, b)
+			pr.run.Completion = &wirepb.CompletionInput{Prompt: req.Prompt, Suffix: req.Suffix}
+		} else if e := req.toMessages(pr.run); e != nil {
+			return nil, e
 		}
-		pr.run.Messages = append(pr.run.Messages, user)
 	}
 	pr.stream = stream == nil || *stream // Ollama streams unless told not to
 	if e := runOptions(pr.run.Options, format, options, think); e != nil {
@@ -192,6 +191,24 @@ func parseRun(route string, body []byte) (*parsedRun, *apiError) {
 			message: fmt.Sprintf("the request is %d bytes once converted for the Node; the limit is %d", n, quicwire.MaxStreamFrameSize-runHeadroom)}
 	}
 	return pr, nil
+}
+
+// toMessages makes a generate request's system prompt and prompt (with its
+// images) the run's messages.
+func (req *ollamaGenerate) toMessages(run *wirepb.RunRequest) *apiError {
+	if req.System != "" {
+		run.Messages = append(run.Messages, &wirepb.ChatMessage{Role: "system", Content: req.System})
+	}
+	user := &wirepb.ChatMessage{Role: "user", Content: req.Prompt}
+	for j, img := range req.Images {
+		b, e := decodeImage(img, fmt.Sprintf("images[%d]", j))
+		if e != nil {
+			return e
+		}
+		user.Images = append(user.Images, b)
+	}
+	run.Messages = append(run.Messages, user)
+	return nil
 }
 
 // toWire converts message i.
