@@ -63,7 +63,8 @@ func (g *Gateway) Embed(ctx context.Context, p auth.Principal, model string, req
 	var tried []sched.Candidate
 	var lastErr error
 	stallRetried := false
-	for attempt := range MaxAttempts {
+	holdOffs := 0
+	for attempt := 0; attempt < MaxAttempts; attempt++ {
 		slot, err := g.acquire(ctx, e.ID, plan, tried)
 		if err != nil {
 			if lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
@@ -102,6 +103,11 @@ func (g *Gateway) Embed(ctx context.Context, p auth.Principal, model string, req
 		slot.Release()
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
+		}
+		if busyOnNode(err) && holdOff(ctx, holdOffs) {
+			holdOffs++
+			attempt-- // the same candidates again, not a failover
+			continue
 		}
 		tried = append(tried, c)
 		lastErr = err

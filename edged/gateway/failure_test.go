@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/iop-dev/iop/edged/auth"
@@ -84,4 +86,34 @@ routes: [{name: r, model: routed}]
 	if f := StartFailure(fmt.Errorf("x: %w", ErrUnknownModel), nil, "ghost"); f.Status != http.StatusNotFound {
 		t.Errorf("unknown model status %d", f.Status)
 	}
+}
+
+// A Node that says its slots are all taken, while the Edge's count had one
+// free, is still finishing a call the Edge already let go of: the request
+// waits a moment and tries the same candidate again, a bounded number of
+// times, rather than being refused with one candidate (busyOnNode).
+func TestABusyNodeIsRetriedNotLeft(t *testing.T) {
+	busy := &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED}
+	if !busyOnNode(&RunFailedError{Event: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: busy}}) ||
+		!busyOnNode(&transport.TunnelError{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, Failure: busy}) {
+		t.Error("capacity_exhausted is not taken for a busy Node")
+	}
+	if busyOnNode(&RunFailedError{Event: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED}}) || busyOnNode(errors.New("x")) {
+		t.Error("another failure is taken for a busy Node")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		n := 0
+		for holdOff(t.Context(), n) {
+			n++
+		}
+		if n != maxHoldOffs || time.Since(start) != 20*time.Millisecond*(1<<maxHoldOffs-1) {
+			t.Errorf("%d hold-offs in %v", n, time.Since(start))
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if holdOff(ctx, 0) {
+			t.Error("a hold-off outlived its context")
+		}
+	})
 }

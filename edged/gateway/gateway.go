@@ -200,3 +200,43 @@ func FailureCode(k wirepb.FailureKind) string {
 	}
 	return strings.ToLower(strings.TrimPrefix(k.String(), "FAILURE_KIND_"))
 }
+
+// busyOnNode reports a first answer that says the Node's own slots for the
+// provider are all taken (capacity_exhausted) while the Edge's count had a
+// slot free: the Edge frees a slot when it reads the work's terminal or
+// cancels it, the Node when the provider call has returned, so for a
+// moment after a cancel the Edge's count is ahead. That is not a reason to
+// leave the candidate, and with one candidate it would refuse the request
+// wrongly: the caller waits a moment (holdOff) and tries it again.
+func busyOnNode(err error) bool {
+	var failed *RunFailedError
+	var te *transport.TunnelError
+	switch {
+	case errors.As(err, &failed):
+		return failed.Event.GetFailure().GetKind() == wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED
+	case errors.As(err, &te):
+		return te.Failure.GetKind() == wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED
+	}
+	return false
+}
+
+// maxHoldOffs bounds how often one request waits for a Node whose slots
+// are still finishing (busyOnNode): about 2.5 s in all.
+const maxHoldOffs = 7
+
+// holdOff waits before the n-th retry of a candidate that was busy on its
+// Node, 20 ms doubling each time; it reports false when ctx ended first or
+// n is past maxHoldOffs.
+func holdOff(ctx context.Context, n int) bool {
+	if n >= maxHoldOffs {
+		return false
+	}
+	t := time.NewTimer(20 * time.Millisecond << n)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

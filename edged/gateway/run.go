@@ -73,6 +73,7 @@ func (g *Gateway) StartRun(ctx context.Context, p auth.Principal, model string, 
 func (r *Run) start() error {
 	var tried []sched.Candidate
 	var lastErr error
+	holdOffs := 0
 	for attempt := 0; attempt < MaxAttempts; attempt++ {
 		slot, err := r.g.acquire(r.ctx, r.ID, r.Plan, tried)
 		if err != nil {
@@ -118,6 +119,11 @@ func (r *Run) start() error {
 		slot.Release()
 		if r.ctx.Err() != nil {
 			return context.Cause(r.ctx)
+		}
+		if busyOnNode(err) && holdOff(r.ctx, holdOffs) {
+			holdOffs++
+			attempt-- // the same candidates again, not a failover
+			continue
 		}
 		tried = append(tried, c)
 		lastErr = err

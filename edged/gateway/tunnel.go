@@ -70,6 +70,7 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 	var tried []sched.Candidate
 	var lastErr error
 	stallRetried := false
+	holdOffs := 0
 	for attempt := 0; attempt < MaxAttempts; attempt++ {
 		slot, err := g.acquire(t.ctx, t.ID, plan, tried)
 		if err != nil {
@@ -125,6 +126,11 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 		if t.ctx.Err() != nil || !retry && !tunnelFailoverable(err) {
 			t.Close()
 			return nil, err
+		}
+		if busyOnNode(err) && holdOff(t.ctx, holdOffs) {
+			holdOffs++
+			attempt-- // the same candidates again, not a failover
+			continue
 		}
 		tried = append(tried, c)
 		lastErr = err

@@ -26,7 +26,8 @@ type Metrics struct {
 	TimeToFirstToken *prometheus.HistogramVec
 	// QueueWait is how long admitted requests waited for a slot, by model.
 	QueueWait *prometheus.HistogramVec
-	// Active is the number of runs and tunnels in flight, by kind.
+	// Active is the number of runs, tunnels and embedding calls in flight,
+	// by kind ("run", "tunnel", "embed").
 	Active *prometheus.GaugeVec
 	// Cancellations counts requests ended because the client went away or
 	// timed out, by cause.
@@ -60,7 +61,7 @@ func New(reg *nodes.Registry, depth func() map[string]int) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
 		}, []string{"model"}),
 		Active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "iop_edge_active", Help: "Runs and tunnels in flight.",
+			Name: "iop_edge_active", Help: "Runs, tunnels and embedding calls in flight, by kind.",
 		}, []string{"kind"}),
 		Cancellations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iop_edge_cancellations_total", Help: "Requests cancelled, by cause (client_gone, idle_timeout, deadline).",

@@ -144,7 +144,8 @@ func mustJSON(v any) json.RawMessage {
 }
 
 // showAnswer is /api/show (api.ShowResponse) for a model no Ollama server
-// serves: what the Edge knows, which is that it completes, with tools.
+// serves: what the Edge knows, which is that it completes, with tools, and
+// embeds when a provider of it can.
 type showAnswer struct {
 	Modelfile    string         `json:"modelfile"`
 	Parameters   string         `json:"parameters"`
@@ -161,8 +162,13 @@ func (x *exchange) show() *apiError {
 	if err := x.h.runner.Available(x.P, x.Model); err != nil {
 		return fromFailure(gateway.StartFailure(err, nil, x.Model))
 	}
+	caps := []string{"completion", "tools"}
+	if off, ok := x.h.runner.Offered(x.P, x.Model); ok && slices.ContainsFunc(off.Candidates, func(c sched.Candidate) bool {
+		return slices.Contains(c.Capabilities, gateway.CapEmbed)
+	}) {
+		caps = append(caps, "embedding")
+	}
 	x.BeforeWrite()
-	writeJSON(x.W, http.StatusOK, showAnswer{ModelInfo: map[string]any{}, Capabilities: []string{"completion", "tools"},
-		ModifiedAt: x.h.started})
+	writeJSON(x.W, http.StatusOK, showAnswer{ModelInfo: map[string]any{}, Capabilities: caps, ModifiedAt: x.h.started})
 	return nil
 }
