@@ -8,7 +8,6 @@ import (
 
 	"github.com/iop-dev/iop/edged/config"
 	"github.com/iop-dev/iop/edged/gateway"
-	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
 // messages serves POST /v1/messages. What a request may make the Edge
@@ -87,38 +86,10 @@ func (x *exchange) serve(profile config.Profile) *apiError {
 	x.Attach(run)
 	defer x.Active("run")()
 
-	for {
-		ev, err := run.Next()
-		if err != nil { // a run always ends with a terminal; this one did not
-			ev = &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
-				Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROTOCOL, Message: "run ended without a terminal: " + err.Error()}}
-		}
-		if u := ev.GetUsage(); u != nil {
-			x.out.setUsage(u)
-		}
-		var ok bool
-		switch t := ev.GetType(); {
-		case t == wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
-			if !x.out.complete(ev.GetDoneReason()) {
-				return errGone
-			}
-			return nil
-		case gateway.IsTerminal(ev):
-			return fromFailure(gateway.RunFailure(ev, x.Why()))
-		case t == wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA:
-			ok = x.out.text(ev.GetText())
-		case t == wirepb.RunEventType_RUN_EVENT_TYPE_REASONING_DELTA:
-			ok = x.out.reasoning(ev.GetText())
-		case t == wirepb.RunEventType_RUN_EVENT_TYPE_TOOL_CALL_DELTA:
-			ok = x.out.toolCall(ev.GetToolCall())
-		default: // usage, and types added later
-			ok = true
-		}
-		if !ok { // a write failed: the client is gone
-			x.Stop(gateway.ErrClientGone)
-			return errGone
-		}
+	if f := x.Relay(run, x.out); f != nil {
+		return fromFailure(f)
 	}
+	return nil
 }
 
 // end answers e: as an HTTP error if nothing was sent yet, as an error

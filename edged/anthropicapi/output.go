@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -170,7 +171,7 @@ func (o *output) keepAlive(interval time.Duration) (stop func()) {
 
 // setUsage records the run's usage, which message_start (written by
 // whichever goroutine commits the stream) and the end carry.
-func (o *output) setUsage(u *wirepb.Usage) {
+func (o *output) Usage(u *wirepb.Usage) {
 	o.mu.Lock()
 	o.usage = u
 	o.mu.Unlock()
@@ -178,10 +179,10 @@ func (o *output) setUsage(u *wirepb.Usage) {
 
 // text relays a text delta, into a text block. Like the other event
 // methods it reports false when the client could not be written to.
-func (o *output) text(s string) bool { return o.delta(kindText, s) }
+func (o *output) Text(s string) bool { return o.delta(kindText, s) }
 
 // reasoning relays a reasoning delta, into a thinking block.
-func (o *output) reasoning(s string) bool { return o.delta(kindThinking, s) }
+func (o *output) Reasoning(s string) bool { return o.delta(kindThinking, s) }
 
 // delta relays s into the open block of kind, or a new one.
 func (o *output) delta(kind, s string) bool {
@@ -208,7 +209,7 @@ func (o *output) delta(kind, s string) bool {
 // tool_use block with the call's id (or one of ours, "toolu_...") and
 // name; the arguments of every fragment are the block's input, as
 // input_json_delta pieces.
-func (o *output) toolCall(tc *wirepb.ToolCall) bool {
+func (o *output) ToolCall(tc *wirepb.ToolCall) bool {
 	if tc == nil {
 		return true
 	}
@@ -294,7 +295,7 @@ func (o *output) stopReason(done string) string {
 // complete ends the answer: the last block's stop, message_delta with the
 // stop reason and the usage, and message_stop; or, sent whole, the
 // message object.
-func (o *output) complete(doneReason string) bool {
+func (o *output) Complete(doneReason string) bool {
 	reason := o.stopReason(doneReason)
 	if !o.stream {
 		msg := o.message()
@@ -428,3 +429,5 @@ func (o *output) commit() bool {
 	_, err := io.WriteString(o.x.W, "event: message_start\ndata: "+string(b)+"\n\n")
 	return err == nil
 }
+
+var _ gateway.RunWriter = (*output)(nil)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -89,6 +90,19 @@ func (o *ndjson) delta(content, thinking string) bool {
 	return o.line(&chatLine{Model: o.x.Model, CreatedAt: time.Now().UTC(),
 		Message: lineMessage{Role: "assistant", Content: content, Thinking: thinking}})
 }
+
+// Text, Reasoning, ToolCall, Usage and Complete write the run as a
+// gateway.RunWriter.
+func (o *ndjson) Text(s string) bool      { return o.delta(s, "") }
+func (o *ndjson) Reasoning(s string) bool { return o.delta("", s) }
+func (o *ndjson) ToolCall(tc *wirepb.ToolCall) bool {
+	o.toolCall(tc)
+	return true
+}
+func (o *ndjson) Usage(u *wirepb.Usage)           { o.usage = u }
+func (o *ndjson) Complete(doneReason string) bool { return o.done(doneReason, o.usage) }
+
+var _ gateway.RunWriter = (*ndjson)(nil)
 
 // toolCall gathers a fragment of a tool call.
 func (o *ndjson) toolCall(tc *wirepb.ToolCall) {

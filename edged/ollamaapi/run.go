@@ -390,34 +390,8 @@ func (x *exchange) serveRun(profile config.Profile, body *frontdoor.Body) *apiEr
 	defer run.Close()
 	x.Attach(run)
 	defer x.Active("run")()
-	for {
-		ev, err := run.Next()
-		if err != nil { // a run always ends with a terminal; this one did not
-			ev = &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
-				Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROTOCOL, Message: "run ended without a terminal: " + err.Error()}}
-		}
-		if u := ev.GetUsage(); u != nil {
-			x.out.usage = u
-		}
-		ok := true
-		switch t := ev.GetType(); {
-		case t == wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
-			if !x.out.done(ev.GetDoneReason(), x.out.usage) {
-				return errGone
-			}
-			return nil
-		case gateway.IsTerminal(ev):
-			return fromFailure(gateway.RunFailure(ev, x.Why()))
-		case t == wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA:
-			ok = x.out.delta(ev.GetText(), "")
-		case t == wirepb.RunEventType_RUN_EVENT_TYPE_REASONING_DELTA:
-			ok = x.out.delta("", ev.GetText())
-		case t == wirepb.RunEventType_RUN_EVENT_TYPE_TOOL_CALL_DELTA:
-			x.out.toolCall(ev.GetToolCall())
-		}
-		if !ok {
-			x.Stop(gateway.ErrClientGone)
-			return errGone
-		}
+	if f := x.Relay(run, x.out); f != nil {
+		return fromFailure(f)
 	}
+	return nil
 }

@@ -154,32 +154,10 @@ func (x *exchange) serveCompletion(profile config.Profile) *apiError {
 	if x.out.includeUsage {
 		out.frame.Usage = json.RawMessage("null")
 	}
-	for {
-		ev, err := run.Next()
-		if err != nil { // a run always ends with a terminal; this one did not
-			ev = &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
-				Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROTOCOL, Message: "run ended without a terminal: " + err.Error()}}
-		}
-		if u := ev.GetUsage(); u != nil {
-			x.out.usage = u
-		}
-		switch {
-		case ev.GetType() == wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
-			if !out.complete(ev.GetDoneReason()) {
-				return errGone
-			}
-			return nil
-		case gateway.IsTerminal(ev):
-			return fromFailure(gateway.RunFailure(ev, x.Why()))
-		case ev.GetType() == wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA:
-			// Reasoning and tool calls have no place in a text
-			// completion: only the text is the answer.
-			if !out.text(ev.GetText()) {
-				x.Stop(gateway.ErrClientGone)
-				return errGone
-			}
-		}
+	if f := x.Relay(run, out); f != nil {
+		return fromFailure(f)
 	}
+	return nil
 }
 
 // Wire shapes of a text completion, as OpenAI sends them.
@@ -213,9 +191,18 @@ type textOutput struct {
 	first bool // the first chunk went out
 }
 
-// text relays a piece of the answer; false when the client could not be
+// Reasoning and tool calls have no place in a text completion: only the
+// text is the answer.
+func (t *textOutput) Reasoning(string) bool           { return true }
+func (t *textOutput) ToolCall(*wirepb.ToolCall) bool  { return true }
+func (t *textOutput) Usage(u *wirepb.Usage)           { t.o.usage = u }
+func (t *textOutput) Complete(doneReason string) bool { return t.complete(doneReason) }
+
+var _ gateway.RunWriter = (*textOutput)(nil)
+
+// Text relays a piece of the answer; false when the client could not be
 // written to.
-func (t *textOutput) text(s string) bool {
+func (t *textOutput) Text(s string) bool {
 	if s == "" {
 		return true
 	}

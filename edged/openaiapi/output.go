@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -158,9 +159,9 @@ func (o *output) keepAlive(interval time.Duration) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
-// text relays a content delta. Like the other event methods it reports
+// Text relays a content delta. Like the other event methods it reports
 // false when the client could not be written to.
-func (o *output) text(s string) bool {
+func (o *output) Text(s string) bool {
 	if s == "" {
 		return true
 	}
@@ -172,8 +173,8 @@ func (o *output) text(s string) bool {
 	return o.delta(chunkDelta{Content: &s}, nil)
 }
 
-// reasoning relays a reasoning delta as reasoning_content.
-func (o *output) reasoning(s string) bool {
+// Reasoning relays a reasoning delta as reasoning_content.
+func (o *output) Reasoning(s string) bool {
 	if s == "" {
 		return true
 	}
@@ -185,9 +186,9 @@ func (o *output) reasoning(s string) bool {
 	return o.delta(chunkDelta{ReasoningContent: &s}, nil)
 }
 
-// toolCall relays a tool-call delta: a complete call or a fragment of one,
+// ToolCall relays a tool-call delta: a complete call or a fragment of one,
 // to be appended to the call of the same index.
-func (o *output) toolCall(tc *wirepb.ToolCall) bool {
+func (o *output) ToolCall(tc *wirepb.ToolCall) bool {
 	if tc == nil {
 		return true
 	}
@@ -239,8 +240,11 @@ func (o *output) aggregate(tc *wirepb.ToolCall, id string) {
 	o.calls[i].args = append(o.calls[i].args, tc.GetArgumentsJson()...)
 }
 
-// complete ends the answer with its finish reason (and usage).
-func (o *output) complete(doneReason string) bool {
+// Usage notes the run's usage, for the end.
+func (o *output) Usage(u *wirepb.Usage) { o.usage = u }
+
+// Complete ends the answer with its finish reason (and usage).
+func (o *output) Complete(doneReason string) bool {
 	finish := o.finishReason(doneReason)
 	if !o.stream {
 		msg := assistantMessage{Role: "assistant", ReasoningContent: o.reasoningText.String()}
@@ -377,3 +381,6 @@ func (o *output) commit() {
 	h.Set("X-Accel-Buffering", "no") // tell proxies not to buffer
 	o.x.W.WriteHeader(http.StatusOK)
 }
+
+
+var _ gateway.RunWriter = (*output)(nil)

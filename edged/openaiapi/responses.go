@@ -8,7 +8,6 @@ import (
 
 	"github.com/iop-dev/iop/edged/config"
 	"github.com/iop-dev/iop/edged/gateway"
-	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
 // routeResponses is the route label of the Responses API in metrics and
@@ -66,7 +65,6 @@ type respExchange struct {
 	req    *parsedResponses
 	run    Run
 	out    *respOutput
-	usage  *wirepb.Usage // the run's last usage event
 }
 
 // serve runs the request under profile and returns how it ended: nil for
@@ -92,36 +90,10 @@ func (x *respExchange) serve(profile config.Profile) *apiError {
 	defer x.Active("run")()
 
 	x.out.setID(run.ID())
-	for {
-		ev, err := run.Next()
-		if err != nil { // a run always ends with a terminal; this one did not
-			ev = &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
-				Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROTOCOL, Message: "run ended without a terminal: " + err.Error()}}
-		}
-		if u := ev.GetUsage(); u != nil {
-			x.usage = u
-		}
-		ok := true
-		switch t := ev.GetType(); {
-		case t == wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
-			if !x.out.complete(ev.GetDoneReason(), x.usage) {
-				return errGone
-			}
-			return nil
-		case gateway.IsTerminal(ev):
-			return fromFailure(gateway.RunFailure(ev, x.Why()))
-		case t == wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA:
-			ok = x.out.text(ev.GetText())
-		case t == wirepb.RunEventType_RUN_EVENT_TYPE_REASONING_DELTA:
-			ok = x.out.reasoning(ev.GetText())
-		case t == wirepb.RunEventType_RUN_EVENT_TYPE_TOOL_CALL_DELTA:
-			ok = x.out.toolCall(ev.GetToolCall())
-		}
-		if !ok { // a write failed: the client is gone
-			x.Stop(gateway.ErrClientGone)
-			return errGone
-		}
+	if f := x.Relay(run, x.out); f != nil {
+		return fromFailure(f)
 	}
+	return nil
 }
 
 // end answers e: as an HTTP error if nothing was sent yet, as an error
@@ -131,7 +103,7 @@ func (x *respExchange) end(e *apiError) {
 	started := x.out != nil && x.out.sse.started
 	if e != nil && e != errGone {
 		if started {
-			x.out.fail(e, x.usage)
+			x.out.fail(e, x.out.usage)
 		} else {
 			x.BeforeWrite()
 			writeError(x.W, e)

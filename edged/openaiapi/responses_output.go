@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/iop-dev/iop/edged/gateway"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -274,6 +275,7 @@ type respOutput struct {
 	items []*outItem
 	open  *outItem           // the open message or reasoning item
 	calls map[int32]*outItem // the function calls, by the run's tool call index
+	usage *wirepb.Usage      // the run's last usage event
 }
 
 func newRespOutput(x *respExchange) *respOutput {
@@ -309,12 +311,20 @@ func (o *respOutput) head() bool {
 		o.emit(&respEvent{Type: "response.in_progress", Response: &r})
 }
 
-// text relays a text delta. Like the other event methods it reports false
+// Text relays a text delta. Like the other event methods it reports false
 // when the client could not be written to.
-func (o *respOutput) text(s string) bool { return o.delta(kindMessage, s) }
+func (o *respOutput) Text(s string) bool { return o.delta(kindMessage, s) }
 
-// reasoning relays a reasoning delta.
-func (o *respOutput) reasoning(s string) bool { return o.delta(kindReasoning, s) }
+// Reasoning relays a reasoning delta.
+func (o *respOutput) Reasoning(s string) bool { return o.delta(kindReasoning, s) }
+
+// Usage notes the run's usage, for the end.
+func (o *respOutput) Usage(u *wirepb.Usage) { o.usage = u }
+
+// Complete ends the response (complete).
+func (o *respOutput) Complete(doneReason string) bool { return o.complete(doneReason, o.usage) }
+
+var _ gateway.RunWriter = (*respOutput)(nil)
 
 // delta appends s to the open item of kind (a message or reasoning).
 func (o *respOutput) delta(kind, s string) bool {
@@ -333,8 +343,8 @@ func (o *respOutput) delta(kind, s string) bool {
 	return o.emit(ev)
 }
 
-// toolCall relays a tool call or a fragment of one, by its index.
-func (o *respOutput) toolCall(tc *wirepb.ToolCall) bool {
+// ToolCall relays a tool call or a fragment of one, by its index.
+func (o *respOutput) ToolCall(tc *wirepb.ToolCall) bool {
 	if tc == nil {
 		return true
 	}

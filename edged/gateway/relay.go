@@ -1,0 +1,67 @@
+package gateway
+
+import (
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// RunReader is a run as Relay reads it: events until exactly one terminal.
+type RunReader interface {
+	Next() (*wirepb.RunEvent, error)
+}
+
+// RunWriter writes a run's answer in one API's shape. Each write reports
+// false when the client could not be written to. An API with no place
+// for some kind of event (a text completion has none for reasoning or
+// tool calls) writes nothing for it and reports true.
+type RunWriter interface {
+	// Text and Reasoning relay deltas of the answer and of its thinking.
+	Text(s string) bool
+	Reasoning(s string) bool
+	// ToolCall relays a tool call or a fragment of one (by its index).
+	ToolCall(tc *wirepb.ToolCall) bool
+	// Usage notes the run's token counts and durations, as they come.
+	Usage(u *wirepb.Usage)
+	// Complete writes the end of an answer that completed, with the
+	// run's done reason.
+	Complete(doneReason string) bool
+}
+
+// Relay reads run until its terminal and writes it with w, on the
+// handler's goroutine: the one relay loop of every API. It returns nil when
+// the run completed and w wrote its end; FailClientGone when a write
+// failed (the request is stopped, so the run is cancelled); otherwise the
+// failure of the run's terminal, explained by the exchange's cause (client
+// gone, idle timeout, deadline) when there is one. A run that ends without
+// a terminal is a protocol failure.
+func (x *Exchange) Relay(run RunReader, w RunWriter) *Failure {
+	for {
+		ev, err := run.Next()
+		if err != nil {
+			ev = &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
+				Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROTOCOL, Message: "run ended without a terminal: " + err.Error()}}
+		}
+		if u := ev.GetUsage(); u != nil {
+			w.Usage(u)
+		}
+		ok := true
+		switch t := ev.GetType(); {
+		case t == wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
+			if !w.Complete(ev.GetDoneReason()) {
+				return FailClientGone
+			}
+			return nil
+		case IsTerminal(ev):
+			return RunFailure(ev, x.Why())
+		case t == wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA:
+			ok = w.Text(ev.GetText())
+		case t == wirepb.RunEventType_RUN_EVENT_TYPE_REASONING_DELTA:
+			ok = w.Reasoning(ev.GetText())
+		case t == wirepb.RunEventType_RUN_EVENT_TYPE_TOOL_CALL_DELTA:
+			ok = w.ToolCall(ev.GetToolCall())
+		}
+		if !ok {
+			x.Stop(ErrClientGone)
+			return FailClientGone
+		}
+	}
+}
