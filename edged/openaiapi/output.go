@@ -382,5 +382,4 @@ func (o *output) commit() {
 	o.x.W.WriteHeader(http.StatusOK)
 }
 
-
 var _ gateway.RunWriter = (*output)(nil)
