@@ -366,11 +366,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, m M
 	if _, err := fmt.Fprint(w, "data: [DONE]\n\n"); err != nil {
 		return
 	}
+	// The whole answer is written: complete, whether or not the client,
+	// having read [DONE], hangs up before the handler returns (it may, as
+	// soon as the flush below delivers it).
+	s.markComplete(rec)
 	if flusher != nil {
 		flusher.Flush()
-	}
-	if r.Context().Err() == nil {
-		s.markComplete(rec)
 	}
 }
 
