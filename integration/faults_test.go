@@ -3,7 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -138,15 +137,11 @@ identity: {mode: mtls, trust_domain: iop.test, ca_file: iop-ca.pem, cert_file: e
 	return f
 }
 
-// freeUDPPortAnyAddr returns a UDP port free on every address.
+// freeUDPPortAnyAddr returns a UDP port free on every address (see
+// pickPort).
 func freeUDPPortAnyAddr(t *testing.T) int {
 	t.Helper()
-	c, err := net.ListenPacket("udp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).Port
+	return pickPort(t, "udp", "0.0.0.0")
 }
 
 // startEdge starts edged with the fleet's configuration and waits for its

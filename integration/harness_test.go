@@ -8,12 +8,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -120,20 +123,51 @@ func (p *proc) waitOutput(re *regexp.Regexp) string {
 // freePort returns a port free on 127.0.0.1 for network ("tcp" or "udp").
 func freePort(t *testing.T, network string) int {
 	t.Helper()
-	if network == "udp" {
-		c, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	return pickPort(t, network, "127.0.0.1")
+}
+
+// pickPort returns a port free for network on host, chosen below the
+// kernel's ephemeral range: a port from that range could be handed to any
+// new socket (a Node dialling, a client, another test) between this check
+// and the daemon's bind, and the daemon would fail with "address already
+// in use". Ports below it are only ever taken by a bind that names them.
+func pickPort(t *testing.T, network, host string) int {
+	t.Helper()
+	low := ephemeralLow()
+	for range 200 {
+		port := 10000 + rand.IntN(low-10000)
+		addr := net.JoinHostPort(host, strconv.Itoa(port))
+		if network == "udp" {
+			c, err := net.ListenPacket("udp", addr)
+			if err != nil {
+				continue
+			}
+			c.Close()
+			return port
 		}
-		defer c.Close()
-		return c.LocalAddr().(*net.UDPAddr).Port
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	t.Fatalf("no free %s port on %s below %d", network, host, low)
+	return 0
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				return n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return 32768
 }
 
 // nodeView is the part of /admin/v1/nodes the tests read.
