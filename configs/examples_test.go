@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	edge "github.com/iop-dev/iop/edged/config"
-	node "github.com/iop-dev/iop/noded/config"
+	edge "github.com/iop-dev/iop/internal/edge/edgeconfig"
+	node "github.com/iop-dev/iop/internal/node/nodeconfig"
 )
 
 // TestExamplesAreValid loads every example with its daemon's loader: edge*.yaml with edged's,

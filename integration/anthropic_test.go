@@ -12,8 +12,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/shared"
 
-	"github.com/iop-dev/iop/plugins/fakeollama"
-	"github.com/iop-dev/iop/plugins/fakeopenai"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeopenai"
 )
 
 // anthropicClient is the official Anthropic Go SDK, unchanged, pointed at

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/configs"
-	"github.com/iop-dev/iop/noded/agent"
-	"github.com/iop-dev/iop/noded/config"
-	"github.com/iop-dev/iop/plugins/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
+	"github.com/iop-dev/iop/internal/node/agent"
+	"github.com/iop-dev/iop/internal/node/nodeconfig"
+	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -62,11 +62,11 @@ func BenchmarkNormalizedPath(b *testing.B) {
 
 	b.Run("iop", func(b *testing.B) {
 		edge := startBenchEdge(b)
-		cfg := config.Default()
+		cfg := nodeconfig.Default()
 		cfg.NodeID = "bench-node"
 		cfg.Edge.Address = edge.addr
-		cfg.Identity.Mode = configs.ModeLoopback
-		cfg.Providers = []config.Provider{{Name: "ollama", Adapter: "ollama", Capacity: 64, Config: map[string]any{"base_url": fake.URL()}}}
+		cfg.Identity.Mode = yamlconf.ModeLoopback
+		cfg.Providers = []nodeconfig.Provider{{Name: "ollama", Adapter: "ollama", Capacity: 64, Config: map[string]any{"base_url": fake.URL()}}}
 		a, err := agent.New(cfg, agent.Options{Logger: slog.New(slog.DiscardHandler), Self: []string{bin.noded, "plugin"}})
 		if err != nil {
 			b.Fatal(err)

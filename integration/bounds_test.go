@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/edged/auth"
-	"github.com/iop-dev/iop/plugins/fakeollama"
+	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 )
 
 // boundedEdge runs edged (loopback) with extra config and one noded whose

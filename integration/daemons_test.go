@@ -10,11 +10,11 @@ import (
 	"testing"
 )
 
-// The README's first command: `edged dev` starts an Edge and a Node over
+// The README's first command: `go run ./edged/dev` starts an Edge and a Node over
 // loopback QUIC, prints what to do next, and /admin/v1/nodes shows one ready
 // Node. SIGTERM stops it cleanly.
 func TestDevCommandServesOneReadyNode(t *testing.T) {
-	dev := start(t, "edged dev", bin.edged, "dev", "--http-addr", "127.0.0.1:0")
+	dev := start(t, "dev", bin.dev, "--http-addr", "127.0.0.1:0")
 	base := dev.waitOutput(regexp.MustCompile(`Edge HTTP API\s+(http://\S+)`))
 	if !strings.Contains(dev.out.String(), "/admin/v1/nodes") {
 		t.Errorf("banner does not say what to try next:\n%s", dev.out)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/iop-dev/iop/edged/nodes"
-	"github.com/iop-dev/iop/edged/transport"
+	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -20,7 +20,7 @@ import (
 // send runs with its Go API (the client HTTP API is the next layer up) to
 // real noded processes over real QUIC on 127.0.0.1.
 type inProcessEdge struct {
-	srv  *transport.Server
+	srv  *nodeserver.Server
 	reg  *nodes.Registry
 	addr string
 }
@@ -44,7 +44,7 @@ func startInProcessEdgeWith(t testing.TB, live quicwire.Liveness) *inProcessEdge
 	}
 	reg := nodes.New(nil, uint64(time.Now().UnixMilli()))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv := transport.NewServer(transport.Options{EdgeID: "edge-test", Liveness: live, Logger: log}, reg)
+	srv := nodeserver.NewServer(nodeserver.Options{EdgeID: "edge-test", Liveness: live, Logger: log}, reg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(ctx, ln) }()
@@ -85,7 +85,7 @@ func (e *inProcessEdge) waitProvider(t *testing.T, id, provider string) *nodes.C
 }
 
 // collect reads a run to its terminal.
-func collect(t *testing.T, rs *transport.RunStream) []*wirepb.RunEvent {
+func collect(t *testing.T, rs *nodeserver.RunStream) []*wirepb.RunEvent {
 	t.Helper()
 	var evs []*wirepb.RunEvent
 	for {

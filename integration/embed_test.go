@@ -17,8 +17,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/iop-dev/iop/plugins/fakeollama"
-	"github.com/iop-dev/iop/plugins/fakeopenai"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeopenai"
 	"github.com/iop-dev/iop/plugins/simulator"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ollama/ollama/api"
 
-	"github.com/iop-dev/iop/plugins/fakeopenai"
+	"github.com/iop-dev/iop/internal/fakes/fakeopenai"
 )
 
 // ollamaClient is the official Ollama Go client pointed at base.
@@ -27,12 +27,12 @@ func ollamaClient(t *testing.T, base string) *api.Client {
 	return api.NewClient(u, http.DefaultClient)
 }
 
-// P1, P2, issue 11: the official Ollama client against `edged dev`, whose
+// P1, P2, issue 11: the official Ollama client against `go run ./edged/dev`, whose
 // only model is the simulator's, as a user of the ollama CLI would use it:
 // the model is listed, shown, and a chat and a generate stream to done:true.
 // Before, /api/tags was empty and the chat 503 no_candidate.
 func TestOllamaClientAgainstEdgedDevRunsTheSimulator(t *testing.T) {
-	dev := start(t, "edged dev", bin.edged, "dev", "--http-addr", "127.0.0.1:0")
+	dev := start(t, "dev", bin.dev, "--http-addr", "127.0.0.1:0")
 	base := dev.waitOutput(regexp.MustCompile(`Edge HTTP API\s+(http://\S+)`))
 	waitNode(t, base, "dev-node", "ready", func(n nodeView) bool {
 		return n.State == "ready" && len(n.Providers) == 1 && n.Providers[0].State == "online"

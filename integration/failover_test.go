@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iop-dev/iop/plugins/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 )
 
 // A Node that refuses before the first byte (its model server is down, so

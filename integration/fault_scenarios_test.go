@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/plugins/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 )
 
 // TestFault runs every scenario of the fault suite, all at once: each

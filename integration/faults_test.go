@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/plugins/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 )
 
 // The fault suite (issue 10, P4, R8, R9): real edged and noded processes,
@@ -59,7 +59,7 @@ func slowAnswer() fakeollama.Model {
 
 var fakeBin = sync.OnceValues(func() (string, error) {
 	out := filepath.Join(bin.dir, "fakeollama")
-	cmd := exec.Command("go", "build", "-o", out, "../plugins/fakeollama/cmd/fakeollama")
+	cmd := exec.Command("go", "build", "-o", out, "../internal/fakes/fakeollama/cmd/fakeollama")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build fakeollama: %v\n%s", err, b)
 	}

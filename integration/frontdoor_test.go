@@ -18,10 +18,10 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
-	"github.com/iop-dev/iop/configs"
-	"github.com/iop-dev/iop/noded/agent"
-	"github.com/iop-dev/iop/noded/config"
-	"github.com/iop-dev/iop/plugins/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
+	"github.com/iop-dev/iop/internal/node/agent"
+	"github.com/iop-dev/iop/internal/node/nodeconfig"
+	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -37,11 +37,11 @@ func TestLongPrefillThroughTheTunnelKeepsTheNode(t *testing.T) {
 	fake := fakeollama.New(fakeollama.Model{Name: "prefill:latest", PrefillDelay: 3 * time.Second, TokenCount: 20, TokenDelay: 10 * time.Millisecond})
 	defer fake.Close()
 	edge := startInProcessEdgeWith(t, live)
-	cfg := config.Default()
+	cfg := nodeconfig.Default()
 	cfg.NodeID = "n1"
 	cfg.Edge.Address = edge.addr
-	cfg.Identity.Mode = configs.ModeLoopback
-	cfg.Providers = []config.Provider{{Name: "ollama", Adapter: "ollama", Capacity: 2, Config: map[string]any{"base_url": fake.URL()}}}
+	cfg.Identity.Mode = yamlconf.ModeLoopback
+	cfg.Providers = []nodeconfig.Provider{{Name: "ollama", Adapter: "ollama", Capacity: 2, Config: map[string]any{"base_url": fake.URL()}}}
 	a, err := agent.New(cfg, agent.Options{Logger: slog.New(slog.DiscardHandler), Liveness: live, Self: []string{bin.noded, "plugin"}})
 	if err != nil {
 		t.Fatal(err)

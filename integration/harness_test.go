@@ -24,8 +24,8 @@ import (
 )
 
 var bin struct {
-	dir                       string
-	edged, noded, testadapter string
+	dir                            string
+	edged, dev, noded, testadapter string
 }
 
 func TestMain(m *testing.M) {
@@ -35,9 +35,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin.dir = dir
-	bin.edged, bin.noded, bin.testadapter = filepath.Join(dir, "edged"), filepath.Join(dir, "noded"), filepath.Join(dir, "testadapter")
+	bin.edged, bin.dev = filepath.Join(dir, "edged"), filepath.Join(dir, "dev")
+	bin.noded, bin.testadapter = filepath.Join(dir, "noded"), filepath.Join(dir, "testadapter")
 	for _, b := range []struct{ out, pkg string }{
-		{bin.edged, "../edged"}, {bin.noded, "../noded"}, {bin.testadapter, "../sdk/internal/testadapter/cmd/testadapter"},
+		{bin.edged, "../edged"}, {bin.dev, "../edged/dev"}, {bin.noded, "../noded"},
+		{bin.testadapter, "../internal/testadapter/cmd/testadapter"},
 	} {
 		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
 		cmd.Stderr = os.Stderr

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/edged/auth"
-	"github.com/iop-dev/iop/plugins/fakeopenai"
+	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/fakes/fakeopenai"
 )
 
 // Issue 6 end to end, in managed mode (mutual TLS): real edged and noded

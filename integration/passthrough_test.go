@@ -13,8 +13,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 
-	"github.com/iop-dev/iop/plugins/fakeollama"
-	"github.com/iop-dev/iop/plugins/fakeopenai"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeopenai"
 )
 
 // passThroughStack is a real edged and a real noded whose Node serves one

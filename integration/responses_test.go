@@ -14,8 +14,8 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/responses"
 
-	"github.com/iop-dev/iop/plugins/fakeollama"
-	"github.com/iop-dev/iop/plugins/fakeopenai"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeopenai"
 )
 
 // The Responses API (POST /v1/responses, issue 12) with the official
@@ -321,10 +321,10 @@ func TestOfficialClientSeesResponsesErrorsFromRealDaemons(t *testing.T) {
 	}
 }
 
-// P2, issue 12: `edged dev` answers a Responses client from its simulator,
+// P2, issue 12: `go run ./edged/dev` answers a Responses client from its simulator,
 // streamed and not: the third adapter behind the same front end.
 func TestOfficialClientResponsesOnEdgedDev(t *testing.T) {
-	dev := start(t, "edged dev", bin.edged, "dev", "--http-addr", "127.0.0.1:0")
+	dev := start(t, "dev", bin.dev, "--http-addr", "127.0.0.1:0")
 	base := dev.waitOutput(regexp.MustCompile(`Edge HTTP API\s+(http://\S+)`))
 	waitNode(t, base, "dev-node", "ready", func(n nodeView) bool {
 		return n.State == "ready" && len(n.Providers) == 1 && n.Providers[0].State == "online"

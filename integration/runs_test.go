@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/edged/transport"
-	"github.com/iop-dev/iop/plugins/fakeollama"
+	"github.com/iop-dev/iop/internal/edge/nodeserver"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -214,7 +214,7 @@ func TestKilledPluginFailsItsRunThenComesBack(t *testing.T) {
 	}
 }
 
-func mustRun(t *testing.T, n *nodeUnderTest, req *wirepb.RunRequest) *transport.RunStream {
+func mustRun(t *testing.T, n *nodeUnderTest, req *wirepb.RunRequest) *nodeserver.RunStream {
 	t.Helper()
 	rs, err := n.edge.srv.Run(t.Context(), n.id, req)
 	if err != nil {

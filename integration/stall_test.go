@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iop-dev/iop/plugins/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 )
 
 // Issue 5 end to end: real edged and noded processes over loopback QUIC,

@@ -13,8 +13,8 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
-	"github.com/iop-dev/iop/noded/agent"
-	"github.com/iop-dev/iop/noded/config"
+	"github.com/iop-dev/iop/internal/node/agent"
+	"github.com/iop-dev/iop/internal/node/nodeconfig"
 )
 
 // runFlags are the command-line flags of `noded run`.
@@ -25,13 +25,13 @@ type runFlags struct {
 
 // checkConfig loads and validates a configuration file.
 func checkConfig(path string) error {
-	_, err := config.Load(path)
+	_, err := nodeconfig.Load(path)
 	return err
 }
 
 // runNode runs the Node until SIGINT or SIGTERM, then drains and stops.
 func runNode(flags runFlags) error {
-	cfg, err := config.Load(flags.configPath)
+	cfg, err := nodeconfig.Load(flags.configPath)
 	if err != nil {
 		return err
 	}
@@ -52,7 +52,7 @@ func runNode(flags runFlags) error {
 }
 
 // nodeModule is the Node's dependency graph; fx only appears in this file.
-func nodeModule(cfg *config.Config, flags runFlags) fx.Option {
+func nodeModule(cfg *nodeconfig.Config, flags runFlags) fx.Option {
 	return fx.Options(
 		fx.Supply(cfg, flags),
 		fx.Provide(newLogger, newAgent),
@@ -68,11 +68,11 @@ func nodeModule(cfg *config.Config, flags runFlags) fx.Option {
 	)
 }
 
-func newLogger(cfg *config.Config) *slog.Logger {
+func newLogger(cfg *nodeconfig.Config) *slog.Logger {
 	return cfg.Log.NewLogger(os.Stderr).With("node", cfg.NodeID)
 }
 
-func newAgent(cfg *config.Config, log *slog.Logger) (*agent.Agent, error) {
+func newAgent(cfg *nodeconfig.Config, log *slog.Logger) (*agent.Agent, error) {
 	return agent.New(cfg, agent.Options{Version: version, Logger: log})
 }
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/plugins/fakeollama"
-	"github.com/iop-dev/iop/plugins/fakeopenai"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeopenai"
 	"github.com/iop-dev/iop/sdk"
 	"github.com/iop-dev/iop/sdk/sdktest"
 )
@@ -24,7 +24,7 @@ func buildBinaries(t *testing.T) (noded, testadapter string) {
 	noded, testadapter = filepath.Join(dir, "noded"), filepath.Join(dir, "testadapter")
 	for bin, pkg := range map[string]string{
 		noded:       "github.com/iop-dev/iop/noded",
-		testadapter: "github.com/iop-dev/iop/sdk/internal/testadapter/cmd/testadapter",
+		testadapter: "github.com/iop-dev/iop/internal/testadapter/cmd/testadapter",
 	} {
 		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
 			t.Fatalf("go build %s: %v\n%s", pkg, err, out)

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/iop-dev/iop/internal/pluginpb"
 	"github.com/iop-dev/iop/quicwire/wirepb"
-	"github.com/iop-dev/iop/sdk/internal/pluginpb"
 )
 
 // The plugin side's conversions between the wire messages (which cross the

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iop-dev/iop/internal/pluginpb"
 	"github.com/iop-dev/iop/quicwire/wirepb"
-	"github.com/iop-dev/iop/sdk/internal/pluginpb"
 )
 
 // The shared kind table covers every Kind, both ways, and maps each to

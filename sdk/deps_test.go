@@ -19,9 +19,11 @@ func TestSDKImportsNoTransportWiringOrDaemon(t *testing.T) {
 		"github.com/alecthomas/kingpin",
 		"github.com/iop-dev/iop/edged",
 		"github.com/iop-dev/iop/noded",
+		"github.com/iop-dev/iop/internal/edge",
+		"github.com/iop-dev/iop/internal/node",
 		"github.com/iop-dev/iop/plugins",
 	}
-	for _, pkg := range []string{"github.com/iop-dev/iop/sdk", "github.com/iop-dev/iop/sdk/pluginhost", "github.com/iop-dev/iop/sdk/sdktest"} {
+	for _, pkg := range []string{"github.com/iop-dev/iop/sdk", "github.com/iop-dev/iop/internal/pluginhost", "github.com/iop-dev/iop/sdk/sdktest"} {
 		out, err := exec.Command("go", "list", "-deps", pkg).Output()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v", pkg, err)

@@ -5,8 +5,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/iop-dev/iop/internal/pluginpb"
 	"github.com/iop-dev/iop/quicwire/wirepb"
-	"github.com/iop-dev/iop/sdk/internal/pluginpb"
 )
 
 // EmbedRequest is one embedding call.

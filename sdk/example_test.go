@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/iop-dev/iop/internal/pluginhost"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
-	"github.com/iop-dev/iop/sdk/pluginhost"
 )
 
 // echo is a complete adapter: it answers with the last user message, one

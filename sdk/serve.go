@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
-	"github.com/iop-dev/iop/sdk/internal/pluginpb"
+	"github.com/iop-dev/iop/internal/pluginpb"
 	"google.golang.org/grpc"
 )
 

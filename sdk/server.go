@@ -7,8 +7,8 @@ import (
 	"runtime/debug"
 	"sync"
 
+	"github.com/iop-dev/iop/internal/pluginpb"
 	"github.com/iop-dev/iop/quicwire/wirepb"
-	"github.com/iop-dev/iop/sdk/internal/pluginpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/iop-dev/iop/internal/pluginpb"
 	"github.com/iop-dev/iop/quicwire/wirepb"
-	"github.com/iop-dev/iop/sdk/internal/pluginpb"
 )
 
 // fakeRunStream is the server side of an Execute stream, in memory.

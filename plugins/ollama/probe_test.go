@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/plugins/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 	"github.com/iop-dev/iop/sdk"
 )
 

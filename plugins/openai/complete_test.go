@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/iop-dev/iop/plugins/fakeopenai"
+	"github.com/iop-dev/iop/internal/fakes/fakeopenai"
 	"github.com/iop-dev/iop/sdk"
 )
 

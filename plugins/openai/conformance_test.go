@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/plugins/fakeopenai"
+	"github.com/iop-dev/iop/internal/fakes/fakeopenai"
 	"github.com/iop-dev/iop/plugins/openai"
 	"github.com/iop-dev/iop/sdk"
 	"github.com/iop-dev/iop/sdk/sdktest"

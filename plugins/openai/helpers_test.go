@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/iop-dev/iop/plugins/fakeopenai"
+	"github.com/iop-dev/iop/internal/fakes/fakeopenai"
 	"github.com/iop-dev/iop/plugins/openai"
 	"github.com/iop-dev/iop/sdk"
 )

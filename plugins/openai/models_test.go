@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/plugins/fakeopenai"
+	"github.com/iop-dev/iop/internal/fakes/fakeopenai"
 	"github.com/iop-dev/iop/sdk"
 )
 

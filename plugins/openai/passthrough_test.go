@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/iop-dev/iop/plugins/fakeopenai"
+	"github.com/iop-dev/iop/internal/fakes/fakeopenai"
 	"github.com/iop-dev/iop/sdk"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iop-dev/iop/plugins/fakeopenai"
+	"github.com/iop-dev/iop/internal/fakes/fakeopenai"
 	"github.com/iop-dev/iop/plugins/openai"
 	"github.com/iop-dev/iop/sdk"
 )

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/iop-dev/iop/internal/testadapter"
 	"github.com/iop-dev/iop/sdk"
-	"github.com/iop-dev/iop/sdk/internal/testadapter"
 )
 
 // Deliberately broken adapters: each is the test adapter with one thing

@@ -13,10 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/iop-dev/iop/internal/pluginhost"
+	"github.com/iop-dev/iop/internal/pluginpb"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
-	"github.com/iop-dev/iop/sdk/internal/pluginpb"
-	"github.com/iop-dev/iop/sdk/pluginhost"
 )
 
 // Checks returns the conformance checks, in the order Run and Verify run

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/iop-dev/iop/internal/pluginhost"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
-	"github.com/iop-dev/iop/sdk/pluginhost"
 )
 
 // checkComplete runs a raw completion of the target: an adapter that

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iop-dev/iop/internal/testadapter"
 	"github.com/iop-dev/iop/sdk"
-	"github.com/iop-dev/iop/sdk/internal/testadapter"
 	"github.com/iop-dev/iop/sdk/sdktest"
 	"go.uber.org/goleak"
 )
@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	adapterBin = filepath.Join(dir, "testadapter")
-	build := exec.Command("go", "build", "-o", adapterBin, "github.com/iop-dev/iop/sdk/internal/testadapter/cmd/testadapter")
+	build := exec.Command("go", "build", "-o", adapterBin, "github.com/iop-dev/iop/internal/testadapter/cmd/testadapter")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the test adapter: %v\n%s", err, out)
 		os.Exit(1)

@@ -12,9 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/iop-dev/iop/internal/pluginhost"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
-	"github.com/iop-dev/iop/sdk/pluginhost"
 )
 
 // Session is one subject under check: the plugin now running it, and what

@@ -7,7 +7,7 @@
 //	go run ./integration/cmd/iopbench -quick     # CI-sized
 //	go run ./integration/cmd/iopbench -out r.json
 //
-// It builds edged and noded, starts a fake Ollama (plugins/fakeollama) in
+// It builds edged and noded, starts a fake Ollama (internal/fakes/fakeollama) in
 // this process on 127.0.0.1, then `edged run` and `noded run` as processes
 // with loopback configs (anonymous API, one Node whose ollama provider has
 // capacity 64 and points at the fake), and waits until the Node is ready.

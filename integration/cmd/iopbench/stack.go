@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/iop-dev/iop/plugins/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 )
 
 // nodeID and providerName name the one Node and its Ollama provider.

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/iop-dev/iop/plugins/fakeollama"
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 )
 
 // side is one way a workload's requests go: straight to the fake Ollama

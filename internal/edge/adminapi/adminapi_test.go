@@ -1,0 +1,147 @@
+package adminapi_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/iop-dev/iop/internal/edge/adminapi"
+	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+func get(t *testing.T, h http.Handler, path string) (*httptest.ResponseRecorder, map[string]any) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	var body map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatalf("GET %s: body is not JSON: %v\n%s", path, err, rec.Body)
+	}
+	return rec, body
+}
+
+func TestNodesListsStateGenerationRTTAndProviders(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	reg := nodes.New(func() time.Time { return now }, 100)
+	c := reg.Register(nodes.ConnInfo{
+		NodeID: "n1", Identity: "loopback", Version: "1.2.3",
+		Providers: []*wirepb.Provider{{Name: "ollama", Adapter: "ollama", Capacity: 2, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
+			Targets: []*wirepb.Target{{Name: "llama3.2"}, {Name: "qwen3"}}}},
+		RTT: func() (time.Duration, time.Time) { return 1500 * time.Microsecond, now },
+	})
+	if err := reg.MarkReady(c, c.Generation(), nil); err != nil {
+		t.Fatal(err)
+	}
+	old := reg.Register(nodes.ConnInfo{NodeID: "n2", Providers: []*wirepb.Provider{{Name: "sim", State: wirepb.ProviderState_PROVIDER_STATE_ONLINE}}})
+	reg.Fence(old, quicwire.CloseHeartbeatTimeout, "no answer")
+
+	rec, body := get(t, adminapi.Handler(reg, func() error { return nil }, nil, adminapi.WithOpenReads(true)), "/admin/v1/nodes")
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("status %d, content type %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	list := body["nodes"].([]any)
+	if len(list) != 2 {
+		t.Fatalf("got %d nodes, want 2: %v", len(list), body)
+	}
+	n1, n2 := list[0].(map[string]any), list[1].(map[string]any)
+	if n1["id"] != "n1" || n1["state"] != "ready" || n1["generation"] != float64(101) || n1["last_heartbeat_rtt_ms"] != 1.5 {
+		t.Errorf("n1 = %v", n1)
+	}
+	p := n1["providers"].([]any)[0].(map[string]any)
+	if p["name"] != "ollama" || p["state"] != "online" || len(p["targets"].([]any)) != 2 {
+		t.Errorf("n1 provider = %v", p)
+	}
+	if n2["state"] != "fenced" || n2["fence_reason"] != "heartbeat_timeout" {
+		t.Errorf("n2 = %v", n2)
+	}
+	if p := n2["providers"].([]any)[0].(map[string]any); p["state"] != "offline" {
+		t.Errorf("a fenced node's provider is %v, want offline (R9)", p["state"])
+	}
+}
+
+func TestReadyzSaysWhyNotReady(t *testing.T) {
+	reg := nodes.New(nil, 0)
+	ready := errors.New("quic listener not started")
+	h := adminapi.Handler(reg, func() error { return ready }, nil)
+	rec, body := get(t, h, "/readyz")
+	if rec.Code != http.StatusServiceUnavailable || body["reason"] != ready.Error() {
+		t.Errorf("readyz = %d %v", rec.Code, body)
+	}
+	ready = nil
+	if rec, _ := get(t, h, "/readyz"); rec.Code != http.StatusOK {
+		t.Errorf("readyz when ready = %d", rec.Code)
+	}
+	if rec, _ := get(t, h, "/healthz"); rec.Code != http.StatusOK {
+		t.Errorf("healthz = %d", rec.Code)
+	}
+}
+
+func TestQueuesAreListed(t *testing.T) {
+	h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, func() any {
+		return []map[string]any{{"model": "m", "depth": 2}}
+	}, adminapi.WithOpenReads(true))
+	rec, body := get(t, h, "/admin/v1/queues")
+	q := body["queues"].([]any)
+	if rec.Code != http.StatusOK || len(q) != 1 || q[0].(map[string]any)["depth"] != float64(2) {
+		t.Errorf("queues = %d %v", rec.Code, body)
+	}
+}
+
+// Issue 10 item 7: unless admin_reads is open, the reads that show the
+// fleet (nodes, queues, credentials, and /metrics through ReadAccess)
+// answer only an admin principal: 401 without a key, 403 for a key that is
+// not an admin's or for the anonymous principal. Health probes stay open.
+func TestReadsNeedAnAdminUnlessOpen(t *testing.T) {
+	cfg := edgeconfig.Default()
+	cfg.Principals = []edgeconfig.Principal{{Name: "ops", Routes: []string{"*"}, Admin: true}, {Name: "app", Routes: []string{"*"}}}
+	cfg.API.Keys = []edgeconfig.APIKey{{Principal: "ops", SHA256: auth.HashKey("ops-key")}, {Principal: "app", SHA256: auth.HashKey("app-key")}}
+	authn, err := auth.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsRead := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("iop_edge_requests_total 1\n")) })
+	for _, open := range []bool{false, true} {
+		opts := []adminapi.Option{adminapi.WithAuthenticator(authn), adminapi.WithOpenReads(open)}
+		h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, nil, opts...)
+		mux := http.NewServeMux()
+		mux.Handle("/admin/", h)
+		mux.Handle("/healthz", h)
+		mux.Handle("/metrics", adminapi.ReadAccess(metricsRead, opts...))
+		for _, path := range []string{"/admin/v1/nodes", "/admin/v1/queues", "/metrics"} {
+			for _, c := range []struct {
+				key  string
+				want int
+			}{{"", http.StatusUnauthorized}, {"app-key", http.StatusForbidden}, {"ops-key", http.StatusOK}} {
+				want := c.want
+				if open {
+					want = http.StatusOK
+				}
+				r := httptest.NewRequest(http.MethodGet, path, nil)
+				if c.key != "" {
+					r.Header.Set("Authorization", "Bearer "+c.key)
+				}
+				rec := httptest.NewRecorder()
+				mux.ServeHTTP(rec, r)
+				if rec.Code != want {
+					t.Errorf("open=%v GET %s with key %q = %d, want %d: %s", open, path, c.key, rec.Code, want, rec.Body)
+				}
+				if rec.Code != http.StatusOK && strings.Contains(rec.Body.String(), "iop_edge") {
+					t.Errorf("a refused read leaked the metrics")
+				}
+			}
+		}
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		if rec.Code != http.StatusOK {
+			t.Errorf("open=%v: /healthz without a key = %d, want 200", open, rec.Code)
+		}
+	}
+}

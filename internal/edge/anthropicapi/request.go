@@ -1,0 +1,535 @@
+package anthropicapi
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/iop-dev/iop/internal/edge/frontdoor"
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// MaxRequestBytes bounds a Messages request's body, as the OpenAI API's:
+// the request becomes one run request that must fit one dispatched-stream
+// frame (quicwire.MaxStreamFrameSize, 1 MiB, less what the gateway adds),
+// so a body past twice the frame is refused with 413 before any of it is
+// decoded, and one within it whose run is past the frame with 413 after.
+const MaxRequestBytes = 2 * quicwire.MaxStreamFrameSize
+
+// Bounds on what one request's JSON may make the Edge build (P3), counted
+// as the body is decoded (frontdoor.DecodeList), not after.
+const (
+	// MaxMessages bounds a request's messages.
+	MaxMessages = 10_000
+	// MaxBlocks bounds the content blocks of one message, of the system
+	// prompt, and of one tool_result.
+	MaxBlocks = 1_000
+	// MaxTools bounds a request's tools.
+	MaxTools = 1_000
+	// MaxStopSequences bounds stop_sequences.
+	MaxStopSequences = 1_000
+)
+
+// runHeadroom is what the gateway and the stream header add to the run
+// request after the handler sized it (ids, provider, target, lease).
+const runHeadroom = 16 << 10
+
+// messagesRequest is the part of an Anthropic Messages request the Edge
+// reads. Every other field (metadata, service_tier, cache_control,
+// container, ...) is Anthropic's own vocabulary, which no provider behind
+// the Edge speaks: it is ignored, not passed through (see the package
+// comment).
+type messagesRequest struct {
+	Model         string          `json:"model"`
+	System        json.RawMessage `json:"system"` // a string or text blocks
+	Messages      messageList     `json:"messages"`
+	Tools         toolList        `json:"tools"`
+	ToolChoice    *toolChoice     `json:"tool_choice"`
+	MaxTokens     *int64          `json:"max_tokens"`
+	StopSequences stopList        `json:"stop_sequences"`
+	Temperature   *float64        `json:"temperature"`
+	TopP          *float64        `json:"top_p"`
+	TopK          *int64          `json:"top_k"`
+	Thinking      *thinking       `json:"thinking"`
+	OutputConfig  *struct {
+		Format *struct {
+			Type   string          `json:"type"`
+			Schema json.RawMessage `json:"schema"`
+		} `json:"format"`
+	} `json:"output_config"`
+	Stream bool `json:"stream"`
+}
+
+type message struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"` // a string or blocks
+}
+
+// block is any content block; Type says which fields it uses.
+type block struct {
+	Type string `json:"type"`
+	// text
+	Text string `json:"text"`
+	// image
+	Source *struct {
+		Type      string `json:"type"` // base64, url, file
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+	} `json:"source"`
+	// tool_use
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
+	// tool_result
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"` // a string or text and image blocks
+	IsError   bool            `json:"is_error"`
+	// thinking
+	Thinking string `json:"thinking"`
+}
+
+type tool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+type toolChoice struct {
+	Type string `json:"type"`
+	Name string `json:"name"`
+}
+
+type thinking struct {
+	Type string `json:"type"`
+}
+
+// Bounded lists: each decodes with frontdoor.DecodeList.
+type (
+	messageList []message
+	blockList   []block
+	toolList    []tool
+	stopList    []string
+)
+
+func (l *messageList) UnmarshalJSON(b []byte) (err error) {
+	*l, err = frontdoor.DecodeList[message](b, MaxMessages, "messages")
+	return err
+}
+
+func (l *blockList) UnmarshalJSON(b []byte) (err error) {
+	*l, err = frontdoor.DecodeList[block](b, MaxBlocks, "content")
+	return err
+}
+
+func (l *toolList) UnmarshalJSON(b []byte) (err error) {
+	*l, err = frontdoor.DecodeList[tool](b, MaxTools, "tools")
+	return err
+}
+
+func (l *stopList) UnmarshalJSON(b []byte) (err error) {
+	*l, err = frontdoor.DecodeList[string](b, MaxStopSequences, "stop_sequences")
+	return err
+}
+
+// parsedMessages is a request ready to run.
+type parsedMessages struct {
+	model  string
+	stream bool
+	run    *wirepb.RunRequest
+}
+
+// peeked is what the handler reads of a body before it decides whether
+// the request may run at all: decoding it allocates nothing but the model
+// name, however large the body.
+type peeked struct {
+	Model  string `json:"model"`
+	Stream bool   `json:"stream"`
+}
+
+// peekMessages reads the model of a request's body: 400 for a body that
+// is not a JSON object or names no model.
+func peekMessages(body []byte) (peeked, *apiError) {
+	var p peeked
+	if err := json.Unmarshal(body, &p); err != nil {
+		return p, jsonError(err)
+	}
+	if p.Model == "" {
+		return p, invalid("model", "Field required")
+	}
+	return p, nil
+}
+
+// parseMessages decodes and validates a request's body, within the bounds
+// above: 400 naming the offending field, or 413.
+func parseMessages(body []byte) (*parsedMessages, *apiError) {
+	var req messagesRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, jsonError(err)
+	}
+	run, e := req.toRun()
+	if e != nil {
+		return nil, e
+	}
+	if n := proto.Size(run); n > quicwire.MaxStreamFrameSize-runHeadroom {
+		return nil, tooLarge("the request is %d bytes once converted for the Node; the limit is %d",
+			n, quicwire.MaxStreamFrameSize-runHeadroom)
+	}
+	return &parsedMessages{model: req.Model, stream: req.Stream, run: run}, nil
+}
+
+// jsonError maps a decoding error to a 400 naming what it can.
+func jsonError(err error) *apiError {
+	var te *json.UnmarshalTypeError
+	var le *frontdoor.ListTooLong
+	switch {
+	case errors.As(err, &le):
+		return invalid(le.Param, "too many elements: at most %d are accepted", le.Max)
+	case errors.As(err, &te):
+		return invalid(fieldPath(te.Field), "expected %s, got %s", te.Type, te.Value)
+	}
+	return invalid("", "the request body is not valid JSON: %v", err)
+}
+
+// fieldPath writes a decoding error's field ("messages.messages[0].role":
+// the struct field, then the bounded list's own name and index) as
+// Anthropic writes paths ("messages.0.role").
+func fieldPath(f string) string {
+	parts := strings.Split(strings.NewReplacer("[", ".", "]", "").Replace(f), ".")
+	if len(parts) > 1 && parts[0] == parts[1] {
+		parts = parts[1:]
+	}
+	return strings.Join(parts, ".")
+}
+
+// toRun validates req and converts it to a run request.
+func (req *messagesRequest) toRun() (*wirepb.RunRequest, *apiError) {
+	if req.MaxTokens == nil {
+		return nil, invalid("max_tokens", "Field required")
+	}
+	if *req.MaxTokens < 1 {
+		return nil, invalid("max_tokens", "must be at least 1, got %d", *req.MaxTokens)
+	}
+	if len(req.Messages) == 0 {
+		return nil, invalid("messages", "at least one message is required")
+	}
+	run := &wirepb.RunRequest{Options: &wirepb.RunOptions{MaxTokens: req.MaxTokens}}
+	system, e := systemText(req.System)
+	if e != nil {
+		return nil, e
+	}
+	if system != "" {
+		run.Messages = append(run.Messages, &wirepb.ChatMessage{Role: "system", Content: system})
+	}
+	toolNames := map[string]string{} // tool_use id → tool name, for the results that answer them
+	for i := range req.Messages {
+		ms, e := req.Messages[i].toWire(fmt.Sprintf("messages.%d", i), toolNames)
+		if e != nil {
+			return nil, e
+		}
+		run.Messages = append(run.Messages, ms...)
+	}
+	for i, t := range req.Tools {
+		field := fmt.Sprintf("tools.%d", i)
+		if t.Type != "" && t.Type != "custom" {
+			return nil, invalid(field+".type", "the tool type %q is one of Anthropic's server tools, which the Edge's providers do not have; only custom tools (name, description, input_schema) are supported", t.Type)
+		}
+		if t.Name == "" {
+			return nil, invalid(field+".name", "Field required")
+		}
+		wt := &wirepb.Tool{Name: t.Name, Description: t.Description}
+		if s := bytes.TrimSpace(t.InputSchema); len(s) > 0 && !bytes.Equal(s, []byte("null")) {
+			wt.ParametersJson = s
+		}
+		run.Tools = append(run.Tools, wt)
+	}
+	if run.Options.ToolChoice, e = req.ToolChoice.toWire(run.Tools); e != nil {
+		return nil, e
+	}
+	if e := req.options(run.Options); e != nil {
+		return nil, e
+	}
+	return run, nil
+}
+
+// systemText is the system prompt: a string, or text blocks joined by
+// blank lines.
+func systemText(raw json.RawMessage) (string, *apiError) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil
+	}
+	texts, images, e := textAndImages(raw, "system", false)
+	if e != nil {
+		return "", e
+	}
+	if len(images) > 0 {
+		return "", invalid("system", "the system prompt takes text blocks only")
+	}
+	return texts, nil
+}
+
+// textAndImages reads content that is a string or text (and, with
+// images, image) blocks; texts are joined by blank lines.
+func textAndImages(raw json.RawMessage, field string, images bool) (string, [][]byte, *apiError) {
+	if len(raw) > 0 && raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", nil, invalid(field, "not a valid string")
+		}
+		return s, nil, nil
+	}
+	blocks, e := decodeBlocks(raw, field)
+	if e != nil {
+		return "", nil, e
+	}
+	var texts []string
+	var imgs [][]byte
+	for j, b := range blocks {
+		f := fmt.Sprintf("%s.%d", field, j)
+		switch {
+		case b.Type == "text":
+			texts = append(texts, b.Text)
+		case b.Type == "image" && images:
+			img, e := b.image(f)
+			if e != nil {
+				return "", nil, e
+			}
+			imgs = append(imgs, img)
+		default:
+			want := "text"
+			if images {
+				want = "text or image"
+			}
+			return "", nil, invalid(f+".type", "unsupported block type %q here: expected %s", b.Type, want)
+		}
+	}
+	return strings.Join(texts, "\n\n"), imgs, nil
+}
+
+// decodeBlocks decodes an array of content blocks.
+func decodeBlocks(raw json.RawMessage, field string) (blockList, *apiError) {
+	var blocks blockList
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		var le *frontdoor.ListTooLong
+		if errors.As(err, &le) {
+			return nil, invalid(field, "too many content blocks: at most %d are accepted", le.Max)
+		}
+		return nil, invalid(field, "expected a string or an array of content blocks")
+	}
+	return blocks, nil
+}
+
+// image decodes an image block's base64 source. URL and file sources are
+// refused: the Node that runs the request may not reach the client's
+// network, and the Edge keeps no files.
+func (b *block) image(field string) ([]byte, *apiError) {
+	if b.Source == nil {
+		return nil, invalid(field+".source", "Field required")
+	}
+	switch b.Source.Type {
+	case "base64":
+	case "url":
+		return nil, invalid(field+".source.type", "image URLs are not supported: the model server may not reach the client's network; send the image as a base64 source")
+	default:
+		return nil, invalid(field+".source.type", "unsupported image source %q: send the image as a base64 source", b.Source.Type)
+	}
+	img, err := base64.StdEncoding.DecodeString(b.Source.Data)
+	if err != nil {
+		if img, err = base64.RawStdEncoding.DecodeString(b.Source.Data); err != nil {
+			return nil, invalid(field+".source.data", "not valid base64")
+		}
+	}
+	return img, nil
+}
+
+// toWire converts one message to the wire's messages: an assistant
+// message to one (text, thinking as its reasoning, tool_use blocks as its
+// tool calls); a user message to one "tool" message per tool_result block,
+// in order, then one user message with the rest of its text and images
+// (and the images of the tool results, which chat APIs only take from a
+// user). toolNames maps the tool_use ids seen so far to their tool's name.
+func (m *message) toWire(field string, toolNames map[string]string) ([]*wirepb.ChatMessage, *apiError) {
+	content := bytes.TrimSpace(m.Content)
+	if len(content) == 0 || bytes.Equal(content, []byte("null")) {
+		return nil, invalid(field+".content", "Field required")
+	}
+	switch m.Role {
+	case "user", "assistant":
+	default:
+		return nil, invalid(field+".role", "unsupported role %q: expected user or assistant (the system prompt is the top-level system field)", m.Role)
+	}
+	if content[0] == '"' {
+		wm := &wirepb.ChatMessage{Role: m.Role}
+		if err := json.Unmarshal(content, &wm.Content); err != nil {
+			return nil, invalid(field+".content", "not a valid string")
+		}
+		return []*wirepb.ChatMessage{wm}, nil
+	}
+	blocks, e := decodeBlocks(content, field+".content")
+	if e != nil {
+		return nil, e
+	}
+	if m.Role == "assistant" {
+		wm, e := assistantMessage(blocks, field+".content", toolNames)
+		if e != nil {
+			return nil, e
+		}
+		return []*wirepb.ChatMessage{wm}, nil
+	}
+	return userMessages(blocks, field+".content", toolNames)
+}
+
+func assistantMessage(blocks blockList, field string, toolNames map[string]string) (*wirepb.ChatMessage, *apiError) {
+	wm := &wirepb.ChatMessage{Role: "assistant"}
+	var texts, thoughts []string
+	for j, b := range blocks {
+		f := fmt.Sprintf("%s.%d", field, j)
+		switch b.Type {
+		case "text":
+			texts = append(texts, b.Text)
+		case "thinking":
+			thoughts = append(thoughts, b.Thinking)
+		case "redacted_thinking": // encrypted for Anthropic's models: nothing a provider here can read
+		case "tool_use":
+			if b.ID == "" || b.Name == "" {
+				return nil, invalid(f, "a tool_use block needs an id and a name")
+			}
+			args := bytes.TrimSpace(b.Input)
+			if len(args) == 0 || bytes.Equal(args, []byte("null")) {
+				args = []byte("{}")
+			}
+			toolNames[b.ID] = b.Name
+			wm.ToolCalls = append(wm.ToolCalls, &wirepb.ToolCall{Index: int32(len(wm.ToolCalls)), Id: b.ID, Name: b.Name, ArgumentsJson: args})
+		default:
+			return nil, invalid(f+".type", "unsupported block type %q in an assistant message: expected text, thinking or tool_use", b.Type)
+		}
+	}
+	wm.Content, wm.Reasoning = strings.Join(texts, "\n\n"), strings.Join(thoughts, "\n\n")
+	return wm, nil
+}
+
+func userMessages(blocks blockList, field string, toolNames map[string]string) ([]*wirepb.ChatMessage, *apiError) {
+	var out []*wirepb.ChatMessage
+	user := &wirepb.ChatMessage{Role: "user"}
+	var texts []string
+	for j, b := range blocks {
+		f := fmt.Sprintf("%s.%d", field, j)
+		switch b.Type {
+		case "text":
+			texts = append(texts, b.Text)
+		case "image":
+			img, e := b.image(f)
+			if e != nil {
+				return nil, e
+			}
+			user.Images = append(user.Images, img)
+		case "tool_result":
+			if b.ToolUseID == "" {
+				return nil, invalid(f+".tool_use_id", "Field required")
+			}
+			tm := &wirepb.ChatMessage{Role: "tool", ToolCallId: b.ToolUseID, Name: toolNames[b.ToolUseID]}
+			if c := bytes.TrimSpace(b.Content); len(c) > 0 && !bytes.Equal(c, []byte("null")) {
+				text, imgs, e := textAndImages(c, f+".content", true)
+				if e != nil {
+					return nil, e
+				}
+				tm.Content = text
+				user.Images = append(user.Images, imgs...)
+			}
+			if b.IsError {
+				// Chat APIs have no error flag on a tool's result: say it in
+				// the words the model reads.
+				tm.Content = "Error: " + tm.Content
+			}
+			out = append(out, tm)
+		default:
+			return nil, invalid(f+".type", "unsupported block type %q in a user message: expected text, image or tool_result", b.Type)
+		}
+	}
+	user.Content = strings.Join(texts, "\n\n")
+	if user.Content != "" || len(user.Images) > 0 || len(out) == 0 {
+		out = append(out, user)
+	}
+	return out, nil
+}
+
+// toWire converts Anthropic's tool_choice to the wire's (see RunOptions
+// in wire.proto): auto and none as they are, any as "required", and
+// {"type":"tool","name":"f"} as "function:f", which must name one of the
+// request's tools. disable_parallel_tool_use has no portable equivalent
+// and is ignored.
+func (c *toolChoice) toWire(tools []*wirepb.Tool) (string, *apiError) {
+	if c == nil {
+		return "", nil
+	}
+	switch c.Type {
+	case "auto", "none":
+		return c.Type, nil
+	case "any":
+		if len(tools) == 0 {
+			return "", invalid("tool_choice", `"any" needs tools, and the request has none`)
+		}
+		return "required", nil
+	case "tool":
+		if c.Name == "" {
+			return "", invalid("tool_choice.name", "Field required")
+		}
+		for _, t := range tools {
+			if t.Name == c.Name {
+				return "function:" + c.Name, nil
+			}
+		}
+		return "", invalid("tool_choice.name", "the tool %q is not among the request's tools", c.Name)
+	}
+	return "", invalid("tool_choice.type", `unsupported tool_choice %q: expected auto, any, tool or none`, c.Type)
+}
+
+// options fills o from the sampling fields, thinking and the output
+// format of req. top_k has no field of its own on the wire: it travels in
+// extra_json, under the name both the OpenAI-compatible servers and the
+// ollama adapter know.
+func (req *messagesRequest) options(o *wirepb.RunOptions) *apiError {
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"temperature", req.Temperature}, {"top_p", req.TopP}} {
+		if f.v != nil && (*f.v < 0 || *f.v > 1) {
+			return invalid(f.name, "must be between 0 and 1, got %v", *f.v)
+		}
+	}
+	o.Temperature, o.TopP = req.Temperature, req.TopP
+	if k := req.TopK; k != nil {
+		if *k < 0 {
+			return invalid("top_k", "must be at least 0, got %d", *k)
+		}
+		o.ExtraJson, _ = json.Marshal(map[string]int64{"top_k": *k})
+	}
+	o.Stop = req.StopSequences
+	if th := req.Thinking; th != nil {
+		switch th.Type {
+		case "enabled", "disabled":
+			on := th.Type == "enabled" // the budget has no portable meaning: thinking is on or off
+			o.Think = &on
+		case "adaptive": // the model decides: the provider's default
+		default:
+			return invalid("thinking.type", "unsupported thinking type %q: expected enabled, disabled or adaptive", th.Type)
+		}
+	}
+	if oc := req.OutputConfig; oc != nil && oc.Format != nil {
+		if oc.Format.Type != "json_schema" {
+			return invalid("output_config.format.type", "unsupported format %q: expected json_schema", oc.Format.Type)
+		}
+		if s := bytes.TrimSpace(oc.Format.Schema); len(s) == 0 || s[0] != '{' {
+			return invalid("output_config.format.schema", "a JSON schema object is required")
+		}
+		o.Format = bytes.TrimSpace(oc.Format.Schema)
+	}
+	return nil
+}

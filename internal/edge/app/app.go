@@ -1,0 +1,358 @@
+// Package app is the Edge's wiring: the only package of the Edge that
+// imports fx. `edged run` and the all-in-one dev command (edged/dev) build
+// the same graph from it.
+package app
+
+import (
+	"context"
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"go.uber.org/dig"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/iop-dev/iop/internal/edge/adminapi"
+	"github.com/iop-dev/iop/internal/edge/anthropicapi"
+	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/credentials"
+	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/edge/frontdoor"
+	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/metrics"
+	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/nodeserver"
+	"github.com/iop-dev/iop/internal/edge/ollamaapi"
+	"github.com/iop-dev/iop/internal/edge/openaiapi"
+	"github.com/iop-dev/iop/internal/edge/resetkey"
+	"github.com/iop-dev/iop/internal/edge/sched"
+	"github.com/iop-dev/iop/internal/yamlconf"
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/pki"
+)
+
+// StopTimeout bounds a stop: draining Nodes' work and closing listeners.
+const StopTimeout = 30 * time.Second
+
+// Run runs the Edge of cfg until SIGINT or SIGTERM.
+func Run(cfg *edgeconfig.Config) error {
+	a, err := Start(cfg)
+	if err != nil {
+		return err
+	}
+	<-a.Wait()
+	return a.Stop()
+}
+
+// Edge is a started Edge.
+type Edge struct {
+	fx   *fx.App
+	http *HTTPServer
+	quic *quic.Listener
+}
+
+// Start builds the Edge of cfg, with extra options (the dev command adds
+// its Node), and starts it. A failed start is returned with its root
+// cause, not fx's whole chain.
+func Start(cfg *edgeconfig.Config, extra ...fx.Option) (*Edge, error) {
+	e := &Edge{}
+	opts := append([]fx.Option{Module(cfg), fx.StopTimeout(StopTimeout), fx.Populate(&e.http, &e.quic)}, extra...)
+	e.fx = fx.New(opts...)
+	if err := e.fx.Err(); err != nil {
+		return nil, dig.RootCause(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.fx.StartTimeout())
+	defer cancel()
+	if err := e.fx.Start(ctx); err != nil {
+		return nil, dig.RootCause(err)
+	}
+	return e, nil
+}
+
+// HTTPAddr is the address the client API listens on, once started.
+func (e *Edge) HTTPAddr() net.Addr { return e.http.bound }
+
+// QUICAddr is the address Nodes dial.
+func (e *Edge) QUICAddr() net.Addr { return e.quic.Addr() }
+
+// Wait is closed at SIGINT or SIGTERM.
+func (e *Edge) Wait() <-chan fx.ShutdownSignal { return e.fx.Wait() }
+
+// Stop stops the Edge, within StopTimeout.
+func (e *Edge) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+	defer cancel()
+	return e.fx.Stop(ctx)
+}
+
+// Module is the Edge's dependency graph.
+func Module(cfg *edgeconfig.Config) fx.Option {
+	return fx.Options(
+		fx.Supply(cfg),
+		fx.Provide(newLogger, newRegistry, newEdgeTLS, newQUICListener, newCredentials, newLeases, newTransport, newScheduler, newMetrics,
+			newRefusals, newDoor, newAuthenticator, newGateway, newHTTPServer),
+		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
+			l := &fxevent.SlogLogger{Logger: log}
+			// fx's own events are debugging detail; a failed start is
+			// reported once, by the caller, with its root cause.
+			l.UseLogLevel(slog.LevelDebug)
+			l.UseErrorLevel(slog.LevelDebug)
+			return l
+		}),
+		fx.Invoke(serveTransport, runScheduler, serveHTTP),
+	)
+}
+
+func newLogger(cfg *edgeconfig.Config) *slog.Logger {
+	return cfg.Log.NewLogger(os.Stderr).With("edge", cfg.EdgeID)
+}
+
+// newRegistry numbers generations from the start time in Unix
+// milliseconds, so they increase across Edge restarts too.
+func newRegistry() *nodes.Registry {
+	return nodes.New(nil, uint64(time.Now().UnixMilli()))
+}
+
+// newRefusals counts what the Edge turns away and logs it without letting
+// a flood flood the log.
+func newRefusals(log *slog.Logger, m *metrics.Metrics) *frontdoor.Refusals {
+	return frontdoor.NewRefusals(log, m.Refusals)
+}
+
+// newDoor is the client listener's front door: the limits section (P3).
+func newDoor(cfg *edgeconfig.Config, refused *frontdoor.Refusals) *frontdoor.Door {
+	return frontdoor.New(frontdoor.Limits{
+		MaxConns:   cfg.Limits.MaxConnections,
+		BodyMemory: int64(cfg.Limits.BodyMemoryMiB) << 20,
+	}, refused)
+}
+
+// newEdgeTLS builds the TLS configuration of the Node-facing listener.
+func newEdgeTLS(cfg *edgeconfig.Config, log *slog.Logger, refused *frontdoor.Refusals) (*tls.Config, error) {
+	id := cfg.Identity
+	if id.Mode == yamlconf.ModeLoopback {
+		host, _, err := net.SplitHostPort(cfg.Listen.QUIC)
+		if err != nil || !yamlconf.IsLoopbackHost(host) {
+			return nil, fmt.Errorf("loopback mode accepts unauthenticated Nodes, so it may only listen on a loopback address, not %q", cfg.Listen.QUIC)
+		}
+		log.Warn("identity mode is loopback: Nodes are not authenticated; use mtls for anything beyond one machine")
+		return quicwire.LoopbackEdgeTLSConfig()
+	}
+	pool, cert, err := pki.LoadIdentity(id.CAFile, id.CertFile, id.KeyFile, quicwire.EdgeIdentity(id.TrustDomain, cfg.EdgeID))
+	if err != nil {
+		return nil, err
+	}
+	return quicwire.EdgeTLSConfig(pool, cert, id.TrustDomain, nil, func(remote string, err error) {
+		refused.Refuse("tls_handshake", "refused node connection", "remote", remote, "err", err)
+	}), nil
+}
+
+// newQUICListener binds the Node-facing QUIC listener at construction, so
+// a taken port fails the start and the bound address is known. Its
+// transport has the Edge's stateless reset key (see internal/edge/resetkey), so
+// that after a restart Nodes learn at once that their connections are gone.
+func newQUICListener(lc fx.Lifecycle, cfg *edgeconfig.Config, tlsConf *tls.Config, log *slog.Logger) (*quic.Listener, error) {
+	var identityKey crypto.PrivateKey
+	if cfg.Identity.Mode == yamlconf.ModeMTLS && len(tlsConf.Certificates) > 0 {
+		identityKey = tlsConf.Certificates[0].PrivateKey
+	}
+	key, source, err := resetkey.Load(cfg.DataDir, identityKey)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := net.ResolveUDPAddr("udp", cfg.Listen.QUIC)
+	if err != nil {
+		return nil, fmt.Errorf("listen.quic %s: %w", cfg.Listen.QUIC, err)
+	}
+	udp, err := net.ListenUDP("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen.quic %s: %w", cfg.Listen.QUIC, err)
+	}
+	tr := quicwire.EdgeTransport(quicwire.UnreachableIsLoss(udp), key)
+	ln, err := tr.Listen(tlsConf, quicwire.EdgeQUICConfig(quicwire.DefaultLiveness))
+	if err != nil {
+		tr.Close()
+		udp.Close()
+		return nil, fmt.Errorf("listen.quic %s: %w", cfg.Listen.QUIC, err)
+	}
+	log.Info("quic stateless reset key", "source", string(source))
+	lc.Append(fx.StopHook(func() error {
+		err := ln.Close()
+		tr.Close()
+		udp.Close()
+		return err
+	}))
+	return ln, nil
+}
+
+// newCredentials loads every configured credential from its source (an
+// environment variable or a file); a missing one fails the start.
+func newCredentials(cfg *edgeconfig.Config) (*credentials.Store, error) {
+	return credentials.New(cfg, nil, nil)
+}
+
+// newLeases makes the lease issuer with a signing key of this process:
+// leases are short-lived and bound to one Node generation, and Nodes learn
+// the key at every registration, so it need not outlive the process.
+func newLeases(store *credentials.Store) (*gateway.Leases, error) {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("lease signing key: %w", err)
+	}
+	return gateway.NewLeases(store, key), nil
+}
+
+func newTransport(cfg *edgeconfig.Config, reg *nodes.Registry, store *credentials.Store, leases *gateway.Leases, refused *frontdoor.Refusals, log *slog.Logger) *nodeserver.Server {
+	return nodeserver.NewServer(nodeserver.Options{
+		EdgeID:          cfg.EdgeID,
+		Liveness:        quicwire.DefaultLiveness,
+		Managed:         cfg.Identity.Mode == yamlconf.ModeMTLS,
+		TrustDomain:     cfg.Identity.TrustDomain,
+		LeaseSigningKey: leases.PublicKey(),
+		Credentials:     store,
+		Refused:         refused,
+		Logger:          log,
+	}, reg)
+}
+
+// serveTransport accepts Nodes from start to stop; stopping closes every
+// Node connection with shutdown.
+func serveTransport(lc fx.Lifecycle, srv *nodeserver.Server, ln *quic.Listener, log *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			log.Info("accepting nodes", "quic", ln.Addr().String())
+			go func() {
+				defer close(done)
+				if err := srv.Serve(ctx, ln); err != nil {
+					log.Error("node transport stopped", "err", err)
+				}
+			}()
+			return nil
+		},
+		OnStop: func(stop context.Context) error {
+			err := srv.Shutdown(stop)
+			cancel()
+			ln.Close()
+			<-done
+			return err
+		},
+	})
+}
+
+func newScheduler(reg *nodes.Registry) *sched.Scheduler { return sched.New(reg, sched.Options{}) }
+
+// runScheduler re-evaluates queued work on every registry change (R9).
+func runScheduler(lc fx.Lifecycle, s *sched.Scheduler) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() { defer close(done); s.Run(ctx) }()
+			return nil
+		},
+		OnStop: func(context.Context) error { cancel(); <-done; return nil },
+	})
+}
+
+func newMetrics(reg *nodes.Registry, s *sched.Scheduler) *metrics.Metrics {
+	return metrics.New(reg, s.Depths)
+}
+
+func newAuthenticator(cfg *edgeconfig.Config, log *slog.Logger) (*auth.Authenticator, error) {
+	a, err := auth.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.API.Keys) == 0 && !cfg.AnonymousAllowed() {
+		log.Warn("no API keys are configured and anonymous access is off: every client request will be refused (add api.keys)")
+	}
+	return a, nil
+}
+
+func newGateway(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, m *metrics.Metrics, leases *gateway.Leases, log *slog.Logger) *gateway.Gateway {
+	return gateway.New(cfg, s, srv, m, log).WithLeases(leases)
+}
+
+// HTTPServer is the Edge's HTTP listener and whether it is serving.
+// NewHTTPServer builds it; serveHTTP binds it at start.
+type HTTPServer struct {
+	srv     *http.Server
+	door    *frontdoor.Door
+	addr    string
+	serving atomic.Bool
+	bound   net.Addr
+}
+
+// newHTTPServer mounts everything the Edge serves over HTTP on one
+// listener: the client APIs, the admin and health endpoints, the metrics.
+// The admin reads and /metrics follow api.admin_reads.
+func newHTTPServer(cfg *edgeconfig.Config, reg *nodes.Registry, s *sched.Scheduler, m *metrics.Metrics, door *frontdoor.Door,
+	g *gateway.Gateway, authn *auth.Authenticator, store *credentials.Store, log *slog.Logger) *HTTPServer {
+	h := &HTTPServer{addr: cfg.Listen.HTTP, door: door}
+	access := []adminapi.Option{adminapi.WithAuthenticator(authn), adminapi.WithLogger(log), adminapi.WithOpenReads(cfg.AdminReadsOpen())}
+	admin := adminapi.Handler(reg, func() error {
+		if !h.serving.Load() {
+			return errors.New("starting")
+		}
+		return nil
+	}, func() any { return s.Snapshot() }, append(access, adminapi.WithCredentials(store))...)
+	mux := http.NewServeMux()
+	mux.Handle("/admin/", admin)
+	mux.Handle("/healthz", admin)
+	mux.Handle("/readyz", admin)
+	mux.Handle("GET /metrics", adminapi.ReadAccess(m.Handler(), access...))
+	openai := openaiapi.Handler(openaiapi.FromGateway(g, reg), authn, m, log, door)
+	mux.Handle("/v1/", openai)
+	// Anthropic's Messages API; its clients list models at OpenAI's path,
+	// told apart by their anthropic-version header.
+	anthropic := anthropicapi.Handler(anthropicapi.FromGateway(g), authn, m, log, door)
+	mux.Handle("/v1/messages", anthropic)
+	mux.Handle("/v1/messages/", anthropic)
+	mux.Handle("/v1/models", anthropicapi.ModelsOr(anthropic, openai))
+	mux.Handle("/v1/models/", anthropicapi.ModelsOr(anthropic, openai))
+	// Ollama's API, and its root: the ollama CLI probes HEAD / first.
+	ollama := ollamaapi.Handler(ollamaapi.FromGateway(g, reg), authn, m, log, door)
+	mux.Handle("/api/", ollama)
+	mux.Handle("/{$}", ollama)
+	h.srv = door.Server(mux, log)
+	return h
+}
+
+func serveHTTP(lc fx.Lifecycle, h *HTTPServer, cfg *edgeconfig.Config, log *slog.Logger) {
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			ln, err := h.door.Listen(h.addr)
+			if err != nil {
+				return fmt.Errorf("listen.http %s: %w", h.addr, err)
+			}
+			h.bound = ln.Addr()
+			h.serving.Store(true)
+			lim := h.door.Limits()
+			log.Info("serving http", "addr", ln.Addr().String(), "max_connections", lim.MaxConns,
+				"body_memory_mib", lim.BodyMemory>>20, "admin_reads_open", cfg.AdminReadsOpen())
+			go func() {
+				if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					log.Error("http server failed", "err", err)
+				}
+			}()
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			h.serving.Store(false)
+			return h.srv.Shutdown(ctx)
+		},
+	})
+}

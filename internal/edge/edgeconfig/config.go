@@ -1,0 +1,229 @@
+// Package config is the Edge daemon's configuration file: its fields, their defaults and the
+// rules a file must satisfy before edged starts. configs/edge-*.yaml are commented examples.
+//
+// Parse and Load decode strictly (see yamlconf.Decode), fill defaults for what the file leaves
+// out, and validate; every problem is a *yamlconf.Error that names the field and, when the file
+// sets that field or its section, the line.
+package edgeconfig
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/iop-dev/iop/internal/yamlconf"
+)
+
+// Defaults for fields the file leaves out.
+const (
+	// DefaultQUICAddr is where the Edge accepts Node connections.
+	DefaultQUICAddr = "0.0.0.0:7443"
+	// DefaultHTTPAddr is where the Edge serves the client APIs (OpenAI and Ollama).
+	DefaultHTTPAddr = "127.0.0.1:8080"
+)
+
+// Config is the whole edged configuration file.
+type Config struct {
+	// EdgeID names this Edge to Nodes and in logs and metrics. Default: the host name, with
+	// characters outside [A-Za-z0-9._-] replaced by '-'.
+	EdgeID   string   `yaml:"edge_id"`
+	Listen   Listen   `yaml:"listen"`
+	Identity Identity `yaml:"identity"`
+	// DataDir is where the Edge keeps what must outlive its process: today its QUIC stateless
+	// reset key (see internal/edge/resetkey), with which a restarted Edge tells Nodes at once that their
+	// old connections are gone, so they reconnect within seconds. Made (mode 0700) if missing.
+	// Empty (the default): in mtls mode the key is derived from identity.key_file, which works
+	// as well while that key stays the same; in loopback mode it lives only as long as the
+	// process. Load resolves a relative path against the configuration file's directory.
+	DataDir string `yaml:"data_dir,omitempty"`
+	// API is who may call the client APIs: hashed keys and anonymous access (see access.go).
+	API API `yaml:"api"`
+	// Limits bound what clients of listen.http may make the Edge hold.
+	Limits Limits `yaml:"limits"`
+	// Principals are the callers keys map to, each with the routes it may use.
+	Principals []Principal `yaml:"principals,omitempty"`
+	// Profiles are named sets of per-request timers and queue limits that routes refer to. A
+	// profile named DefaultProfileName always exists: the file may redefine it, and otherwise it
+	// has the defaults of DefaultProfile.
+	Profiles []Profile `yaml:"profiles,omitempty"`
+	// Routes map the model names clients ask for to a profile and candidate targets.
+	Routes []Route `yaml:"routes,omitempty"`
+	// Credentials are the secrets some model servers need, by reference (an environment
+	// variable or a file); profiles name them, and the Edge leases them to Nodes per dispatch
+	// (see credentials.go). Only in mtls (managed) mode may a profile use one.
+	Credentials []Credential `yaml:"credentials,omitempty"`
+	Log         Log          `yaml:"log"`
+}
+
+// Listen is the `listen` section: the Edge's two listening addresses, as host:port.
+type Listen struct {
+	QUIC string `yaml:"quic"` // Node connections (UDP); default DefaultQUICAddr
+	HTTP string `yaml:"http"` // client APIs (TCP); default DefaultHTTPAddr
+}
+
+// Limits is the `limits` section: what the clients of listen.http may make the Edge hold, all
+// of them together (SPEC P3). Past max_connections a new connection is closed as it is accepted;
+// a request body that finds body_memory_mib taken waits briefly, then is refused with 503 and
+// Retry-After. Each API caps one body on its own (2 MiB for OpenAI, 32 MiB for Ollama).
+type Limits struct {
+	// MaxConnections is how many client connections may be open at once; default 4096, from 1
+	// to 1000000. Mind the process's file descriptor limit.
+	MaxConnections int `yaml:"max_connections"`
+	// BodyMemoryMiB is how many MiB of request bodies the Edge holds at once; default 64, from
+	// 1 to 65536.
+	BodyMemoryMiB int `yaml:"body_memory_mib"`
+}
+
+// Defaults and bounds of the limits section.
+const (
+	DefaultMaxConnections = 4096
+	MaxMaxConnections     = 1_000_000
+	DefaultBodyMemoryMiB  = 64
+	MaxBodyMemoryMiB      = 65536
+)
+
+// SetDefaults fills unset limits.
+func (l *Limits) SetDefaults() {
+	if l.MaxConnections == 0 {
+		l.MaxConnections = DefaultMaxConnections
+	}
+	if l.BodyMemoryMiB == 0 {
+		l.BodyMemoryMiB = DefaultBodyMemoryMiB
+	}
+}
+
+func (l Limits) validate() yamlconf.Errors {
+	var es yamlconf.Errors
+	if l.MaxConnections < 1 || l.MaxConnections > MaxMaxConnections {
+		es.Add("limits.max_connections", "must be from 1 to %d, got %d", MaxMaxConnections, l.MaxConnections)
+	}
+	if l.BodyMemoryMiB < 1 || l.BodyMemoryMiB > MaxBodyMemoryMiB {
+		es.Add("limits.body_memory_mib", "must be from 1 to %d, got %d", MaxBodyMemoryMiB, l.BodyMemoryMiB)
+	}
+	return es
+}
+
+// Identity is the `identity` section: mtls (managed) or loopback (development). In loopback mode
+// the Edge accepts unauthenticated Nodes, so listen.quic must be a loopback address. Load
+// resolves relative ca_file, cert_file and key_file against the configuration file's directory.
+type Identity = yamlconf.Identity
+
+// Log is the `log` section.
+type Log = yamlconf.Log
+
+// Default returns the configuration of an empty file: mtls identity (whose files still have to
+// be named), default addresses, info-level text logs.
+func Default() *Config {
+	c := &Config{}
+	c.SetDefaults()
+	return c
+}
+
+// SetDefaults fills every unset field with its default; yamlconf.Decode calls it before reading
+// the file, so set fields win.
+func (c *Config) SetDefaults() {
+	if c.EdgeID == "" {
+		c.EdgeID = hostnameID()
+	}
+	if c.Listen.QUIC == "" {
+		c.Listen.QUIC = DefaultQUICAddr
+	}
+	if c.Listen.HTTP == "" {
+		c.Listen.HTTP = DefaultHTTPAddr
+	}
+	c.Identity.SetDefaults()
+	c.Limits.SetDefaults()
+	for i := range c.Profiles {
+		c.Profiles[i].SetDefaults()
+		c.Profiles[i].deriveDefaults()
+	}
+	for i := range c.Routes {
+		c.Routes[i].SetDefaults()
+	}
+	for i := range c.Credentials {
+		c.Credentials[i].SetDefaults()
+	}
+	c.Log.SetDefaults()
+}
+
+// hostnameID turns the host name into a valid id, or "edge" when there is none.
+func hostnameID() string {
+	name, err := os.Hostname()
+	if err != nil {
+		return "edge"
+	}
+	id := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
+			return r
+		}
+		return '-'
+	}, name)
+	if len(id) > 128 {
+		id = id[:128]
+	}
+	if id == "" {
+		return "edge"
+	}
+	return id
+}
+
+// Parse decodes an edged configuration file, fills defaults and validates it. The error, when
+// not nil, is a yamlconf.Errors listing every problem, each with the line of its field or, for a
+// field the file leaves out, of the section it belongs in (`identity.mode (line 2): ...`).
+//
+// Parse has no file to resolve paths against, so it leaves relative paths as written; Load
+// resolves them.
+func Parse(data []byte) (*Config, error) {
+	c := &Config{}
+	lines, err := yamlconf.DecodeWithLines(data, c)
+	if err != nil {
+		return nil, err
+	}
+	for i := range c.Profiles {
+		c.Profiles[i].deriveDefaults()
+	}
+	if err := c.Validate(); err != nil {
+		return nil, lines.Annotate(err)
+	}
+	return c, nil
+}
+
+// Load reads and parses the file at path; every error names the file
+// ("edge.yaml: identity.ca_file (line 4): required in mtls mode").
+//
+// Relative identity.ca_file, cert_file, key_file, credentials[].file and data_dir are resolved against the
+// directory of path, not the working directory, and made absolute: `ca_file: iop-ca.pem` is the
+// iop-ca.pem next to the configuration file. Absolute paths and empty fields are kept as they are.
+func Load(path string) (*Config, error) {
+	c, err := yamlconf.Load(path, Parse)
+	if err != nil {
+		return nil, err
+	}
+	c.Identity.ResolvePaths(filepath.Dir(path))
+	c.resolveCredentialPaths(filepath.Dir(path))
+	c.DataDir = yamlconf.ResolvePath(filepath.Dir(path), c.DataDir)
+	return c, nil
+}
+
+// Validate reports every problem with c, as a yamlconf.Errors of *yamlconf.Error, or nil. It checks
+// values only; it does not open the certificate files or the listening addresses. Besides each
+// field's own rules it checks that names refer to things that exist: a route's profile, a
+// principal's routes, a key's principal, a profile's credential; and that no profile uses a
+// credential in loopback mode (SPEC S3).
+func (c *Config) Validate() error {
+	var es yamlconf.Errors
+	es.Append(yamlconf.CheckID("edge_id", c.EdgeID))
+	quicHost, _, quicErr := yamlconf.CheckHostPort("listen.quic", c.Listen.QUIC)
+	_, _, httpErr := yamlconf.CheckHostPort("listen.http", c.Listen.HTTP)
+	es.Append(quicErr, httpErr)
+	es.Append(c.Identity.Validate("identity")...)
+	if c.Identity.Mode == yamlconf.ModeLoopback && quicErr == nil && !yamlconf.IsLoopbackHost(quicHost) {
+		es.Add("listen.quic", "loopback mode accepts unauthenticated Nodes, so it may only listen on a loopback address; got %q", c.Listen.QUIC)
+	}
+	es.Append(c.validateAccess(httpErr == nil)...)
+	es.Append(c.Limits.validate()...)
+	es.Append(c.validateRoutes()...)
+	es.Append(c.validateCredentials()...)
+	es.Append(c.Log.Validate("log")...)
+	return es.Err()
+}

@@ -1,0 +1,59 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/nodeserver"
+	"github.com/iop-dev/iop/internal/edge/sched"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// P2, issue 12: embeddings and raw completions go only to candidates whose
+// adapter reports the capability; a model served now by no such provider
+// is unsupported (400, which the client can change), not unavailable, and
+// a model nobody offers stays unknown.
+func TestWorkOfAKindGoesOnlyToAdaptersThatDoIt(t *testing.T) {
+	cfg, err := edgeconfig.Parse([]byte(`
+listen: {http: "127.0.0.1:8080", quic: "127.0.0.1:7443"}
+identity: {mode: loopback}
+profiles: [{name: default, queue_timeout: 1s}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := nodes.New(nil, 0)
+	s := sched.New(reg, sched.Options{})
+	g := New(cfg, s, nodeserver.NewServer(nodeserver.Options{}, reg), nil, nil)
+	c := reg.Register(nodes.ConnInfo{NodeID: "n1"})
+	if err := reg.MarkReady(c, c.Generation(), []*wirepb.Provider{{Name: "chat", Adapter: "openai", Capacity: 1,
+		Capabilities: []string{"list_targets", "tunnel"}, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
+		Targets: []*wirepb.Target{{Name: "chat-only"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	all := auth.Principal{Name: "a", Routes: []string{edgeconfig.AllRoutes}}
+
+	_, err = g.Embed(t.Context(), all, "chat-only", &wirepb.EmbedRequest{Inputs: []string{"x"}}, nil, nil)
+	if !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("embeddings of a chat-only model: %v, want ErrUnsupported", err)
+	}
+	if f := StartFailure(err, nil, "chat-only"); f.Status != http.StatusBadRequest || f.Code != "unsupported" {
+		t.Errorf("unsupported failure %+v", f)
+	}
+	completion := &wirepb.RunRequest{Completion: &wirepb.CompletionInput{Prompt: "p"}}
+	if _, err := g.StartRun(t.Context(), all, "chat-only", completion, nil); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("a raw completion on a model no adapter completes: %v, want ErrUnsupported", err)
+	}
+	if _, err := g.Embed(t.Context(), all, "ghost", &wirepb.EmbedRequest{Inputs: []string{"x"}}, nil, nil); !errors.Is(err, ErrUnknownModel) {
+		t.Errorf("embeddings of a model nobody offers: %v, want ErrUnknownModel", err)
+	}
+	// Plans themselves still match by model alone: the inventory lists the
+	// model for every API.
+	if _, ok := g.Offered(all, "chat-only"); !ok {
+		t.Error("the chat-only model left the inventory")
+	}
+}

@@ -1,0 +1,174 @@
+package ollamaapi
+
+import (
+	"cmp"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/sched"
+)
+
+// The model listings (/api/tags, /api/ps) and /api/show for models that no
+// Ollama server serves are made from the Edge's inventory (SPEC P1): the
+// same list /v1/models and the scheduler read, so every screen agrees with
+// the routing. An Ollama server's own entry (size, digest, details) is kept
+// for a model it serves, under the name the client asks for; any other
+// model gets an entry made from what is known.
+
+// details is Ollama's model details (api.ModelDetails); unknown for a
+// model no Ollama server serves.
+type details struct {
+	ParentModel       string   `json:"parent_model"`
+	Format            string   `json:"format"`
+	Family            string   `json:"family"`
+	Families          []string `json:"families"`
+	ParameterSize     string   `json:"parameter_size"`
+	QuantizationLevel string   `json:"quantization_level"`
+}
+
+// tagEntry is an entry of /api/tags (api.ListModelResponse) made from the
+// inventory.
+type tagEntry struct {
+	Name       string    `json:"name"`
+	Model      string    `json:"model"`
+	ModifiedAt time.Time `json:"modified_at"`
+	Size       int64     `json:"size"`
+	Digest     string    `json:"digest"`
+	Details    details   `json:"details"`
+}
+
+// psEntry is an entry of /api/ps (api.ProcessModelResponse) made from the
+// inventory: a model an OpenAI-compatible server or the simulator serves
+// is loaded as long as it is served.
+type psEntry struct {
+	Name      string    `json:"name"`
+	Model     string    `json:"model"`
+	Size      int64     `json:"size"`
+	Digest    string    `json:"digest"`
+	Details   details   `json:"details"`
+	ExpiresAt time.Time `json:"expires_at"`
+	SizeVRAM  int64     `json:"size_vram"`
+}
+
+// nodeEntries indexes the entries Ollama servers sent, by node, provider
+// and the name each is listed under.
+type nodeEntries map[[3]string]json.RawMessage
+
+func (n nodeEntries) find(c sched.Candidate) (json.RawMessage, bool) {
+	raw, ok := n[[3]string{c.NodeID, c.Provider, c.Target}]
+	if !ok && !strings.Contains(c.Target, ":") {
+		raw, ok = n[[3]string{c.NodeID, c.Provider, c.Target + ":latest"}]
+	}
+	return raw, ok
+}
+
+// listing answers /api/tags (running false) or /api/ps (running true).
+func (h *handler) listing(w http.ResponseWriter, r *http.Request, route, path string, running bool) {
+	p, ok := h.authenticate(w, r, route)
+	if !ok {
+		return
+	}
+	inv := h.runner.Inventory(p)
+	entries := nodeEntries{}
+	if slices.ContainsFunc(inv, func(o gateway.Offering) bool { return o.Has(Adapter) }) {
+		replies, _ := h.fanOut(r, route, path) // failures are logged; their models get made entries
+		for _, rep := range replies {
+			var list modelList
+			if rep.Err != nil || json.Unmarshal(rep.Body, &list) != nil {
+				continue
+			}
+			for _, raw := range list.Models {
+				if name := entryName(raw); name != "" {
+					entries[[3]string{rep.NodeID, rep.Provider, name}] = raw
+				}
+			}
+		}
+	}
+	out := modelList{Models: []json.RawMessage{}}
+	for _, o := range inv {
+		listed := false
+		for _, c := range o.Candidates {
+			if c.Adapter != Adapter {
+				continue
+			}
+			raw, ok := entries.find(c)
+			if !ok {
+				continue
+			}
+			out.Models = append(out.Models, renamed(raw, o.ID))
+			listed = true
+			if !running {
+				break // one entry per model; ps lists every process
+			}
+		}
+		switch {
+		case listed:
+		case running && o.Has(Adapter):
+			// An Ollama model that no server has loaded now is not running.
+		case running:
+			out.Models = append(out.Models, mustJSON(psEntry{Name: o.ID, Model: o.ID}))
+		default:
+			out.Models = append(out.Models, mustJSON(tagEntry{Name: o.ID, Model: o.ID, ModifiedAt: h.started}))
+		}
+	}
+	slices.SortStableFunc(out.Models, func(a, b json.RawMessage) int { return cmp.Compare(entryName(a), entryName(b)) })
+	writeJSON(w, http.StatusOK, out)
+	h.count(route, "ok")
+}
+
+// renamed is an Ollama server's entry listed under name (an alias route's
+// model, or the client's spelling of the tag), every other field as sent.
+func renamed(raw json.RawMessage, name string) json.RawMessage {
+	if entryName(raw) == name {
+		return raw
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return raw
+	}
+	n, _ := json.Marshal(name)
+	fields["name"], fields["model"] = n, n
+	return mustJSON(fields)
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil { // only our own types: a bug
+		panic("ollamaapi: marshal: " + err.Error())
+	}
+	return b
+}
+
+// showAnswer is /api/show (api.ShowResponse) for a model no Ollama server
+// serves: what the Edge knows, which is that it completes, with tools, and
+// embeds when a provider of it can.
+type showAnswer struct {
+	Modelfile    string         `json:"modelfile"`
+	Parameters   string         `json:"parameters"`
+	Template     string         `json:"template"`
+	Details      details        `json:"details"`
+	ModelInfo    map[string]any `json:"model_info"`
+	Capabilities []string       `json:"capabilities"`
+	ModifiedAt   time.Time      `json:"modified_at"`
+}
+
+// show answers /api/show for a model that no Ollama server serves: 404 for
+// a model nobody offers, 503 for one known but unavailable, as a run would.
+func (x *exchange) show() *apiError {
+	if err := x.h.runner.Available(x.P, x.Model); err != nil {
+		return fromFailure(gateway.StartFailure(err, nil, x.Model))
+	}
+	caps := []string{"completion", "tools"}
+	if off, ok := x.h.runner.Offered(x.P, x.Model); ok && slices.ContainsFunc(off.Candidates, func(c sched.Candidate) bool {
+		return slices.Contains(c.Capabilities, gateway.CapEmbed)
+	}) {
+		caps = append(caps, "embedding")
+	}
+	x.BeforeWrite()
+	writeJSON(x.W, http.StatusOK, showAnswer{ModelInfo: map[string]any{}, Capabilities: caps, ModifiedAt: x.h.started})
+	return nil
+}

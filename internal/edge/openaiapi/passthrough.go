@@ -1,0 +1,213 @@
+package openaiapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/iop-dev/iop/internal/edge/frontdoor"
+)
+
+// Pass-through (SPEC P2): the top-level fields of a chat request that the
+// Edge does not interpret travel with the run, in RunOptions.extra_json,
+// for the Node's adapter to give the model server. Their number is bounded
+// (MaxExtraFields) as the body is scanned; their size only by the frame
+// the run must fit.
+
+// interpreted are the top-level fields of a chat request that the Edge
+// reads (chatRequest's) or that belong to its own contract with the
+// client; every other field passes through to the provider. encoding/json
+// matches field names without regard to case, so these are matched the
+// same way: "Temperature" is read as temperature and is not passed on.
+var interpreted = [...]string{
+	"model", "messages", "tools", "stream", "stream_options", "temperature", "top_p", "max_tokens",
+	"max_completion_tokens", "stop", "seed", "n", "response_format", "reasoning_effort", "tool_choice",
+}
+
+// extraFields returns the top-level fields of the chat request body that
+// the Edge does not interpret, as one compact JSON object with sorted keys
+// and the client's values, or nil when there are none (SPEC P2). A field
+// whose value is null is left out: null asks for the default, which not
+// sending it gives. A repeated field keeps its last value, as decoding
+// does. body must be a JSON object that json.Unmarshal has accepted.
+//
+// The body is scanned in place: values are sliced from it, not decoded,
+// so that the fields the Edge decoded (messages) cost nothing more here.
+func extraFields(body []byte) ([]byte, *apiError) { return extraFieldsExcept(body, interpreted[:]) }
+
+// extraFieldsExcept is extraFields for a request of another API, whose
+// top-level fields the Edge interprets are interpreted (matched without
+// regard to case, as encoding/json matches them).
+func extraFieldsExcept(body []byte, interpreted []string) ([]byte, *apiError) {
+	fields := map[string][]byte{}
+	err := objectFields(body, func(key, value []byte) error {
+		name, ok := unquote(key)
+		if !ok {
+			return errNotObject
+		}
+		for _, known := range interpreted {
+			if strings.EqualFold(name, known) {
+				return nil
+			}
+		}
+		if bytes.Equal(value, []byte("null")) {
+			delete(fields, name)
+			return nil
+		}
+		if _, seen := fields[name]; !seen && len(fields) == MaxExtraFields {
+			return &frontdoor.ListTooLong{Param: "fields", Max: MaxExtraFields}
+		}
+		fields[name] = value
+		return nil
+	})
+	var le *frontdoor.ListTooLong
+	switch {
+	case errors.As(err, &le):
+		return nil, invalid("", "Too many request fields that the Edge passes to the model server: at most %d are accepted.", le.Max)
+	case err != nil:
+		return nil, jsonError(err)
+	case len(fields) == 0:
+		return nil, nil
+	}
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var out bytes.Buffer
+	out.WriteByte('{')
+	for i, name := range names {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		k, _ := json.Marshal(name) // a string always marshals
+		out.Write(k)
+		out.WriteByte(':')
+		if err := json.Compact(&out, fields[name]); err != nil {
+			return nil, jsonError(err)
+		}
+	}
+	out.WriteByte('}')
+	return out.Bytes(), nil
+}
+
+// unquote returns the string of the JSON string literal lit, as
+// encoding/json reads it (invalid UTF-8 becomes U+FFFD).
+func unquote(lit []byte) (string, bool) {
+	if len(lit) >= 2 && bytes.IndexByte(lit, '\\') < 0 && utf8.Valid(lit) {
+		return string(lit[1 : len(lit)-1]), true
+	}
+	var s string
+	return s, json.Unmarshal(lit, &s) == nil
+}
+
+// errNotObject is objectFields' error for data that is not a JSON object.
+var errNotObject = errors.New("the body is not a JSON object")
+
+// objectFields calls f with the key (a JSON string literal, quotes
+// included) and the value of each member of the JSON object data, in
+// order, slicing both from data. It expects JSON that json.Unmarshal has
+// accepted; anything else ends it with errNotObject, never a panic.
+func objectFields(data []byte, f func(key, value []byte) error) error {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return errNotObject
+	}
+	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return nil
+	}
+	for {
+		if i >= len(data) || data[i] != '"' {
+			return errNotObject
+		}
+		start := i
+		if i = skipString(data, i); i < 0 {
+			return errNotObject
+		}
+		key := data[start:i]
+		if i = skipSpace(data, i); i >= len(data) || data[i] != ':' {
+			return errNotObject
+		}
+		start = skipSpace(data, i+1)
+		if i = skipValue(data, start); i < 0 {
+			return errNotObject
+		}
+		if err := f(key, data[start:i]); err != nil {
+			return err
+		}
+		if i = skipSpace(data, i); i >= len(data) {
+			return errNotObject
+		}
+		switch data[i] {
+		case ',':
+			i = skipSpace(data, i+1)
+		case '}':
+			return nil
+		default:
+			return errNotObject
+		}
+	}
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string literal at data[i], or -1.
+func skipString(data []byte, i int) int {
+	for i++; i < len(data); i++ {
+		switch data[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// skipValue returns the index after the JSON value at data[i], or -1.
+func skipValue(data []byte, i int) int {
+	if i >= len(data) {
+		return -1
+	}
+	switch data[i] {
+	case '"':
+		return skipString(data, i)
+	case '{', '[':
+		depth := 0
+		for i < len(data) {
+			switch data[i] {
+			case '"':
+				if i = skipString(data, i); i < 0 {
+					return -1
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return -1
+	}
+	// A number, true, false or null: up to the next delimiter.
+	j := i
+	for j < len(data) && strings.IndexByte(",}] \t\n\r", data[j]) < 0 {
+		j++
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}

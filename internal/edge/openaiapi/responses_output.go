@@ -1,0 +1,576 @@
+package openaiapi
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// A run's answer as a Responses API response. Its output items follow the
+// run's events: reasoning deltas make a reasoning item (the model's own
+// reasoning, as reasoning_text content; summary is empty, since nothing
+// summarizes it), text deltas a message item, and each tool call (by the
+// run's index) a function_call item. A change of kind closes the open
+// message or reasoning item, so a turn that reasons, answers and calls
+// lists [reasoning, message, function_call...], as OpenAI does; function
+// calls close at the end of the run, since the fragments of parallel calls
+// may interleave.
+//
+// Streamed, every event is `event: <type>` and `data: <json>` with a
+// sequence_number from 0:
+//
+//	response.created, response.in_progress           before the first item
+//	response.output_item.added                       an item opens
+//	response.content_part.added                      its part (message, reasoning)
+//	response.output_text.delta ...                   text
+//	response.reasoning_text.delta ...                reasoning
+//	response.function_call_arguments.delta ...       arguments
+//	response.output_text.done / reasoning_text.done /
+//	response.function_call_arguments.done            the item's whole text
+//	response.content_part.done                       (message, reasoning)
+//	response.output_item.done                        the item, complete
+//	response.completed | response.incomplete         the response, with usage
+//
+// A run that ends in length (or content_filter) is incomplete, with
+// incomplete_details.reason max_output_tokens (content_filter). A failure
+// after the response started is an `error` event (code, message and param
+// at the top, as OpenAI documents it, and the same in an "error" object,
+// as OpenAI sends it, so that the SDKs raise it as the stream's error)
+// followed by response.failed, whose response carries the error: never a
+// silent end. There is no [DONE]: OpenAI sends none on this API.
+
+// Wire shapes of a response, as OpenAI sends them.
+type (
+	responseObject struct {
+		ID                 string             `json:"id"`
+		Object             string             `json:"object"`
+		CreatedAt          int64              `json:"created_at"`
+		Status             string             `json:"status"`
+		Background         bool               `json:"background"`
+		CompletedAt        *int64             `json:"completed_at"`
+		Error              *responseError     `json:"error"`
+		IncompleteDetails  *incompleteDetails `json:"incomplete_details"`
+		Model              string             `json:"model"`
+		Output             []any              `json:"output"`
+		PreviousResponseID *string            `json:"previous_response_id"`
+		Store              bool               `json:"store"`
+		Truncation         string             `json:"truncation"`
+		Usage              *responseUsage     `json:"usage"`
+		User               *string            `json:"user"`
+		responseEcho
+	}
+	// responseEcho is what a response repeats of its request.
+	responseEcho struct {
+		Instructions      *string           `json:"instructions"`
+		MaxOutputTokens   *int64            `json:"max_output_tokens"`
+		Metadata          map[string]string `json:"metadata"`
+		ParallelToolCalls bool              `json:"parallel_tool_calls"`
+		Reasoning         reasoningEcho     `json:"reasoning"`
+		Temperature       *float64          `json:"temperature"`
+		Text              textEcho          `json:"text"`
+		ToolChoice        any               `json:"tool_choice"`
+		Tools             []toolEcho        `json:"tools"`
+		TopP              *float64          `json:"top_p"`
+	}
+	reasoningEcho struct {
+		Effort  *string `json:"effort"`
+		Summary *string `json:"summary"`
+	}
+	textEcho struct {
+		Format respTextFormat `json:"format"`
+	}
+	toolEcho struct {
+		Type        string          `json:"type"`
+		Name        string          `json:"name"`
+		Description *string         `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+		Strict      bool            `json:"strict"`
+	}
+	responseError struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	incompleteDetails struct {
+		Reason string `json:"reason"`
+	}
+	responseUsage struct {
+		InputTokens        int64 `json:"input_tokens"`
+		InputTokensDetails struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"input_tokens_details"`
+		OutputTokens        int64 `json:"output_tokens"`
+		OutputTokensDetails struct {
+			ReasoningTokens int64 `json:"reasoning_tokens"`
+		} `json:"output_tokens_details"`
+		TotalTokens int64 `json:"total_tokens"`
+	}
+
+	messageItem struct {
+		Type    string           `json:"type"`
+		ID      string           `json:"id"`
+		Status  string           `json:"status"`
+		Role    string           `json:"role"`
+		Content []respOutputText `json:"content"`
+	}
+	respOutputText struct {
+		Type        string     `json:"type"`
+		Text        string     `json:"text"`
+		Annotations []struct{} `json:"annotations"`
+		Logprobs    []struct{} `json:"logprobs"`
+	}
+	reasoningItem struct {
+		Type    string          `json:"type"`
+		ID      string          `json:"id"`
+		Status  string          `json:"status"`
+		Summary []struct{}      `json:"summary"`
+		Content []reasoningPart `json:"content"`
+	}
+	reasoningPart struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	functionCallItem struct {
+		Type      string `json:"type"`
+		ID        string `json:"id"`
+		Status    string `json:"status"`
+		CallID    string `json:"call_id"`
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	}
+
+	// respEvent is every streamed event but error: each type uses some
+	// of the fields.
+	respEvent struct {
+		Type           string          `json:"type"`
+		SequenceNumber int64           `json:"sequence_number"`
+		Response       *responseObject `json:"response,omitempty"`
+		OutputIndex    *int            `json:"output_index,omitempty"`
+		ItemID         string          `json:"item_id,omitempty"`
+		ContentIndex   *int            `json:"content_index,omitempty"`
+		Item           any             `json:"item,omitempty"`
+		Part           any             `json:"part,omitempty"`
+		Delta          *string         `json:"delta,omitempty"`
+		Text           *string         `json:"text,omitempty"`
+		Name           string          `json:"name,omitempty"`
+		Arguments      *string         `json:"arguments,omitempty"`
+		Logprobs       json.RawMessage `json:"logprobs,omitempty"` // noLogprobs on text events
+	}
+	// respErrorEvent is the in-stream error.
+	respErrorEvent struct {
+		Type           string  `json:"type"`
+		SequenceNumber int64   `json:"sequence_number"`
+		Code           string  `json:"code"`
+		Message        string  `json:"message"`
+		Param          *string `json:"param"`
+		Error          any     `json:"error"`
+	}
+)
+
+// noLogprobs is the logprobs of a text event: none, as an empty list.
+var noLogprobs = json.RawMessage("[]")
+
+// echo is what the response repeats of req, whose run is run.
+func (req *responsesRequest) echo(run *wirepb.RunRequest) responseEcho {
+	e := responseEcho{
+		Instructions: req.Instructions, MaxOutputTokens: req.MaxOutputTokens, Metadata: req.Metadata,
+		ParallelToolCalls: req.ParallelToolCalls == nil || *req.ParallelToolCalls,
+		Temperature:       req.Temperature, TopP: req.TopP, ToolChoice: "auto",
+		Text: textEcho{Format: respTextFormat{Type: "text"}}, Tools: []toolEcho{},
+	}
+	if e.Metadata == nil {
+		e.Metadata = map[string]string{}
+	}
+	if r := req.Reasoning; r != nil {
+		e.Reasoning = reasoningEcho{Effort: r.Effort, Summary: r.Summary}
+	}
+	if t := req.Text; t != nil && t.Format != nil && t.Format.Type != "" {
+		e.Text.Format = *t.Format
+	}
+	for i, t := range run.GetTools() {
+		te := toolEcho{Type: "function", Name: t.Name, Parameters: t.ParametersJson}
+		if d := req.Tools[i].Description; d != "" {
+			te.Description = &d
+		}
+		if s := req.Tools[i].Strict; s != nil {
+			te.Strict = *s
+		}
+		e.Tools = append(e.Tools, te)
+	}
+	switch c := run.GetOptions().GetToolChoice(); {
+	case strings.HasPrefix(c, "function:"):
+		e.ToolChoice = map[string]string{"type": "function", "name": strings.TrimPrefix(c, "function:")}
+	case c != "":
+		e.ToolChoice = c
+	}
+	return e
+}
+
+// Kinds of output items.
+const (
+	kindMessage      = "message"
+	kindReasoning    = "reasoning"
+	kindFunctionCall = "function_call"
+)
+
+// outItem is an output item being built.
+type outItem struct {
+	kind   string
+	id     string
+	index  int             // output_index
+	text   strings.Builder // the message's text, the reasoning, or the call's arguments
+	callID string
+	name   string
+	status string // in_progress, then completed or incomplete
+}
+
+// wire is the item as the response lists it; whole false gives it as
+// response.output_item.added does, before its text.
+func (it *outItem) wire(whole bool) any {
+	text := ""
+	if whole {
+		text = it.text.String()
+	}
+	switch it.kind {
+	case kindMessage:
+		m := messageItem{Type: "message", ID: it.id, Status: it.status, Role: "assistant", Content: []respOutputText{}}
+		if whole {
+			m.Content = append(m.Content, newRespOutputText(text))
+		}
+		return m
+	case kindReasoning:
+		r := reasoningItem{Type: "reasoning", ID: it.id, Status: it.status, Summary: []struct{}{}, Content: []reasoningPart{}}
+		if whole {
+			r.Content = append(r.Content, reasoningPart{Type: "reasoning_text", Text: text})
+		}
+		return r
+	}
+	return functionCallItem{Type: "function_call", ID: it.id, Status: it.status, CallID: it.callID, Name: it.name, Arguments: text}
+}
+
+func newRespOutputText(s string) respOutputText {
+	return respOutputText{Type: "output_text", Text: s, Annotations: []struct{}{}, Logprobs: []struct{}{}}
+}
+
+// respOutput writes a run's answer as a Responses API response: streamed
+// as the events come, or whole at the end. Its writes are the handler
+// goroutine's; the keep-alive comments of a stream go through sse, the
+// chat writer's event-stream plumbing (commit, ordered and flushed writes,
+// keep-alives), whose mutex orders them.
+type respOutput struct {
+	x      *respExchange
+	sse    *output
+	stream bool
+	resp   responseObject
+	seq    int64
+	headed bool // response.created and response.in_progress went out
+	runID  string
+	buf    []byte
+
+	items []*outItem
+	open  *outItem           // the open message or reasoning item
+	calls map[int32]*outItem // the function calls, by the run's tool call index
+	usage *wirepb.Usage      // the run's last usage event
+}
+
+func newRespOutput(x *respExchange) *respOutput {
+	o := &respOutput{x: x, stream: x.req.stream, calls: map[int32]*outItem{},
+		sse: &output{x: &exchange{Exchange: x.Exchange}, rc: http.NewResponseController(x.W), lastWrite: time.Now()}}
+	o.resp = responseObject{Object: "response", CreatedAt: x.Arrived.Unix(), Status: "in_progress", Model: x.req.model,
+		Output: []any{}, Truncation: "disabled", responseEcho: x.req.echo}
+	return o
+}
+
+// setID names the response and its items after the run.
+func (o *respOutput) setID(runID string) {
+	o.runID = runID
+	o.resp.ID = "resp_" + runID
+}
+
+// head sends response.created and response.in_progress before the first
+// event of the response; a response that never got a run gets an id of
+// its own.
+func (o *respOutput) head() bool {
+	if o.headed {
+		return true
+	}
+	o.headed = true
+	if o.resp.ID == "" {
+		o.resp.ID = "resp_" + strings.ToLower(rand.Text())
+	}
+	if o.stream {
+		o.x.FirstByte()
+	}
+	r := o.resp
+	return o.emit(&respEvent{Type: "response.created", Response: &r}) &&
+		o.emit(&respEvent{Type: "response.in_progress", Response: &r})
+}
+
+// Text relays a text delta. Like the other event methods it reports false
+// when the client could not be written to.
+func (o *respOutput) Text(s string) bool { return o.delta(kindMessage, s) }
+
+// Reasoning relays a reasoning delta.
+func (o *respOutput) Reasoning(s string) bool { return o.delta(kindReasoning, s) }
+
+// Usage notes the run's usage, for the end.
+func (o *respOutput) Usage(u *wirepb.Usage) { o.usage = u }
+
+// Complete ends the response (complete).
+func (o *respOutput) Complete(doneReason string) bool { return o.complete(doneReason, o.usage) }
+
+var _ gateway.RunWriter = (*respOutput)(nil)
+
+// delta appends s to the open item of kind (a message or reasoning).
+func (o *respOutput) delta(kind, s string) bool {
+	if s == "" {
+		return true
+	}
+	it, ok := o.current(kind)
+	if !ok {
+		return false
+	}
+	it.text.WriteString(s)
+	ev := &respEvent{Type: "response.reasoning_text.delta", ItemID: it.id, OutputIndex: &it.index, ContentIndex: new(int), Delta: &s}
+	if kind == kindMessage {
+		ev.Type, ev.Logprobs = "response.output_text.delta", noLogprobs
+	}
+	return o.emit(ev)
+}
+
+// ToolCall relays a tool call or a fragment of one, by its index.
+func (o *respOutput) ToolCall(tc *wirepb.ToolCall) bool {
+	if tc == nil {
+		return true
+	}
+	it := o.calls[tc.GetIndex()]
+	if it == nil {
+		if o.open != nil && !o.close(o.open, "completed") {
+			return false
+		}
+		it = o.add(kindFunctionCall)
+		it.callID, it.name = tc.GetId(), tc.GetName()
+		if it.callID == "" {
+			it.callID = fmt.Sprintf("call_%s_%d", o.runID, tc.GetIndex())
+		}
+		o.calls[tc.GetIndex()] = it
+		if !o.opened(it) {
+			return false
+		}
+	}
+	if it.name == "" {
+		it.name = tc.GetName()
+	}
+	args := string(tc.GetArgumentsJson())
+	if args == "" {
+		return true
+	}
+	it.text.WriteString(args)
+	return o.emit(&respEvent{Type: "response.function_call_arguments.delta", ItemID: it.id, OutputIndex: &it.index, Delta: &args})
+}
+
+// current returns the open item of kind, closing the open item of the
+// other kind and opening one of this kind if need be; false if a write
+// failed.
+func (o *respOutput) current(kind string) (*outItem, bool) {
+	if o.open != nil && o.open.kind == kind {
+		return o.open, true
+	}
+	if o.open != nil && !o.close(o.open, "completed") {
+		return nil, false
+	}
+	o.open = o.add(kind)
+	return o.open, o.opened(o.open)
+}
+
+// add appends a new item of kind to the output.
+func (o *respOutput) add(kind string) *outItem {
+	prefix := map[string]string{kindMessage: "msg", kindReasoning: "rs", kindFunctionCall: "fc"}[kind]
+	it := &outItem{kind: kind, index: len(o.items), status: "in_progress"}
+	it.id = fmt.Sprintf("%s_%s_%d", prefix, o.runID, it.index)
+	o.items = append(o.items, it)
+	return it
+}
+
+// opened announces a new item (and its content part).
+func (o *respOutput) opened(it *outItem) bool {
+	if !o.emit(&respEvent{Type: "response.output_item.added", OutputIndex: &it.index, Item: it.wire(false)}) {
+		return false
+	}
+	if part := it.part(false); part != nil {
+		return o.emit(&respEvent{Type: "response.content_part.added", ItemID: it.id, OutputIndex: &it.index,
+			ContentIndex: new(int), Part: part})
+	}
+	return true
+}
+
+// part is the content part of a message or reasoning item (nil for a
+// function call); whole false gives it empty, as it is added.
+func (it *outItem) part(whole bool) any {
+	text := ""
+	if whole {
+		text = it.text.String()
+	}
+	switch it.kind {
+	case kindMessage:
+		return newRespOutputText(text)
+	case kindReasoning:
+		return reasoningPart{Type: "reasoning_text", Text: text}
+	}
+	return nil
+}
+
+// close ends an item with status: its whole text, its part, the item.
+func (o *respOutput) close(it *outItem, status string) bool {
+	if o.open == it {
+		o.open = nil
+	}
+	it.status = status
+	text := it.text.String()
+	var done *respEvent
+	switch it.kind {
+	case kindMessage:
+		done = &respEvent{Type: "response.output_text.done", ItemID: it.id, OutputIndex: &it.index, ContentIndex: new(int),
+			Text: &text, Logprobs: noLogprobs}
+	case kindReasoning:
+		done = &respEvent{Type: "response.reasoning_text.done", ItemID: it.id, OutputIndex: &it.index, ContentIndex: new(int),
+			Text: &text}
+	default:
+		done = &respEvent{Type: "response.function_call_arguments.done", ItemID: it.id, OutputIndex: &it.index,
+			Name: it.name, Arguments: &text}
+	}
+	if !o.emit(done) {
+		return false
+	}
+	if part := it.part(true); part != nil {
+		if !o.emit(&respEvent{Type: "response.content_part.done", ItemID: it.id, OutputIndex: &it.index,
+			ContentIndex: new(int), Part: part}) {
+			return false
+		}
+	}
+	return o.emit(&respEvent{Type: "response.output_item.done", OutputIndex: &it.index, Item: it.wire(true)})
+}
+
+// complete ends the response: completed, or incomplete when the run
+// stopped at its length limit or a content filter. A run that said
+// nothing answers with an empty message, so that output is never empty.
+func (o *respOutput) complete(doneReason string, u *wirepb.Usage) bool {
+	status := "completed"
+	switch doneReason {
+	case "length":
+		status, o.resp.IncompleteDetails = "incomplete", &incompleteDetails{Reason: "max_output_tokens"}
+	case "content_filter":
+		status, o.resp.IncompleteDetails = "incomplete", &incompleteDetails{Reason: "content_filter"}
+	}
+	if len(o.items) == 0 {
+		if _, ok := o.current(kindMessage); !ok {
+			return false
+		}
+	}
+	for _, it := range o.unfinished() {
+		if !o.close(it, status) {
+			return false
+		}
+	}
+	o.resp.Status, o.resp.Usage, o.resp.Output = status, respUsageOf(u), o.wireItems()
+	if status == "completed" {
+		now := time.Now().Unix()
+		o.resp.CompletedAt = &now
+	}
+	if !o.stream {
+		o.x.FirstByte()
+		o.x.BeforeWrite()
+		o.sse.started = true
+		writeJSON(o.x.W, http.StatusOK, &o.resp)
+		return true
+	}
+	r := o.resp
+	return o.emit(&respEvent{Type: "response." + status, Response: &r})
+}
+
+// fail ends a response that has started with an error event and
+// response.failed, whose response carries the error and the output so far.
+func (o *respOutput) fail(e *apiError, u *wirepb.Usage) {
+	if !o.head() {
+		return
+	}
+	for _, it := range o.unfinished() {
+		it.status = "incomplete"
+	}
+	b := e.body()
+	o.resp.Status, o.resp.Usage, o.resp.Output = "failed", respUsageOf(u), o.wireItems()
+	o.resp.Error = &responseError{Code: e.code, Message: e.message}
+	ev := &respErrorEvent{Type: "error", Code: e.code, Message: e.message, Param: b.Error.Param, Error: b.Error}
+	r := o.resp
+	if o.emit(ev) {
+		o.emit(&respEvent{Type: "response.failed", Response: &r})
+	}
+	o.sse.mu.Lock()
+	o.sse.errorSent = true
+	o.sse.mu.Unlock()
+}
+
+// unfinished are the items still open, in output order.
+func (o *respOutput) unfinished() []*outItem {
+	var open []*outItem
+	for _, it := range o.items {
+		if it.status == "in_progress" {
+			open = append(open, it)
+		}
+	}
+	return open
+}
+
+func (o *respOutput) wireItems() []any {
+	out := make([]any, 0, len(o.items))
+	for _, it := range o.items {
+		out = append(out, it.wire(true))
+	}
+	return out
+}
+
+// respUsageOf is the run's usage in the Responses API's terms (zeros when the
+// provider reported none).
+func respUsageOf(u *wirepb.Usage) *responseUsage {
+	r := &responseUsage{InputTokens: u.GetPromptTokens(), OutputTokens: u.GetCompletionTokens()}
+	r.TotalTokens = r.InputTokens + r.OutputTokens
+	return r
+}
+
+// emit sends one event, after the response's head; its sequence_number is
+// the next. A response sent whole sends nothing until complete: each event
+// only tells the idle timer that the run made progress.
+func (o *respOutput) emit(ev any) bool {
+	if !o.stream {
+		o.x.Wrote()
+		return true
+	}
+	if !o.head() {
+		return false
+	}
+	var typ string
+	switch e := ev.(type) {
+	case *respEvent:
+		e.SequenceNumber, typ = o.seq, e.Type
+	case *respErrorEvent:
+		e.SequenceNumber, typ = o.seq, e.Type
+	}
+	o.seq++
+	b, err := json.Marshal(ev)
+	if err != nil { // only our own types: a bug
+		panic(fmt.Sprintf("openaiapi: marshal %s event: %v", typ, err))
+	}
+	o.buf = append(append(append(append(append(o.buf[:0], "event: "...), typ...), "\ndata: "...), b...), "\n\n"...)
+	o.sse.mu.Lock()
+	ok := o.sse.writeLocked(o.buf)
+	o.sse.mu.Unlock()
+	if ok {
+		o.x.Wrote()
+	}
+	return ok
+}

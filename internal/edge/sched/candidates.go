@@ -1,0 +1,187 @@
+package sched
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// Candidate is one place a request can run: an online provider target on
+// a ready, current Node generation (R1).
+type Candidate struct {
+	NodeID     string
+	Generation uint64
+	Provider   string
+	Adapter    string
+	Target     string
+	// Capacity is the provider's reported maximum of concurrent runs and
+	// tunnels, shared by all its targets.
+	Capacity int
+	// Capabilities are what the provider's adapter implements, as the Node
+	// reports them (sdk.Cap*: "embed", "complete", ...), shared by all its
+	// targets. Do not modify.
+	Capabilities []string
+}
+
+// providerKey names the capacity a slot counts against: one provider on
+// one generation. A new generation of the Node is a new key, so slots held
+// on a fenced generation do not count against its successor (R9).
+type providerKey struct {
+	node     string
+	gen      uint64
+	provider string
+}
+
+func (c Candidate) key() providerKey { return providerKey{c.NodeID, c.Generation, c.Provider} }
+
+// connKey names one Node generation: its slots, all providers together,
+// count against its stream limit.
+type connKey struct {
+	node string
+	gen  uint64
+}
+
+func (k providerKey) conn() connKey { return connKey{k.node, k.gen} }
+
+// candidate is a Candidate with the connection it lives on.
+type candidate struct {
+	Candidate
+	conn *nodes.Conn
+	// stalls is the target's count of consecutive request_stalled
+	// observations (the health overlay): it breaks ties.
+	stalls uint64
+	// connSlots is how many slots the generation may hold at once, all
+	// its providers together (nodes.Conn.Slots).
+	connSlots int
+}
+
+// SameModel reports whether a provider target serves what a client asked
+// for: the same name, or the name without a tag and the target with
+// Ollama's implicit ":latest".
+func SameModel(target, model string) bool {
+	if target == model {
+		return true
+	}
+	return !hasTag(model) && strings.HasSuffix(target, ":latest") && target[:len(target)-len(":latest")] == model
+}
+
+// hasTag reports whether an Ollama model name carries a tag. A colon
+// before the last slash is a registry port ("host:5000/m"), not a tag.
+func hasTag(model string) bool {
+	return strings.LastIndexByte(model, ':') > strings.LastIndexByte(model, '/')
+}
+
+func (r *Request) matches(c Candidate) bool {
+	if r.Match != nil {
+		return r.Match(c)
+	}
+	return SameModel(c.Target, r.Model)
+}
+
+func (r *Request) excludes(k providerKey) bool {
+	for _, e := range r.Exclude {
+		if e.key() == k {
+			return true
+		}
+	}
+	return false
+}
+
+// refreshLocked rebuilds the candidate list if the registry changed since
+// the last build, and reports whether it did. The registry's change
+// channel is taken before the registry is read, so a change during the
+// read leaves the list marked stale. Callers hold s.mu (lock order:
+// s.mu, then the registry's).
+func (s *Scheduler) refreshLocked() bool {
+	select {
+	case <-s.changed:
+	default:
+		return false
+	}
+	s.changed = s.reg.Changed()
+	s.cands = s.cands[:0]
+	for _, conn := range s.reg.Ready() {
+		for _, p := range conn.Providers() {
+			if p.GetState() != wirepb.ProviderState_PROVIDER_STATE_ONLINE || p.GetCapacity() == 0 {
+				continue
+			}
+			for _, t := range p.GetTargets() {
+				// provider_unhealthy evidence keeps a target out until the
+				// Node reports it back (nodes/health.go).
+				h := conn.TargetHealth(p.GetName(), t.GetName())
+				if h.Unhealthy {
+					continue
+				}
+				s.cands = append(s.cands, candidate{conn: conn, stalls: h.Stalls, connSlots: conn.Slots(), Candidate: Candidate{
+					NodeID:       conn.NodeID(),
+					Generation:   conn.Generation(),
+					Provider:     p.GetName(),
+					Adapter:      p.GetAdapter(),
+					Target:       t.GetName(),
+					Capacity:     int(p.GetCapacity()),
+					Capabilities: p.GetCapabilities(),
+				}})
+			}
+		}
+	}
+	// Targets of one provider stay adjacent: pickLocked relies on it.
+	slices.SortFunc(s.cands, func(a, b candidate) int {
+		return cmp.Or(strings.Compare(a.NodeID, b.NodeID), strings.Compare(a.Provider, b.Provider), strings.Compare(a.Target, b.Target))
+	})
+	return true
+}
+
+// anyCandidateLocked reports whether r has a candidate at all, busy or not.
+func (s *Scheduler) anyCandidateLocked(r *Request) bool {
+	for i := range s.cands {
+		if c := &s.cands[i]; r.matches(c.Candidate) && !r.excludes(c.key()) {
+			return true
+		}
+	}
+	return false
+}
+
+// pickLocked returns r's candidate with the largest share of its capacity
+// free (a candidate whose Node generation holds as many slots as it has
+// streams for is busy, whatever its provider's capacity says), then the
+// fewest consecutive stalls; ties are taken in turn so that
+// equal Nodes share the load. A provider
+// counts once however many of its targets match (its first matching
+// target is used). ok is false when every candidate is busy.
+func (s *Scheduler) pickLocked(r *Request) (c candidate, ok bool) {
+	s.tied = s.tied[:0]
+	bestFree, bestCap, bestStalls := 0, 1, uint64(0)
+	var seen providerKey // the provider last considered
+	for i := range s.cands {
+		c := &s.cands[i]
+		k := c.key()
+		if k == seen || !r.matches(c.Candidate) || r.excludes(k) {
+			continue
+		}
+		seen = k
+		free := c.Capacity - s.inflight[k]
+		if free <= 0 || s.connSlots[k.conn()] >= c.connSlots {
+			continue
+		}
+		// free/Capacity against bestFree/bestCap, without division.
+		switch d := free*bestCap - bestFree*c.Capacity; {
+		case d > 0 || d == 0 && c.stalls < bestStalls:
+			s.tied = append(s.tied[:0], i)
+			bestFree, bestCap, bestStalls = free, c.Capacity, c.stalls
+		case d == 0 && c.stalls == bestStalls:
+			s.tied = append(s.tied, i)
+		}
+	}
+	switch len(s.tied) {
+	case 0:
+		return candidate{}, false
+	case 1:
+		return s.cands[s.tied[0]], true
+	}
+	i := s.tied[s.rr%uint64(len(s.tied))]
+	s.rr++
+	return s.cands[i], true
+}

@@ -1,0 +1,298 @@
+// Package sched decides where on the Edge a request runs. It lists the
+// candidates (online provider targets on ready, current Node generations,
+// R1), counts its own slots against each provider's reported capacity,
+// picks the candidate with the largest share of its capacity free, and
+// admits a request that finds every slot busy into a FIFO queue per model,
+// bounded by a depth and a queue timeout (S5). Queued work is re-evaluated
+// whenever a slot frees and whenever the registry changes: a Node
+// connects, is fenced or reports new capacity (R9).
+//
+// One mutex guards everything. The invariant it protects: whenever the
+// lock is released, no waiting request can use a free slot, because every
+// change that frees or adds capacity (a Release, a refreshed candidate
+// list) is followed by a dispatch pass over the waiters in arrival order.
+// So a new request that finds a free slot overtakes no one, and a waiter
+// is only ever passed by a later one for a slot it could not use (another
+// Match or Exclude).
+package sched
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/iop-dev/iop/internal/edge/nodes"
+)
+
+// Options tune a Scheduler.
+type Options struct {
+	// Now reads the clock for queue positions and waits; nil: time.Now.
+	// Queue timeouts use the time package's timers.
+	Now func() time.Time
+}
+
+// Request is what Acquire places.
+type Request struct {
+	// ID names the request (run or tunnel id) in the admin view.
+	ID string
+	// Model is what the client asked for; it is also the queue key.
+	Model string
+	// Match filters candidates (a route's targets, an adapter). nil: the
+	// target is Model, or Model with Ollama's implicit ":latest" tag.
+	Match func(c Candidate) bool
+	// Exclude lists candidates already tried (failover); a candidate is
+	// excluded when its NodeID, Generation and Provider match one here.
+	Exclude []Candidate
+	// QueueTimeout is how long to wait for a slot; 0: do not wait.
+	QueueTimeout time.Duration
+	// MaxQueueDepth is how many requests for Model may wait at once;
+	// when that many already wait (or it is 0), a busy request is refused
+	// with queue_full.
+	MaxQueueDepth int
+}
+
+// Scheduler hands out slots on candidates. It is safe for concurrent use.
+type Scheduler struct {
+	reg *nodes.Registry
+	now func() time.Time
+
+	mu       sync.Mutex
+	changed  <-chan struct{} // closed when cands is stale
+	cands    []candidate     // sorted by node, provider, target
+	inflight map[providerKey]int
+	// connSlots counts the slots held on each Node generation, against
+	// its stream limit (nodes.Conn.Slots).
+	connSlots map[connKey]int
+	models    map[string]*modelCount // present while a model waits or runs
+	waiting   []*waiter              // every model's waiters, in arrival order
+	tied      []int                  // pickLocked's scratch
+	rr        uint64                 // turns among tied candidates
+}
+
+type modelCount struct{ waiting, inflight int }
+
+// waiter is a queued request. Its caller blocks on granted; the slot is
+// set under s.mu before granted is closed.
+type waiter struct {
+	req     Request
+	since   time.Time
+	granted chan struct{}
+	slot    *Slot
+}
+
+// New returns a scheduler over reg's Nodes. Run must run for queued
+// requests to see registry changes.
+func New(reg *nodes.Registry, opts Options) *Scheduler {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	stale := make(chan struct{})
+	close(stale)
+	return &Scheduler{
+		reg:       reg,
+		now:       opts.Now,
+		changed:   stale,
+		inflight:  make(map[providerKey]int),
+		connSlots: make(map[connKey]int),
+		models:    make(map[string]*modelCount),
+	}
+}
+
+// Run re-evaluates the queues at every registry change (R9) until ctx is
+// done.
+func (s *Scheduler) Run(ctx context.Context) {
+	for {
+		s.mu.Lock()
+		s.reevaluateLocked()
+		changed := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// Slot is the right to run one request on Candidate. Release it when the
+// request ends.
+type Slot struct {
+	// Candidate is where the request runs.
+	Candidate Candidate
+	// Waited is how long the request waited in the queue.
+	Waited time.Duration
+
+	s        *Scheduler
+	conn     *nodes.Conn
+	model    string
+	released bool // guarded by s.mu
+}
+
+// Conn is the Node generation the slot is on. If it is fenced before the
+// request is dispatched, the dispatch fails and the caller moves on with
+// the candidate in Request.Exclude.
+func (sl *Slot) Conn() *nodes.Conn { return sl.conn }
+
+// Release frees the slot and grants it to the first waiter that can use
+// it. It is idempotent.
+func (sl *Slot) Release() {
+	s := sl.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sl.released {
+		return
+	}
+	sl.released = true
+	k := sl.Candidate.key()
+	if s.inflight[k]--; s.inflight[k] <= 0 {
+		delete(s.inflight, k)
+	}
+	if ck := k.conn(); s.connSlots[ck] <= 1 {
+		delete(s.connSlots, ck)
+	} else {
+		s.connSlots[ck]--
+	}
+	m := s.models[sl.model]
+	m.inflight--
+	s.forgetIdleLocked(sl.model)
+	s.refreshLocked()
+	s.dispatchLocked()
+}
+
+// Acquire returns a slot on the best candidate with free capacity, or
+// waits for one in the model's FIFO queue until a slot frees or the
+// registry changes in the request's favour. It fails at once with
+// ErrNoCandidate when no ready Node offers the model, at once with
+// ErrQueueFull when every slot is busy and the request may not wait, with
+// ErrQueueTimeout after r.QueueTimeout, and with ctx's error when ctx ends
+// first. While queued, a request keeps its place even if every candidate
+// goes away: the Node may come back before the timeout.
+func (s *Scheduler) Acquire(ctx context.Context, r Request) (*Slot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sched: acquire for %q: %w", r.Model, err)
+	}
+	s.mu.Lock()
+	s.reevaluateLocked() // earlier waiters first: they may use a new Node
+	if !s.anyCandidateLocked(&r) {
+		s.mu.Unlock()
+		return nil, &RefusalError{Reason: ReasonNoCandidate, Model: r.Model, Detail: "no ready node offers it"}
+	}
+	if c, ok := s.pickLocked(&r); ok {
+		slot := s.grantLocked(c, r.Model, 0)
+		s.mu.Unlock()
+		return slot, nil
+	}
+	depth := 0
+	if m := s.models[r.Model]; m != nil {
+		depth = m.waiting
+	}
+	if r.QueueTimeout <= 0 || depth >= r.MaxQueueDepth {
+		s.mu.Unlock()
+		detail := fmt.Sprintf("every slot is busy and %d requests wait", depth)
+		if r.QueueTimeout <= 0 || r.MaxQueueDepth <= 0 {
+			detail = "every slot is busy and the request may not wait"
+		}
+		return nil, &RefusalError{Reason: ReasonQueueFull, Model: r.Model, RetryAfter: retryAfter, Detail: detail}
+	}
+	w := &waiter{req: r, since: s.now(), granted: make(chan struct{})}
+	s.waiting = append(s.waiting, w)
+	s.modelLocked(r.Model).waiting++
+	s.mu.Unlock()
+
+	timer := time.NewTimer(r.QueueTimeout)
+	defer timer.Stop()
+	select {
+	case <-w.granted:
+		if ctx.Err() != nil { // the caller left as the grant came: pass it on
+			w.slot.Release()
+			return nil, fmt.Errorf("sched: queued for %q: %w", r.Model, ctx.Err())
+		}
+		return w.slot, nil
+	case <-timer.C:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if w.slot != nil { // granted at the same instant: take it
+			return w.slot, nil
+		}
+		s.dequeueLocked(w)
+		return nil, &RefusalError{Reason: ReasonQueueTimeout, Model: r.Model, RetryAfter: retryAfter,
+			Detail: fmt.Sprintf("no slot within %s", r.QueueTimeout)}
+	case <-ctx.Done():
+		s.mu.Lock()
+		slot := w.slot
+		if slot == nil {
+			s.dequeueLocked(w)
+		}
+		s.mu.Unlock()
+		if slot != nil { // granted as the caller left: pass it on
+			slot.Release()
+		}
+		return nil, fmt.Errorf("sched: queued for %q: %w", r.Model, ctx.Err())
+	}
+}
+
+// reevaluateLocked refreshes the candidates if the registry changed and
+// then lets the waiters take what became free.
+func (s *Scheduler) reevaluateLocked() {
+	if s.refreshLocked() {
+		s.dispatchLocked()
+	}
+}
+
+// dispatchLocked grants free slots to waiters in arrival order: each
+// waiter, oldest first, takes the best free candidate it can use. The
+// oldest waiters of every model go first, so capacity shared between
+// models is shared fairly too.
+func (s *Scheduler) dispatchLocked() {
+	if len(s.waiting) == 0 {
+		return
+	}
+	now := s.now()
+	kept := s.waiting[:0]
+	for _, w := range s.waiting {
+		c, ok := s.pickLocked(&w.req)
+		if !ok {
+			kept = append(kept, w)
+			continue
+		}
+		s.models[w.req.Model].waiting--
+		w.slot = s.grantLocked(c, w.req.Model, now.Sub(w.since))
+		close(w.granted)
+	}
+	clear(s.waiting[len(kept):])
+	s.waiting = kept
+}
+
+// grantLocked counts a slot on c for model.
+func (s *Scheduler) grantLocked(c candidate, model string, waited time.Duration) *Slot {
+	s.inflight[c.key()]++
+	s.connSlots[c.key().conn()]++
+	s.modelLocked(model).inflight++
+	return &Slot{Candidate: c.Candidate, Waited: waited, s: s, conn: c.conn, model: model}
+}
+
+// dequeueLocked removes an ungranted waiter (timed out or cancelled).
+func (s *Scheduler) dequeueLocked(w *waiter) {
+	if i := slices.Index(s.waiting, w); i >= 0 {
+		s.waiting = slices.Delete(s.waiting, i, i+1)
+		s.models[w.req.Model].waiting--
+		s.forgetIdleLocked(w.req.Model)
+	}
+}
+
+func (s *Scheduler) modelLocked(model string) *modelCount {
+	m := s.models[model]
+	if m == nil {
+		m = new(modelCount)
+		s.models[model] = m
+	}
+	return m
+}
+
+func (s *Scheduler) forgetIdleLocked(model string) {
+	if m := s.models[model]; m != nil && m.waiting == 0 && m.inflight == 0 {
+		delete(s.models, model)
+	}
+}

@@ -1,0 +1,233 @@
+// Package agent is the Node daemon's core: it turns a Node configuration
+// into a running connection to the Edge (TLS identity, lease key, providers,
+// the transport client and the stream handler) with Start and Stop.
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/iop-dev/iop/internal/node/bridge"
+	"github.com/iop-dev/iop/internal/node/edgeclient"
+	"github.com/iop-dev/iop/internal/node/leasekey"
+	"github.com/iop-dev/iop/internal/node/nodeconfig"
+	"github.com/iop-dev/iop/internal/pluginhost"
+	"github.com/iop-dev/iop/internal/yamlconf"
+	"github.com/iop-dev/iop/plugins/builtin"
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/lease"
+	"github.com/iop-dev/iop/quicwire/pki"
+	"github.com/iop-dev/iop/sdk"
+)
+
+// Options are what the daemon adds to the configuration file.
+type Options struct {
+	Version string
+	Logger  *slog.Logger
+	// Liveness defaults to quicwire.DefaultLiveness: the daemons always
+	// run the real profile.
+	Liveness quicwire.Liveness
+	// Self is the command that serves a built-in adapter when NAME is
+	// appended: by default this executable with "plugin" (`noded plugin
+	// ollama`).
+	Self []string
+	// Supervision defaults to bridge.DefaultSupervision.
+	Supervision *bridge.Supervision
+}
+
+// Agent is a running Node.
+type Agent struct {
+	cfg       *nodeconfig.Config
+	log       *slog.Logger
+	client    *edgeclient.Client
+	key       *leasekey.Key
+	providers *bridge.Set
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New prepares a Node from cfg: it loads the identity files and the lease
+// key, so a bad file fails here, before anything starts.
+func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Liveness == (quicwire.Liveness{}) {
+		opts.Liveness = quicwire.DefaultLiveness
+	}
+	tlsConf, err := nodeTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	key, err := leasekey.LoadOrCreate(cfg.LeaseKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Self == nil {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own executable to start built-in adapters: %w", err)
+		}
+		opts.Self = []string{exe, "plugin"}
+	}
+	sup := bridge.DefaultSupervision
+	if opts.Supervision != nil {
+		sup = *opts.Supervision
+	}
+	// The lease opener (R11): this Node's X25519 key; the Edge's signing
+	// key arrives with each registration.
+	leases := lease.NewOpener(lease.OpenerConfig{Key: &key.Private, Public: &key.Public})
+	stall := bridge.Liveness{CloseGrace: time.Duration(cfg.Stall.CloseGrace), ProbeTimeout: time.Duration(cfg.Stall.ProbeTimeout)}
+	sup.ProbeTimeout = stall.ProbeTimeout
+	a := &Agent{cfg: cfg, log: opts.Logger, key: key, providers: bridge.NewSet()}
+	for _, p := range cfg.Providers {
+		launch, err := launcher(p, opts.Self, opts.Logger)
+		if err != nil {
+			return nil, err
+		}
+		conf, err := json.Marshal(p.Config)
+		if err != nil {
+			return nil, fmt.Errorf("providers %s: config: %w", p.Name, err)
+		}
+		a.providers.Add(bridge.NewProvider(bridge.ProviderConfig{
+			Name: p.Name, Adapter: p.Adapter, Targets: p.Targets, Capacity: p.Capacity, Config: sdk.Config(conf), Launch: launch,
+			RelistInterval: time.Duration(p.RelistInterval), // 0 (a config built in code) is the runtime's default
+		}, sup, opts.Logger, a.providers.Notify))
+	}
+	a.client, err = edgeclient.New(edgeclient.Options{
+		NodeID:         cfg.NodeID,
+		Version:        opts.Version,
+		EdgeAddr:       cfg.Edge.Address,
+		TLS:            tlsConf,
+		Liveness:       opts.Liveness,
+		Backoff:        edgeclient.Backoff{Initial: time.Duration(cfg.Reconnect.InitialBackoff), Max: time.Duration(cfg.Reconnect.MaxBackoff)},
+		LeasePublicKey: key.Public[:],
+		Capacity:       cfg.TotalCapacity(),
+		Labels:         cfg.Labels,
+		Providers:      a.providers,
+		Leases:         leases,
+		Handler: bridge.NewHandler(a.providers, opts.Logger, bridge.HandlerOptions{
+			Status: func() edgeclient.Status { return a.client.Status() },
+			Stall:  stall,
+			Leases: leases,
+		}),
+		Logger: opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// launcher returns how to start provider p's plugin: a built-in adapter by
+// re-executing self, a third-party one from its binary, pinned by SHA-256.
+func launcher(p nodeconfig.Provider, self []string, log *slog.Logger) (bridge.Launcher, error) {
+	var sum []byte
+	if p.Adapter == nodeconfig.AdapterExternal {
+		var err error
+		if sum, err = hex.DecodeString(p.SHA256); err != nil {
+			return nil, fmt.Errorf("providers %s: sha256: %w", p.Name, err)
+		}
+	} else if !builtin.Has(p.Adapter) {
+		return nil, fmt.Errorf("providers %s: no built-in adapter %q", p.Name, p.Adapter)
+	}
+	log = log.With("provider", p.Name)
+	return func(ctx context.Context) (bridge.Plugin, error) {
+		cmd := exec.Command(p.Binary)
+		if p.Adapter != nodeconfig.AdapterExternal {
+			cmd = exec.Command(self[0], append(slices.Clone(self[1:]), p.Adapter)...)
+		}
+		return pluginhost.Start(ctx, pluginhost.Options{Cmd: cmd, SHA256: sum, Logger: log})
+	}, nil
+}
+
+// nodeTLS builds the Node's TLS configuration for its identity mode.
+func nodeTLS(cfg *nodeconfig.Config) (*tls.Config, error) {
+	id := cfg.Identity
+	if id.Mode == yamlconf.ModeLoopback {
+		host, _, err := net.SplitHostPort(cfg.Edge.Address)
+		if err != nil || !yamlconf.IsLoopbackHost(host) {
+			return nil, fmt.Errorf("loopback mode does not authenticate the Edge, so the Node may only dial a loopback address, not %q", cfg.Edge.Address)
+		}
+		return quicwire.LoopbackNodeTLSConfig(), nil
+	}
+	pool, cert, err := pki.LoadIdentity(id.CAFile, id.CertFile, id.KeyFile, quicwire.NodeIdentity(id.TrustDomain, cfg.NodeID))
+	if err != nil {
+		return nil, err
+	}
+	return quicwire.NodeTLSConfig(pool, cert, id.TrustDomain, id.EdgeID, nil), nil
+}
+
+// Providers are the Node's providers.
+func (a *Agent) Providers() *bridge.Set { return a.providers }
+
+// Client is the transport client, for status.
+func (a *Agent) Client() *edgeclient.Client { return a.client }
+
+// Start connects to the Edge in the background; the connection is kept up
+// (reconnecting with backoff) until Stop.
+func (a *Agent) Start(context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cancel != nil {
+		return errors.New("agent already started")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel, a.done = cancel, make(chan struct{})
+	a.providers.Start()
+	go func() {
+		defer close(a.done)
+		a.client.Run(ctx)
+	}()
+	a.log.Info("node starting", "edge_addr", a.cfg.Edge.Address, "identity", a.cfg.Identity.Mode)
+	return nil
+}
+
+// Stop drains: it tells the Edge, lets in-flight work finish for up to the
+// configured drain timeout (or until ctx ends), then closes the connection
+// with shutdown and stops reconnecting.
+func (a *Agent) Stop(ctx context.Context) error {
+	a.mu.Lock()
+	cancel, done := a.cancel, a.done
+	a.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	dctx, dcancel := context.WithTimeout(ctx, time.Duration(a.cfg.DrainTimeout))
+	err := a.client.Drain(dctx, "node shutting down")
+	dcancel()
+	cancel()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	a.providers.Stop()
+	a.log.Info("node stopped")
+	return err
+}
+
+// Ready reports nil when the Node's connection is registered and ready.
+func (a *Agent) Ready() error {
+	st := a.client.Status()
+	if st.State == edgeclient.StateReady {
+		return nil
+	}
+	if st.LastError != nil {
+		return fmt.Errorf("%s: %w", st.State, st.LastError)
+	}
+	return fmt.Errorf("%s", st.State)
+}

@@ -1,0 +1,62 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/iop-dev/iop/internal/node/bridge"
+	"github.com/iop-dev/iop/internal/node/nodeconfig"
+	"github.com/iop-dev/iop/internal/yamlconf"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+func loopbackConfig() *nodeconfig.Config {
+	cfg := nodeconfig.Default()
+	cfg.NodeID = "n1"
+	cfg.Edge.Address = "127.0.0.1:7443"
+	cfg.Identity.Mode = yamlconf.ModeLoopback
+	return cfg
+}
+
+// Configured providers are reported starting until their plugin is up.
+func TestProvidersAreReportedFromTheConfig(t *testing.T) {
+	cfg := loopbackConfig()
+	cfg.Providers = []nodeconfig.Provider{{Name: "sim", Adapter: "simulator", Targets: []string{"sim-small"}, Capacity: 2}}
+	a, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := a.Providers().Snapshot()
+	if len(ps) != 1 || ps[0].GetName() != "sim" || ps[0].GetCapacity() != 2 || ps[0].GetState() != wirepb.ProviderState_PROVIDER_STATE_STARTING {
+		t.Errorf("providers = %v", ps)
+	}
+}
+
+// An adapter that is neither built in nor external is refused at start.
+func TestUnknownBuiltinAdapterIsRefused(t *testing.T) {
+	cfg := loopbackConfig()
+	cfg.Providers = []nodeconfig.Provider{{Name: "x", Adapter: "nope", Capacity: 1}}
+	if _, err := New(cfg, Options{}); err == nil || !strings.Contains(err.Error(), `no built-in adapter "nope"`) {
+		t.Errorf("New = %v", err)
+	}
+}
+
+// A managed Node fails at start when its identity files are missing.
+func TestManagedNodeChecksItsIdentityFiles(t *testing.T) {
+	cfg := nodeconfig.Default()
+	cfg.NodeID = "n1"
+	cfg.Edge.Address = "edge.example:7443"
+	cfg.Identity.CAFile = "/nonexistent/ca.pem"
+	cfg.Identity.CertFile, cfg.Identity.KeyFile = "/nonexistent/c.pem", "/nonexistent/k.pem"
+	if _, err := New(cfg, Options{}); err == nil || !strings.Contains(err.Error(), "/nonexistent/ca.pem") {
+		t.Errorf("New with missing identity files: %v", err)
+	}
+}
+
+// P1: a provider built in code with no relist interval (edged/dev's Node)
+// gets the runtime's default, which must be the one a file gets.
+func TestRelistIntervalDefaultsAgree(t *testing.T) {
+	if nodeconfig.DefaultRelistInterval != bridge.DefaultRelistInterval {
+		t.Errorf("nodeconfig.DefaultRelistInterval %v, bridge.DefaultRelistInterval %v", nodeconfig.DefaultRelistInterval, bridge.DefaultRelistInterval)
+	}
+}

@@ -1,0 +1,81 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+	"github.com/iop-dev/iop/sdk"
+)
+
+// admission is what a run or an embedding call asks of admit.
+type admission struct {
+	stallMs                   int64
+	provider, adapter, target string
+	// capability, if not "", must be one the serving plugin reports.
+	capability string
+	sealed     []byte
+	binding    *wirepb.LeaseBinding
+}
+
+// admitted is a provider call ready to be made.
+type admitted struct {
+	prov    *Provider
+	plugin  Plugin
+	release func() // gives the capacity slot back
+	cred    *sdk.Credential
+	stall   time.Duration
+}
+
+// admit takes a provider call through the Node's checks, in their order:
+// the raw stall timeout (R4: refused before any provider lookup or adapter
+// call), the provider, capacity admission, the capability of the plugin
+// that would serve it (not of the last one reported: a restart may bring
+// another adapter build), and last the lease (R11: opened after admission,
+// immediately before the provider call; a refusal makes no call and tries
+// no other credential, S4). A refusal is the failure the call ends with;
+// nothing is held then.
+func (h *Handler) admit(sess *quicwire.Session, a admission) (*admitted, *wirepb.Failure) {
+	refuse := func(kind wirepb.FailureKind, format string, args ...any) (*admitted, *wirepb.Failure) {
+		return nil, &wirepb.Failure{Kind: kind, Message: fmt.Sprintf(format, args...)}
+	}
+	stall, err := StallTimeout(a.stallMs)
+	if err != nil {
+		return refuse(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, "%v", err)
+	}
+	prov, err := h.set.Lookup(a.provider, a.adapter, a.target)
+	if err != nil {
+		return refuse(wirepb.FailureKind_FAILURE_KIND_MODEL_NOT_FOUND, "%v", err)
+	}
+	plugin, release, err := prov.Acquire()
+	switch {
+	case errors.Is(err, ErrCapacityExhausted):
+		return refuse(wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED, "%v", err)
+	case err != nil:
+		return refuse(wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "%v", err)
+	case a.capability != "" && !slices.Contains(plugin.Capabilities(), a.capability):
+		release()
+		return refuse(wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED, "provider %s (adapter %s) does not implement %s", prov.Name(), prov.cfg.Adapter, a.capability)
+	}
+	cred, refused := h.openLease(sess, a.sealed, a.binding, prov.Name(), a.target)
+	if refused != nil {
+		release()
+		return nil, refused
+	}
+	return &admitted{prov: prov, plugin: plugin, release: release, cred: cred, stall: stall}, nil
+}
+
+// guard makes the guard of an admitted call, whose context ends with the
+// connection (ctx), the hard deadline, the Edge's cancel or a stall,
+// whichever comes first (the guard claims the outcome once), and watches st
+// for the Edge's cancel: on a run or embed stream the Edge sends nothing
+// after the header, so a reset of its half is how a cancel arrives (R10).
+func (a *admitted) guard(ctx context.Context, h *Handler, sess *quicwire.Session, target string, deadlineMs int64, st Stream) *guard {
+	g := h.newGuard(ctx, guardSpec{sess: sess, prov: a.prov, plugin: a.plugin, target: target, stall: a.stall, deadlineMs: deadlineMs})
+	go watchCancel(st, g.stop)
+	return g
+}

@@ -1,0 +1,172 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/iop-dev/iop/internal/pluginhost"
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+	"github.com/iop-dev/iop/sdk"
+)
+
+// Stream is the dispatched stream a run is served on: a *quicwire.Stream,
+// whose errors it returns.
+type Stream interface {
+	Send(m proto.Message) error
+	Recv(m proto.Message) error
+}
+
+// Causes that end a run early. Each maps to its own terminal type.
+var (
+	errCancelled    = errors.New("run cancelled by the edge")
+	errDisconnected = errors.New("connection to the edge ended")
+)
+
+// runOut is a run's output side: it numbers events, and owns the single
+// terminal (ARCHITECTURE.md decision 5): the first claim wins and nothing
+// is sent after it.
+type runOut struct {
+	st  Stream
+	req *wirepb.RunRequest
+
+	mu       sync.Mutex
+	seq      uint64
+	terminal *wirepb.RunEvent
+}
+
+// emit sends one non-terminal event. After the terminal it refuses, which
+// makes the adapter stop.
+func (o *runOut) emit(ev *wirepb.RunEvent) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.terminal != nil {
+		return fmt.Errorf("run %s already ended (%s)", o.req.GetRunId(), o.terminal.GetType())
+	}
+	if isTerminal(ev.GetType()) {
+		return fmt.Errorf("adapter sent a terminal event (%s) as progress", ev.GetType())
+	}
+	return o.sendLocked(ev)
+}
+
+// finish claims the terminal and sends it; only the first call does
+// anything. It reports whether this call was the one.
+func (o *runOut) finish(ev *wirepb.RunEvent) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.terminal != nil {
+		return false
+	}
+	o.terminal = ev
+	_ = o.sendLocked(ev)
+	return true
+}
+
+func (o *runOut) sendLocked(ev *wirepb.RunEvent) error {
+	o.seq++
+	ev.Seq = o.seq
+	ev.RunId, ev.SessionId = o.req.GetRunId(), o.req.GetSessionId()
+	return o.st.Send(ev)
+}
+
+func isTerminal(t wirepb.RunEventType) bool {
+	return t >= wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED
+}
+
+func failed(kind wirepb.FailureKind, format string, args ...any) *wirepb.RunEvent {
+	return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
+		Failure: &wirepb.Failure{Kind: kind, Message: fmt.Sprintf(format, args...)}}
+}
+
+// serveRun executes one normalized run (R2): validate, admit, run the
+// adapter under the stall watchdog (R5), and end with exactly one terminal.
+// sess is the connection's session, nil for a path without one.
+func (h *Handler) serveRun(ctx context.Context, sess *quicwire.Session, req *wirepb.RunRequest, st Stream) {
+	out := &runOut{st: st, req: req}
+	log := h.log.With("run_id", req.GetRunId(), "target", req.GetTarget())
+
+	capability := ""
+	if req.GetCompletion() != nil {
+		capability = sdk.CapComplete // never run as a chat: it has no messages
+	}
+	a, refused := h.admit(sess, admission{stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(), adapter: req.GetAdapter(),
+		target: req.GetTarget(), capability: capability, sealed: req.GetSealedLease(), binding: req.GetBinding()})
+	if refused != nil {
+		out.finish(&wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: refused})
+		return
+	}
+	req.SealedLease = nil // the adapter gets the credential, not the lease
+
+	g := a.guard(ctx, h, sess, req.GetTarget(), req.GetDeadlineUnixMs(), st)
+
+	start := time.Now()
+	emit := func(ev *wirepb.RunEvent) error {
+		return g.wd.Emit(RunEventIsProgress(ev), func() error { return out.emit(ev) })
+	}
+	term := g.call(ctx, log, a.release, func() (*sdk.Result, error) { return a.plugin.Execute(g.ctx, req, a.cred, emit) })
+	if out.finish(term) {
+		log.Info("run ended", "outcome", term.GetType().String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
+	}
+}
+
+// runClaim is the claim a run's terminal makes.
+func runClaim(ev *wirepb.RunEvent) string {
+	switch ev.GetType() {
+	case wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
+		return CauseCompleted
+	case wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED:
+		return CauseCancelled
+	case wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED:
+		return CauseDeadline
+	case wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED:
+		return CauseDisconnected
+	}
+	return CauseFailed
+}
+
+// watchCancel reads the run stream, on which the Edge sends nothing after
+// the header: a cancel of the stream (R10) cancels the run.
+func watchCancel(st Stream, cancel func(error)) {
+	var sc *quicwire.StreamCancelledError
+	for {
+		err := st.Recv(new(wirepb.RunEvent))
+		switch {
+		case err == nil:
+			continue // nothing is expected; ignore
+		case errors.As(err, &sc):
+			cancel(errCancelled)
+		case errors.Is(err, quicwire.ErrDisconnected):
+			cancel(errDisconnected)
+		case err == io.EOF:
+		default:
+			cancel(err)
+		}
+		return
+	}
+}
+
+// outcome turns how Execute ended into the run's terminal event. The cause
+// that ended the run context wins over what the adapter returned after it.
+func outcome(conn, rctx context.Context, result *sdk.Result, err error) *wirepb.RunEvent {
+	switch {
+	case conn.Err() != nil || errors.Is(context.Cause(rctx), errDisconnected):
+		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED}
+	case errors.Is(context.Cause(rctx), errCancelled):
+		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED}
+	case errors.Is(rctx.Err(), context.DeadlineExceeded):
+		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED}
+	case err != nil:
+		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: pluginhost.FailureToWire(err)}
+	}
+	ev := &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED}
+	if result != nil {
+		ev.DoneReason, ev.Usage = result.DoneReason, pluginhost.UsageToWire(result.Usage)
+	}
+	return ev
+}

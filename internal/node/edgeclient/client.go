@@ -1,0 +1,472 @@
+// Package transport is the Node's side of the Edge–Node wire: it dials the
+// Edge over QUIC, registers, completes the ready handshake, runs heartbeats,
+// serves the streams the Edge dispatches, reconnects under a supervisor with
+// backoff, and drains on shutdown.
+package edgeclient
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// Handler serves the dispatched streams of a connection. ServeStream runs on
+// its own goroutine; ctx is cancelled when the connection ends (handler
+// lifetimes are bound to the connection) and the handler must then return
+// promptly. The client finishes both halves of st after ServeStream returns.
+type Handler interface {
+	ServeStream(ctx context.Context, sess *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream)
+}
+
+// Providers is what the Node reports about its providers.
+type Providers interface {
+	// Snapshot returns the providers as they are now.
+	Snapshot() []*wirepb.Provider
+	// WaitReady blocks until the providers are up, or ctx is done. The
+	// ready handshake waits for it (R1).
+	WaitReady(ctx context.Context) error
+	// Changed returns a channel closed at the next change of Snapshot.
+	Changed() <-chan struct{}
+}
+
+// Leases is the Node's lease opener as the transport feeds it: the Edge's
+// lease signing key, learned at each registration over the authenticated
+// connection, and the Edge's credential notices (revocations and
+// disables). *lease.Opener implements it.
+type Leases interface {
+	SetEdgeKey(key ed25519.PublicKey)
+	Apply(n *wirepb.CredentialNotice)
+}
+
+// Faults make a healthy Node misbehave on purpose, for tests of the Edge's
+// liveness handling. Production code leaves Options.Faults nil.
+type Faults struct {
+	// SilenceHeartbeatAcks stops answering the Edge's heartbeats while
+	// QUIC and everything else keep working.
+	SilenceHeartbeatAcks atomic.Bool
+}
+
+// Options configure a Client.
+type Options struct {
+	NodeID  string
+	Version string
+	// EdgeAddr is the Edge's QUIC address, host:port.
+	EdgeAddr string
+	TLS      *tls.Config
+	Liveness quicwire.Liveness
+	Backoff  Backoff
+	// LeasePublicKey is the X25519 key leases are sealed to.
+	LeasePublicKey []byte
+	// Capacity is the sum of the providers' capacities: the connection
+	// accepts quicwire.DispatchedStreams(Capacity) dispatched streams at
+	// once, and the Edge is told so at registration. 0: only the headroom
+	// (a Node with no providers).
+	Capacity  int
+	Labels    map[string]string
+	Providers Providers
+	Handler   Handler
+	// Leases, if set, learns the Edge's signing key and credential notices.
+	Leases Leases
+	// PacketConn, if set, carries QUIC instead of a new UDP socket (tests
+	// use quic-go's simnet). The client does not close it.
+	PacketConn net.PacketConn
+	Logger     *slog.Logger
+	Faults     *Faults
+}
+
+// State is where the Node's connection to the Edge is.
+type State string
+
+// Client states.
+const (
+	StateConnecting  State = "connecting"
+	StateRegistering State = "registering"
+	StateReady       State = "ready"
+	StateDraining    State = "draining"
+	StateStopped     State = "stopped"
+)
+
+// Status is a snapshot of the client, for health endpoints and tests.
+type Status struct {
+	State      State
+	Generation uint64
+	// Connects counts connections that registered.
+	Connects int
+	// LastError is why the last connection or attempt ended.
+	LastError   error
+	LastRTT     time.Duration
+	ConnectedAt time.Time
+}
+
+// Client keeps one Node connected to the Edge. Run it with Run; stop it by
+// cancelling Run's context, after Drain for a graceful stop.
+type Client struct {
+	opts Options
+	log  *slog.Logger
+
+	draining atomic.Bool
+	inflight inflight
+
+	mu      sync.Mutex
+	status  Status
+	current *connection
+	changed chan struct{}
+}
+
+// connection is one live connection (one generation).
+type connection struct {
+	qc   *quic.Conn
+	cs   *quicwire.ControlStream
+	sess *quicwire.Session
+	hb   *quicwire.Heartbeat
+}
+
+// New checks opts and returns a client.
+func New(opts Options) (*Client, error) {
+	if err := quicwire.ValidateID(opts.NodeID); err != nil {
+		return nil, fmt.Errorf("node transport: node id: %w", err)
+	}
+	if opts.EdgeAddr == "" {
+		return nil, errors.New("node transport: no edge address")
+	}
+	if opts.TLS == nil {
+		return nil, errors.New("node transport: no TLS configuration")
+	}
+	if opts.Liveness == (quicwire.Liveness{}) {
+		opts.Liveness = quicwire.DefaultLiveness
+	}
+	if err := opts.Liveness.Validate(); err != nil {
+		return nil, fmt.Errorf("node transport: %w", err)
+	}
+	if streams := quicwire.DispatchedStreams(opts.Capacity); opts.Capacity < 0 || streams > quicwire.MaxDispatchedStreams {
+		return nil, fmt.Errorf("node transport: total capacity %d: a Node accepts at most %d streams", opts.Capacity, quicwire.MaxDispatchedStreams)
+	}
+	if opts.Backoff == (Backoff{}) {
+		opts.Backoff = DefaultBackoff
+	}
+	if opts.Providers == nil {
+		opts.Providers = StaticProviders(nil)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Faults == nil {
+		opts.Faults = new(Faults)
+	}
+	return &Client{
+		opts:    opts,
+		log:     opts.Logger,
+		status:  Status{State: StateConnecting},
+		changed: make(chan struct{}),
+	}, nil
+}
+
+// Status returns the client's state now.
+func (c *Client) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.status
+	if c.current != nil {
+		s.LastRTT, _ = c.current.hb.LastRTT()
+	}
+	return s
+}
+
+// Changed returns a channel closed at the next change of Status.
+func (c *Client) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
+func (c *Client) update(f func(*Status)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f(&c.status)
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// Run keeps the Node connected until ctx is done: dial, register, ready,
+// serve; when a connection ends, wait a backoff and dial again (R9). It
+// returns nil when ctx is done.
+func (c *Client) Run(ctx context.Context) error {
+	pc := c.opts.PacketConn
+	if pc == nil {
+		udp, err := net.ListenUDP("udp", nil)
+		if err != nil {
+			return fmt.Errorf("node transport: %w", err)
+		}
+		defer udp.Close()
+		pc = udp
+	}
+	tr := &quic.Transport{Conn: pc}
+	defer tr.Close()
+
+	defer c.update(func(s *Status) { s.State = StateStopped })
+	attempt := 0
+	for ctx.Err() == nil && !c.draining.Load() {
+		ready, err := c.connectOnce(ctx, tr)
+		c.update(func(s *Status) { s.LastError = err })
+		if ctx.Err() != nil || c.draining.Load() {
+			break
+		}
+		if ready {
+			attempt = 0
+		}
+		delay := c.opts.Backoff.Delay(attempt)
+		attempt++
+		c.update(func(s *Status) { s.State = StateConnecting })
+		c.log.Warn("edge connection ended; reconnecting", "err", err, "backoff", delay)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+	}
+	return nil
+}
+
+// RefusedError is the Edge's refusal of a registration.
+type RefusedError struct {
+	Code   quicwire.CloseCode
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("edge refused registration (%s): %s", e.Code, e.Reason)
+}
+
+// connectOnce runs one connection from dial to its end. It reports whether
+// the connection reached ready, and why it ended.
+func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready bool, err error) {
+	addr, err := net.ResolveUDPAddr("udp", c.opts.EdgeAddr)
+	if err != nil {
+		return false, fmt.Errorf("resolve edge address: %w", err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, quicwire.HandshakeTimeout)
+	qc, err := tr.Dial(dctx, addr, c.opts.TLS, quicwire.NodeQUICConfig(c.opts.Liveness, c.streams()))
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("dial edge %s: %w", c.opts.EdgeAddr, quicwire.DescribeHandshakeError(err))
+	}
+	defer quicwire.CloseNormal.Close(qc, "")
+
+	st, err := qc.OpenStreamSync(ctx)
+	if err != nil {
+		return false, fmt.Errorf("open control stream: %w", quicwire.DescribeHandshakeError(err))
+	}
+	cs := quicwire.NewControlStream(st)
+	gen, edgeKey, err := c.register(st, cs)
+	if err != nil {
+		return false, err
+	}
+	if c.opts.Leases != nil {
+		// A lease is bound to this generation: one signed by a previous
+		// Edge process (another key) is refused as it should be.
+		c.opts.Leases.SetEdgeKey(edgeKey)
+	}
+	conn := &connection{qc: qc, cs: cs, sess: quicwire.NewSession(c.opts.NodeID, gen, time.Now())}
+	conn.hb = quicwire.NewHeartbeat(c.opts.Liveness, cs.Send, func() {
+		quicwire.CloseHeartbeatTimeout.Close(qc, fmt.Sprintf("no heartbeat answer within %v", c.opts.Liveness.ResponseWait))
+	})
+	log := c.log.With("generation", gen)
+	log.Info("registered with edge", "edge_addr", c.opts.EdgeAddr)
+
+	// Everything below lives as long as the connection: when it ends,
+	// cctx is cancelled and so are the stream handlers (bound lifetimes).
+	cctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		stop()
+		wg.Wait()
+		c.mu.Lock()
+		c.current = nil
+		c.mu.Unlock()
+	}()
+	go func() {
+		select {
+		case <-qc.Context().Done():
+		case <-ctx.Done():
+			quicwire.CloseShutdown.Close(qc, "node stopping")
+		}
+		stop()
+	}()
+	c.mu.Lock()
+	c.current = conn
+	c.mu.Unlock()
+	c.update(func(s *Status) {
+		s.State, s.Generation, s.ConnectedAt = StateRegistering, gen, conn.sess.ConnectedAt()
+		s.Connects++
+	})
+
+	wg.Add(4)
+	go func() { defer wg.Done(); conn.hb.Run(cctx) }()
+	go func() { defer wg.Done(); c.acceptStreams(cctx, conn) }()
+	go func() { defer wg.Done(); c.announce(cctx, conn) }()
+	go func() { defer wg.Done(); c.watchEdge(cctx, conn, log) }()
+
+	err = c.controlLoop(conn, &ready)
+	var pe *quicwire.ProtocolError
+	if errors.As(err, &pe) {
+		quicwire.CloseProtocolError.Close(qc, pe.Error())
+	}
+	if cause := quicwire.ConnCause(qc); cause != nil {
+		err = cause
+	}
+	log.Info("edge connection ended", "err", err)
+	return ready, err
+}
+
+// streams is how many dispatched streams the connection accepts at once.
+func (c *Client) streams() int { return quicwire.DispatchedStreams(c.opts.Capacity) }
+
+// watchEdge suspects the Edge when nothing at all has come from it for
+// Liveness.SuspectAfter, and then sends a heartbeat at once (P4). If the
+// Edge process restarted, that heartbeat draws a stateless reset and the
+// connection ends now, not at the heartbeat timeout; if the link is down
+// or the Edge frozen, the heartbeat's response wait decides as always (R8,
+// R9). Work in flight is left alone.
+func (c *Client) watchEdge(ctx context.Context, conn *connection, log *slog.Logger) {
+	w := quicwire.SilenceWatch{
+		After:   c.opts.Liveness.SuspectAfter(),
+		Packets: func() uint64 { return conn.qc.ConnectionStats().PacketsReceived },
+		OnSuspect: func(silent time.Duration) {
+			log.Warn("edge not heard from; probing with a heartbeat", "silent_for", silent.Round(time.Millisecond))
+			conn.hb.Probe()
+		},
+		OnHeard: func() { log.Info("edge heard from again") },
+	}
+	w.Run(ctx)
+}
+
+// registerError explains why sending the registration or reading its answer
+// failed. TLS 1.3: the Edge verifies this Node's certificate after the
+// Node's handshake is done, so its refusal surfaces here, on the send or on
+// the read, whichever the connection's end reaches first.
+func registerError(err error) error {
+	if cc, ok := quicwire.CloseReason(err); ok && cc.Remote && cc.Transport == nil {
+		return &RefusedError{Code: cc.Code, Reason: cc.Detail}
+	}
+	return fmt.Errorf("register: %w", quicwire.DescribeHandshakeError(err))
+}
+
+// register sends the RegisterRequest and reads the answer.
+func (c *Client) register(st *quic.Stream, cs *quicwire.ControlStream) (gen uint64, edgeKey ed25519.PublicKey, err error) {
+	err = cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterRequest{RegisterRequest: &wirepb.RegisterRequest{
+		NodeId:               c.opts.NodeID,
+		NodeVersion:          c.opts.Version,
+		ProtocolVersion:      quicwire.ProtocolVersion,
+		Providers:            c.opts.Providers.Snapshot(),
+		LeasePublicKey:       c.opts.LeasePublicKey,
+		Labels:               c.opts.Labels,
+		MaxDispatchedStreams: uint32(c.streams()),
+	}}})
+	if err != nil {
+		return 0, nil, registerError(err)
+	}
+	_ = st.SetReadDeadline(time.Now().Add(quicwire.HandshakeTimeout))
+	defer st.SetReadDeadline(time.Time{})
+	f, err := cs.Recv()
+	if err != nil {
+		return 0, nil, registerError(err)
+	}
+	resp := f.GetRegisterResponse()
+	switch {
+	case resp == nil:
+		return 0, nil, &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T instead of RegisterResponse", quicwire.ErrUnexpectedFrame, f.GetMsg())}
+	case !resp.GetAccepted():
+		return 0, nil, &RefusedError{Code: quicwire.CloseCode(resp.GetRefusalCode()), Reason: resp.GetRefusalReason()}
+	case resp.GetGeneration() == 0:
+		return 0, nil, &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: accepted registration without a generation", quicwire.ErrUnexpectedFrame)}
+	}
+	return resp.GetGeneration(), resp.GetLeaseSigningKey(), nil
+}
+
+// announce waits for the providers to be up, sends the ready request, and
+// then reports provider changes for as long as the connection lives.
+func (c *Client) announce(ctx context.Context, conn *connection) {
+	if err := c.opts.Providers.WaitReady(ctx); err != nil {
+		return
+	}
+	for {
+		changed := c.opts.Providers.Changed()
+		if err := conn.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_ReadyRequest{ReadyRequest: &wirepb.NodeReadyRequest{
+			Generation: conn.sess.Generation(),
+			Providers:  c.opts.Providers.Snapshot(),
+		}}}); err != nil {
+			return
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			changed = c.opts.Providers.Changed()
+			// The sequence is read before the providers: every observation
+			// up to it already shows in them (runtime's Observed hook).
+			seq := conn.sess.HealthObservationSeq()
+			if err := conn.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_ProviderStatus{ProviderStatus: &wirepb.ProviderStatusUpdate{
+				Providers:            c.opts.Providers.Snapshot(),
+				HealthObservationSeq: seq,
+			}}}); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// controlLoop serves the control stream until it ends and returns why.
+func (c *Client) controlLoop(conn *connection, ready *bool) error {
+	for {
+		f, err := conn.cs.Recv()
+		if err != nil {
+			return err
+		}
+		switch m := f.GetMsg().(type) {
+		case *wirepb.ControlFrame_Heartbeat:
+			if c.opts.Faults.SilenceHeartbeatAcks.Load() {
+				continue
+			}
+			if err := conn.cs.Send(quicwire.AckFor(m.Heartbeat)); err != nil {
+				return err
+			}
+		case *wirepb.ControlFrame_HeartbeatAck:
+			conn.hb.Acked(m.HeartbeatAck.GetSeq())
+		case *wirepb.ControlFrame_ReadyResponse:
+			if m.ReadyResponse.GetGeneration() != conn.sess.Generation() {
+				return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: ready response for generation %d on generation %d",
+					quicwire.ErrUnexpectedFrame, m.ReadyResponse.GetGeneration(), conn.sess.Generation())}
+			}
+			*ready = true
+			c.update(func(s *Status) {
+				if s.State == StateRegistering {
+					s.State = StateReady
+				}
+			})
+			c.log.Info("ready", "generation", conn.sess.Generation())
+		case *wirepb.ControlFrame_CredentialNotice:
+			// Revocations and disables take effect before the next lease
+			// is opened (S4).
+			if c.opts.Leases != nil {
+				c.opts.Leases.Apply(m.CredentialNotice)
+			}
+			c.log.Info("credential notice", "revisions", len(m.CredentialNotice.GetCredentialRevisions()),
+				"disabled_profiles", m.CredentialNotice.GetDisabledProfiles(), "disabled_credentials", m.CredentialNotice.GetDisabledCredentials())
+		default:
+			return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T from the edge", quicwire.ErrUnexpectedFrame, m)}
+		}
+	}
+}

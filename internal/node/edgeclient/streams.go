@@ -1,0 +1,114 @@
+package edgeclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// headerTimeout bounds the wait for a dispatched stream's first frame.
+const headerTimeout = 10 * time.Second
+
+// acceptStreams accepts the Edge's dispatched streams until the connection
+// ends, and serves each on its own goroutine bound to ctx.
+func (c *Client) acceptStreams(ctx context.Context, conn *connection) {
+	for {
+		st, err := conn.qc.AcceptStream(ctx)
+		if err != nil {
+			return
+		}
+		c.inflight.add(1)
+		go func() {
+			defer c.inflight.add(-1)
+			c.serveStream(ctx, conn, st)
+		}()
+	}
+}
+
+// serveStream reads the header of one dispatched stream, checks it belongs
+// to this generation, and hands it to the handler.
+func (c *Client) serveStream(ctx context.Context, conn *connection, raw *quic.Stream) {
+	st := quicwire.NewStream(raw, "header")
+	defer func() {
+		// Finish both halves, or the Edge's stream slot is never freed.
+		st.StopReading()
+		_ = st.CloseSend()
+	}()
+	_ = raw.SetReadDeadline(time.Now().Add(headerTimeout))
+	hdr := new(wirepb.StreamHeader)
+	if err := st.Recv(hdr); err != nil {
+		var pe *quicwire.ProtocolError
+		if errors.As(err, &pe) {
+			c.log.Warn("malformed stream header", "stream", raw.StreamID(), "err", err)
+		}
+		st.Cancel(quicwire.StreamProtocolError)
+		return
+	}
+	_ = raw.SetReadDeadline(time.Time{})
+	st.SetKind(quicwire.HeaderKind(hdr))
+	switch {
+	case hdr.GetGeneration() != conn.sess.Generation():
+		// A stream bound to another generation is fenced (decision 6).
+		c.log.Warn("refused stream of another generation", "stream_generation", hdr.GetGeneration(), "generation", conn.sess.Generation())
+		st.Cancel(quicwire.StreamRefused)
+		return
+	case c.draining.Load():
+		st.Cancel(quicwire.StreamShutdown)
+		return
+	case st.Kind() == "unknown":
+		c.log.Warn("refused stream of unknown kind", "stream", raw.StreamID())
+		st.Cancel(quicwire.StreamProtocolError)
+		return
+	case c.opts.Handler == nil:
+		st.Cancel(quicwire.StreamRefused)
+		return
+	}
+	c.opts.Handler.ServeStream(ctx, conn.sess, hdr, st)
+}
+
+// Drain stops taking new work and tells the Edge, which stops dispatching
+// and closes the connection with shutdown once it has read the outcome of
+// every in-flight stream. If ctx ends first, Drain closes the connection
+// itself (cutting what still runs) and says so. Run then returns once its
+// context is cancelled; it does not reconnect.
+func (c *Client) Drain(ctx context.Context, reason string) error {
+	c.draining.Store(true)
+	c.mu.Lock()
+	conn := c.current
+	c.mu.Unlock()
+	c.update(func(s *Status) { s.State = StateDraining })
+	if conn == nil {
+		return nil
+	}
+	deadline, _ := ctx.Deadline()
+	c.log.Info("draining", "in_flight", c.inflight.count(), "deadline", deadline)
+	err := conn.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_Drain{Drain: &wirepb.DrainNotice{
+		Reason: reason, DeadlineUnixMs: deadline.UnixMilli(),
+	}}})
+	if err == nil {
+		select {
+		case <-conn.qc.Context().Done():
+			return nil
+		case <-ctx.Done():
+			err = fmt.Errorf("drain: %d streams still in flight: %w", c.inflight.count(), ctx.Err())
+		}
+	}
+	quicwire.CloseShutdown.Close(conn.qc, "node shutting down")
+	return err
+}
+
+// InFlight is the number of dispatched streams being served.
+func (c *Client) InFlight() int { return c.inflight.count() }
+
+// inflight counts the streams being served.
+type inflight struct{ n atomic.Int64 }
+
+func (f *inflight) add(d int)  { f.n.Add(int64(d)) }
+func (f *inflight) count() int { return int(f.n.Load()) }

@@ -1,0 +1,381 @@
+// Package config is the Node daemon's configuration file: its fields, their defaults and the
+// rules a file must satisfy before noded starts. configs/node-*.yaml are commented examples.
+//
+// Parse and Load decode strictly (see yamlconf.Decode), fill defaults for what the file leaves
+// out, and validate; every problem is a *yamlconf.Error that names the field and, when the file
+// sets that field or its section, the line.
+package nodeconfig
+
+import (
+	"fmt"
+	"maps"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/iop-dev/iop/internal/yamlconf"
+	"github.com/iop-dev/iop/quicwire"
+)
+
+// Defaults and limits.
+const (
+	// DefaultDrainTimeout is how long a stopping Node lets in-flight runs finish.
+	DefaultDrainTimeout = 30 * time.Second
+	// MaxDrainTimeout is the longest drain_timeout accepted.
+	MaxDrainTimeout = time.Hour
+	// DefaultInitialBackoff is the first wait before redialling the Edge.
+	DefaultInitialBackoff = 500 * time.Millisecond
+	// DefaultMaxBackoff caps the wait between redials as it grows. It is short so that a Node
+	// whose link healed, or whose Edge came back, is working again within seconds (P4); the
+	// jitter spreads a fleet's redials over half of it.
+	DefaultMaxBackoff = 5 * time.Second
+	// DefaultCapacity is how many runs a provider executes at once when the file does not say.
+	DefaultCapacity = 4
+	// MaxCapacity is the largest provider capacity accepted.
+	MaxCapacity = 4096
+	// MaxTotalCapacity is the largest sum of the providers' capacities: the Node accepts that many
+	// dispatched streams plus quicwire.StreamHeadroom, and no more than
+	// quicwire.MaxDispatchedStreams, so every slot it offers can open its stream.
+	MaxTotalCapacity = quicwire.MaxDispatchedStreams - quicwire.StreamHeadroom
+	// DefaultRelistInterval is how often a provider that discovers its targets asks its model
+	// server for them again (P1): a model pulled on that box is routable, and a removed one
+	// leaves the Edge's selection, within one interval. It equals runtime.DefaultRelistInterval,
+	// which a Provider built in code with the field left zero gets.
+	DefaultRelistInterval = 30 * time.Second
+	// MinRelistInterval and MaxRelistInterval bound relist_interval: more often than once a
+	// second only loads the model server; less often than hourly leaves the list stale for hours.
+	MinRelistInterval = time.Second
+	MaxRelistInterval = time.Hour
+)
+
+// Adapter kinds a provider may name.
+const (
+	AdapterOllama    = "ollama"    // Ollama's API, shipped with noded
+	AdapterOpenAI    = "openai"    // OpenAI-compatible servers (vLLM, llama.cpp server, LM Studio, hosted APIs), shipped
+	AdapterSimulator = "simulator" // the deterministic model server for demos and tests, shipped
+	AdapterExternal  = "external"  // a third-party plugin binary, pinned by its SHA-256
+)
+
+// Config is the whole noded configuration file.
+type Config struct {
+	// NodeID names this Node to the Edge; required.
+	NodeID   string   `yaml:"node_id"`
+	Edge     Edge     `yaml:"edge"`
+	Identity Identity `yaml:"identity"`
+	// LeaseKeyFile holds the Node's private key that credential leases are sealed to. Empty (the
+	// default) means a key generated in memory at each start; a file keeps it across restarts.
+	// Load resolves a relative path against the configuration file's directory.
+	LeaseKeyFile string `yaml:"lease_key_file"`
+	// DrainTimeout is how long a stopping Node lets in-flight runs finish before cancelling
+	// them; default 30s, at most 1h.
+	DrainTimeout yamlconf.Duration `yaml:"drain_timeout"`
+	Reconnect    Reconnect         `yaml:"reconnect"`
+	// Stall is how the Node finishes a response stall (R5, R6); the stall
+	// timeout itself comes from the Edge with each request (R4).
+	Stall     Stall             `yaml:"stall"`
+	Providers []Provider        `yaml:"providers,omitempty"`
+	Labels    map[string]string `yaml:"labels,omitempty"` // free-form tags reported to the Edge
+	Log       Log               `yaml:"log"`
+}
+
+// Edge is the `edge` section: the Edge this Node dials.
+type Edge struct {
+	Address string `yaml:"address"` // host:port of the Edge's QUIC listener; required
+	// ServerName is the TLS server name expected in the Edge's certificate; empty means the host
+	// of Address.
+	ServerName string `yaml:"server_name"`
+}
+
+// Identity is the `identity` section: the shared mode, trust domain and certificate files, plus
+// the Edge's id when the Node should insist on one. Load resolves relative ca_file, cert_file and
+// key_file against the configuration file's directory.
+type Identity struct {
+	yamlconf.Identity `yaml:",inline"`
+	// EdgeID, when set, is the only Edge id this Node accepts; empty accepts any Edge the
+	// identity mode admits.
+	EdgeID string `yaml:"edge_id"`
+}
+
+// Reconnect is the `reconnect` section: the backoff between dials after the connection to the
+// Edge ends. The wait starts at InitialBackoff and grows up to MaxBackoff.
+type Reconnect struct {
+	InitialBackoff yamlconf.Duration `yaml:"initial_backoff"` // default 500ms
+	MaxBackoff     yamlconf.Duration `yaml:"max_backoff"`     // default 5s
+}
+
+// Provider is one entry of `providers`: a model server reached through one adapter. Load resolves
+// a relative Binary against the configuration file's directory; it is never looked up in $PATH.
+type Provider struct {
+	Name    string   `yaml:"name"`              // unique among providers; required
+	Adapter string   `yaml:"adapter"`           // one of the Adapter constants; required
+	Binary  string   `yaml:"binary"`            // the plugin executable; required exactly when Adapter is external
+	SHA256  string   `yaml:"sha256"`            // hex SHA-256 of Binary, checked before it runs; required exactly when external
+	Targets []string `yaml:"targets,omitempty"` // model names served; may be empty, to be discovered from the server
+	// Capacity is how many runs this provider executes at once; default 4, from 1 to 4096.
+	Capacity int `yaml:"capacity"`
+	// RelistInterval is how often the Node asks the model server for its models again when
+	// Targets is empty (P1); changes reach the Edge as they are found. Default 30s, from 1s to
+	// 1h; unused when Targets lists the models. A file may not set it to 0; a Provider built in
+	// code (edged/dev's Node) may leave it 0 for the default.
+	RelistInterval yamlconf.Duration `yaml:"relist_interval"`
+	// Config is the adapter's own settings (such as base_url), handed to it as-is.
+	Config map[string]any `yaml:"config,omitempty"`
+}
+
+// Stall is the `stall` section.
+type Stall struct {
+	// CloseGrace is how long a stalled provider call, once cancelled, has
+	// to return; only a return inside it makes the stall retryable.
+	// Default 5s.
+	CloseGrace yamlconf.Duration `yaml:"close_grace"`
+	// ProbeTimeout bounds the exact-target health probe run after a stall
+	// (concurrently with the close grace), and each recovery probe of a
+	// target found unavailable. Default 5s.
+	ProbeTimeout yamlconf.Duration `yaml:"probe_timeout"`
+}
+
+// Stall defaults and bounds.
+const (
+	DefaultCloseGrace   = 5 * time.Second
+	DefaultProbeTimeout = 5 * time.Second
+	MaxStallWait        = time.Minute
+)
+
+// SetDefaults fills unset durations.
+func (s *Stall) SetDefaults() {
+	if s.CloseGrace == 0 {
+		s.CloseGrace = yamlconf.Duration(DefaultCloseGrace)
+	}
+	if s.ProbeTimeout == 0 {
+		s.ProbeTimeout = yamlconf.Duration(DefaultProbeTimeout)
+	}
+}
+
+func (s Stall) validate() []*yamlconf.Error {
+	var es yamlconf.Errors
+	for _, f := range []struct {
+		name string
+		d    yamlconf.Duration
+	}{{"stall.close_grace", s.CloseGrace}, {"stall.probe_timeout", s.ProbeTimeout}} {
+		if d := time.Duration(f.d); d <= 0 || d > MaxStallWait {
+			es.Add(f.name, "must be more than 0s and at most %s, got %s", MaxStallWait, d)
+		}
+	}
+	return es
+}
+
+// Log is the `log` section.
+type Log = yamlconf.Log
+
+// Default returns the configuration of a file that sets nothing: no node_id and no Edge address
+// yet (Validate reports both), mtls identity, default timings and info-level text logs.
+func Default() *Config {
+	c := &Config{}
+	c.SetDefaults()
+	return c
+}
+
+// SetDefaults fills every unset field with its default; yamlconf.Decode calls it before reading
+// the file, so set fields win.
+func (c *Config) SetDefaults() {
+	c.Identity.SetDefaults()
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = yamlconf.Duration(DefaultDrainTimeout)
+	}
+	c.Reconnect.SetDefaults()
+	c.Stall.SetDefaults()
+	for i := range c.Providers {
+		c.Providers[i].SetDefaults()
+	}
+	c.Log.SetDefaults()
+}
+
+// SetDefaults fills unset backoffs.
+func (r *Reconnect) SetDefaults() {
+	if r.InitialBackoff == 0 {
+		r.InitialBackoff = yamlconf.Duration(DefaultInitialBackoff)
+	}
+	if r.MaxBackoff == 0 {
+		r.MaxBackoff = yamlconf.Duration(DefaultMaxBackoff)
+	}
+}
+
+// SetDefaults fills an unset capacity and relist interval. yamlconf.Decode calls it for each
+// provider in the file before reading its fields, so `capacity: 0` stays 0 and is refused.
+func (p *Provider) SetDefaults() {
+	if p.Capacity == 0 {
+		p.Capacity = DefaultCapacity
+	}
+	if p.RelistInterval == 0 {
+		p.RelistInterval = yamlconf.Duration(DefaultRelistInterval)
+	}
+}
+
+// Parse decodes a noded configuration file, fills defaults and validates it. The error, when
+// not nil, is a yamlconf.Errors listing every problem, each with the line of its field or, for a
+// field the file leaves out, of the section or list item it belongs in
+// (`providers[1].capacity (line 12): ...`).
+//
+// Parse has no file to resolve paths against, so it leaves relative paths as written; Load
+// resolves them.
+func Parse(data []byte) (*Config, error) {
+	c := &Config{}
+	lines, err := yamlconf.DecodeWithLines(data, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.validate(true); err != nil {
+		return nil, lines.Annotate(err)
+	}
+	return c, nil
+}
+
+// Load reads and parses the file at path; every error names the file
+// ("node.yaml: node_id: required").
+//
+// Relative identity.ca_file, cert_file, key_file, lease_key_file and providers[i].binary are
+// resolved against the directory of path, not the working directory, and made absolute:
+// `lease_key_file: lease.key` is the lease.key next to the configuration file. Absolute paths
+// and empty fields are kept as they are.
+func Load(path string) (*Config, error) {
+	c, err := yamlconf.Load(path, Parse)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(path)
+	c.Identity.ResolvePaths(dir)
+	c.LeaseKeyFile = yamlconf.ResolvePath(dir, c.LeaseKeyFile)
+	for i := range c.Providers {
+		c.Providers[i].Binary = yamlconf.ResolvePath(dir, c.Providers[i].Binary)
+	}
+	return c, nil
+}
+
+// Validate reports every problem with c, as a yamlconf.Errors of *yamlconf.Error, or nil. It checks
+// values only; it opens no files and dials nothing.
+func (c *Config) Validate() error { return c.validate(false) }
+
+// validate is Validate; decoded says c was read from a file, where SetDefaults ran before the
+// fields were read, so a zero left in a defaulted field was written there and is refused.
+func (c *Config) validate(decoded bool) error {
+	var es yamlconf.Errors
+	es.Append(yamlconf.CheckID("node_id", c.NodeID))
+	host, port, addrErr := yamlconf.CheckHostPort("edge.address", c.Edge.Address)
+	switch {
+	case addrErr != nil:
+		es.Append(addrErr)
+	case host == "":
+		es.Add("edge.address", "needs a host to dial, got %q", c.Edge.Address)
+	case port == 0:
+		es.Add("edge.address", "needs a port from 1 to 65535, got %q", c.Edge.Address)
+	case c.Identity.Mode == yamlconf.ModeLoopback && !yamlconf.IsLoopbackHost(host):
+		es.Add("edge.address", "loopback mode does not authenticate the Edge, so the Node may only dial a loopback address; got %q", c.Edge.Address)
+	}
+	es.Append(c.Identity.Validate("identity")...)
+	if c.Identity.EdgeID != "" {
+		es.Append(yamlconf.CheckID("identity.edge_id", c.Identity.EdgeID))
+	}
+	if d := time.Duration(c.DrainTimeout); d <= 0 || d > MaxDrainTimeout {
+		es.Add("drain_timeout", "must be more than 0s and at most %s, got %s", MaxDrainTimeout, d)
+	}
+	es.Append(c.Reconnect.validate()...)
+	es.Append(c.Stall.validate()...)
+	names := make(map[string]int, len(c.Providers))
+	for i, p := range c.Providers {
+		path := "providers[" + strconv.Itoa(i) + "]"
+		if first, dup := names[p.Name]; dup && p.Name != "" {
+			es.Add(path+".name", "duplicate provider name %q (also providers[%d])", p.Name, first)
+		}
+		names[p.Name] = i
+		es.Append(p.validate(path, decoded)...)
+	}
+	if total := c.TotalCapacity(); total > MaxTotalCapacity {
+		es.Add("providers", "the capacities add up to %d; a Node offers at most %d (each slot needs a stream on the Edge's connection)", total, MaxTotalCapacity)
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Labels)) {
+		if yamlconf.CheckID("", k) != nil {
+			es.Add(fmt.Sprintf("labels[%q]", k), "a label name must be 1 to 128 characters of letters, digits, '.', '_' or '-'")
+		}
+	}
+	es.Append(c.Log.Validate("log")...)
+	return es.Err()
+}
+
+func (r Reconnect) validate() []*yamlconf.Error {
+	var es yamlconf.Errors
+	initial, maxB := time.Duration(r.InitialBackoff), time.Duration(r.MaxBackoff)
+	if initial <= 0 {
+		es.Add("reconnect.initial_backoff", "must be more than 0s, got %s", initial)
+	}
+	if maxB <= 0 {
+		es.Add("reconnect.max_backoff", "must be more than 0s, got %s", maxB)
+	}
+	if initial > 0 && maxB > 0 && initial > maxB {
+		es.Add("reconnect.initial_backoff", "must not exceed reconnect.max_backoff (%s), got %s", maxB, initial)
+	}
+	return es
+}
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+
+func (p Provider) validate(path string, decoded bool) []*yamlconf.Error {
+	var es yamlconf.Errors
+	es.Append(yamlconf.CheckID(path+".name", p.Name))
+	switch p.Adapter {
+	case "":
+		es.Add(path+".adapter", "required: one of %s", adapterList)
+	case AdapterOllama, AdapterOpenAI, AdapterSimulator, AdapterExternal:
+	default:
+		es.Add(path+".adapter", "must be one of %s; got %q", adapterList, p.Adapter)
+	}
+	if p.Adapter == AdapterExternal {
+		if p.Binary == "" {
+			es.Add(path+".binary", "required when adapter is %q", AdapterExternal)
+		}
+		if p.SHA256 == "" {
+			es.Add(path+".sha256", "required when adapter is %q, to pin the binary", AdapterExternal)
+		} else if !sha256Hex.MatchString(p.SHA256) {
+			es.Add(path+".sha256", "must be 64 hexadecimal digits, got %q", p.SHA256)
+		}
+	} else {
+		if p.Binary != "" {
+			es.Add(path+".binary", "only used when adapter is %q; remove it", AdapterExternal)
+		}
+		if p.SHA256 != "" {
+			es.Add(path+".sha256", "only used when adapter is %q; remove it", AdapterExternal)
+		}
+	}
+	seen := make(map[string]bool, len(p.Targets))
+	for i, t := range p.Targets {
+		tp := fmt.Sprintf("%s.targets[%d]", path, i)
+		switch {
+		case t == "":
+			es.Add(tp, "must not be empty")
+		case seen[t]:
+			es.Add(tp, "duplicate target %q", t)
+		}
+		seen[t] = true
+	}
+	if p.Capacity < 1 || p.Capacity > MaxCapacity {
+		es.Add(path+".capacity", "must be from 1 to %d, got %d", MaxCapacity, p.Capacity)
+	}
+	// Zero in a Provider built in code means the default (see RelistInterval).
+	if d := time.Duration(p.RelistInterval); (d != 0 || decoded) && (d < MinRelistInterval || d > MaxRelistInterval) {
+		es.Add(path+".relist_interval", "must be from %s to %s, got %s", MinRelistInterval, MaxRelistInterval, d)
+	}
+	return es
+}
+
+// TotalCapacity is the sum of the providers' capacities: how many runs and tunnels the Node
+// executes at once.
+func (c *Config) TotalCapacity() int {
+	total := 0
+	for _, p := range c.Providers {
+		total += p.Capacity
+	}
+	return total
+}
+
+var adapterList = fmt.Sprintf("%q, %q, %q, %q", AdapterOllama, AdapterOpenAI, AdapterSimulator, AdapterExternal)
