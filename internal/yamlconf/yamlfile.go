@@ -1,5 +1,5 @@
-// Package configs holds the example configuration files of edged and noded, and the strict YAML
-// loader both daemons use to read them.
+// Package yamlconf is the strict YAML loader both daemons read their configuration files with
+// (the examples are in configs/), and the sections their configurations share.
 //
 // Decode reads a file into a config struct and refuses anything it does not understand: unknown
 // fields, duplicate keys, wrong types, several documents. Every problem is an *Error that names

@@ -1,4 +1,4 @@
-// Package config is the Edge daemon's configuration file: its fields, their defaults and the
+// Package edgeconfig is the Edge daemon's configuration file: its fields, their defaults and the
 // rules a file must satisfy before edged starts. configs/edge-*.yaml are commented examples.
 //
 // Parse and Load decode strictly (see yamlconf.Decode), fill defaults for what the file leaves

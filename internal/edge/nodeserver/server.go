@@ -1,4 +1,4 @@
-// Package transport is the Edge's side of the Edge–Node wire: it accepts
+// Package nodeserver is the Edge's side of the Edge–Node wire: it accepts
 // Node connections over QUIC, runs registration, the ready handshake and
 // heartbeats on each control stream, feeds the node registry, and opens
 // dispatched streams to ready Nodes.

@@ -1,4 +1,4 @@
-// Package runtime is the Node's execution side: its providers (adapter
+// Package bridge is the Node's execution side: its providers (adapter
 // plugins under supervision, with capacity), and the handler that serves
 // the streams the Edge dispatches: normalized runs, tunnels, embedding
 // calls and the closed set of commands.

@@ -1,4 +1,4 @@
-// Package transport is the Node's side of the Edge–Node wire: it dials the
+// Package edgeclient is the Node's side of the Edge–Node wire: it dials the
 // Edge over QUIC, registers, completes the ready handshake, runs heartbeats,
 // serves the streams the Edge dispatches, reconnects under a supervisor with
 // backoff, and drains on shutdown.

@@ -1,4 +1,4 @@
-// Package config is the Node daemon's configuration file: its fields, their defaults and the
+// Package nodeconfig is the Node daemon's configuration file: its fields, their defaults and the
 // rules a file must satisfy before noded starts. configs/node-*.yaml are commented examples.
 //
 // Parse and Load decode strictly (see yamlconf.Decode), fill defaults for what the file leaves
