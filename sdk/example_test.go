@@ -71,16 +71,23 @@ func Example_echoAdapter() {
 	}
 
 	req := &wirepb.RunRequest{RunId: "run-1", Target: "any", Messages: []*wirepb.ChatMessage{{Role: "user", Content: "hello there"}}}
-	res, err := p.Execute(ctx, req, nil, func(ev *wirepb.RunEvent) error {
+	term, err := p.Execute(ctx, req, nil, func(ev *wirepb.RunEvent) error {
 		fmt.Printf("event %d %v %q\n", ev.GetSeq(), ev.GetType(), ev.GetText())
 		return nil
 	})
 	if err != nil {
 		panic(err)
 	}
+	res, err := pluginhost.ResultOf(term)
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println("done:", res.DoneReason, res.Usage.CompletionTokens, "tokens")
 
-	_, err = p.Execute(ctx, &wirepb.RunRequest{RunId: "run-2"}, nil, func(*wirepb.RunEvent) error { return nil })
+	term, err = p.Execute(ctx, &wirepb.RunRequest{RunId: "run-2"}, nil, func(*wirepb.RunEvent) error { return nil })
+	if err == nil {
+		_, err = pluginhost.ResultOf(term)
+	}
 	fmt.Println("invalid request:", err)
 	// Output:
 	// echo []

@@ -68,8 +68,10 @@ func (p *Plugin) Probe(ctx context.Context, target string) (sdk.Health, error) {
 
 // Execute runs one normalized run on the adapter. emit receives each
 // non-terminal event in order, exactly as the plugin sent it, for the Node
-// to relay. The plugin's one terminal event becomes the return value:
-// COMPLETED gives the Result, FAILED an *sdk.Error rebuilt from its Failure.
+// to relay. The plugin's one terminal event is returned as it crossed the
+// plugin boundary, COMPLETED (its done reason and usage) or FAILED (its
+// Failure), for the Node to relay too; ResultOf reads it as sdk values.
+// An error means the call ended without a terminal from the plugin:
 //
 //   - If the process dies mid-run, the error matches ErrPluginExited and
 //     sdk.ErrUnavailable.
@@ -85,7 +87,7 @@ func (p *Plugin) Probe(ctx context.Context, target string) (sdk.Health, error) {
 // messages).
 //
 // The sealed lease and its binding are not sent to the plugin; cred is.
-func (p *Plugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.Credential, emit func(*wirepb.RunEvent) error) (*sdk.Result, error) {
+func (p *Plugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.Credential, emit func(*wirepb.RunEvent) error) (*wirepb.RunEvent, error) {
 	capability := ""
 	if req.GetCompletion() != nil {
 		capability = sdk.CapComplete
@@ -120,19 +122,14 @@ func (p *Plugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.
 			if err := emit(ev); err != nil {
 				return nil, err
 			}
-		case wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
-			if !endsAfterTerminal(stream.Recv) {
-				return nil, p.protocolErr("run %q: event after the terminal event", req.GetRunId())
-			}
-			return &sdk.Result{DoneReason: ev.GetDoneReason(), Usage: UsageFromWire(ev.GetUsage())}, nil
-		case wirepb.RunEventType_RUN_EVENT_TYPE_FAILED:
-			if ev.GetFailure() == nil {
+		case wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED, wirepb.RunEventType_RUN_EVENT_TYPE_FAILED:
+			if ev.GetType() == wirepb.RunEventType_RUN_EVENT_TYPE_FAILED && ev.GetFailure() == nil {
 				return nil, p.protocolErr("run %q failed without a failure", req.GetRunId())
 			}
 			if !endsAfterTerminal(stream.Recv) {
 				return nil, p.protocolErr("run %q: event after the terminal event", req.GetRunId())
 			}
-			return nil, errorFromFailure(ev.GetFailure())
+			return terminalOnly(ev), nil
 		default:
 			// The other terminal types are the Node's to claim.
 			return nil, p.protocolErr("run %q: plugin sent a %v event", req.GetRunId(), ev.GetType())

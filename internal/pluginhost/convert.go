@@ -48,6 +48,27 @@ func errorFromFailure(f *wirepb.Failure) *sdk.Error {
 	}
 }
 
+// terminalOnly is the terminal ev as the Node relays it: its type, done
+// reason, usage and failure; anything else the plugin put on it is not
+// part of a terminal and is dropped.
+func terminalOnly(ev *wirepb.RunEvent) *wirepb.RunEvent {
+	return &wirepb.RunEvent{Type: ev.GetType(), DoneReason: ev.GetDoneReason(), Usage: ev.GetUsage(), Failure: ev.GetFailure()}
+}
+
+// ResultOf reads a terminal that Execute or Embed returned as sdk values:
+// a COMPLETED terminal's done reason and usage, or the *sdk.Error rebuilt
+// from a FAILED one's Failure (so that errors.Is with the sdk sentinels
+// works).
+func ResultOf(term *wirepb.RunEvent) (*sdk.Result, error) {
+	if term.GetType() == wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
+		return &sdk.Result{DoneReason: term.GetDoneReason(), Usage: UsageFromWire(term.GetUsage())}, nil
+	}
+	if f := term.GetFailure(); f != nil {
+		return nil, errorFromFailure(f)
+	}
+	return nil, &sdk.Error{Kind: sdk.KindInternal, Message: "the run ended " + term.GetType().String()}
+}
+
 // UsageToWire returns the wire form of u (nil for nil).
 func UsageToWire(u *sdk.Usage) *wirepb.Usage {
 	if u == nil {

@@ -14,9 +14,10 @@ import (
 
 // Embed computes one call's embeddings on the adapter. emit receives each
 // frame of vectors in order, exactly as the plugin sent it, for the Node to
-// relay. The plugin's one terminal becomes the return value: the usage of
-// a COMPLETED terminal (nil when the server reported none), or an
-// *sdk.Error rebuilt from a FAILED one's Failure.
+// relay. The plugin's one terminal is returned as it crossed the plugin
+// boundary, COMPLETED (with the usage, when the server reported one) or
+// FAILED (with its Failure); ResultOf reads it as sdk values. An error
+// means the call ended without a terminal from the plugin:
 //
 //   - Without the embed capability it fails with sdk.ErrUnsupported.
 //   - If the process dies mid-call, the error matches ErrPluginExited.
@@ -28,7 +29,7 @@ import (
 //     anything after it: an error matching ErrProtocol.
 //
 // The sealed lease and its binding are not sent to the plugin; cred is.
-func (p *Plugin) Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *sdk.Credential, emit func(*wirepb.EmbedVectors) error) (*sdk.Usage, error) {
+func (p *Plugin) Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *sdk.Credential, emit func(*wirepb.EmbedVectors) error) (*wirepb.RunEvent, error) {
 	if err := p.usable(sdk.CapEmbed); err != nil {
 		return nil, err
 	}
@@ -69,12 +70,12 @@ func (p *Plugin) Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *sdk.
 				if got != inputs {
 					return nil, p.protocolErr("embed %q completed with %d vector(s) for %d input(s)", id, got, inputs)
 				}
-				return UsageFromWire(ev.GetUsage()), nil
+				return terminalOnly(ev), nil
 			case wirepb.RunEventType_RUN_EVENT_TYPE_FAILED:
 				if ev.GetFailure() == nil {
 					return nil, p.protocolErr("embed %q failed without a failure", id)
 				}
-				return nil, errorFromFailure(ev.GetFailure())
+				return terminalOnly(ev), nil
 			}
 			// The other terminal types are the Node's to claim.
 			return nil, p.protocolErr("embed %q: plugin sent a %v terminal", id, ev.GetType())

@@ -19,12 +19,19 @@ import (
 // outcome.
 func embed(ctx context.Context, p *pluginhost.Plugin, target string, dims int, inputs ...string) ([]*wirepb.EmbedVectors, *sdk.Usage, error) {
 	var frames []*wirepb.EmbedVectors
-	usage, err := p.Embed(ctx, &wirepb.EmbedRequest{EmbedId: "emb-1", Target: target, Inputs: inputs, Dimensions: uint32(dims)}, nil,
+	term, err := p.Embed(ctx, &wirepb.EmbedRequest{EmbedId: "emb-1", Target: target, Inputs: inputs, Dimensions: uint32(dims)}, nil,
 		func(f *wirepb.EmbedVectors) error {
 			frames = append(frames, f)
 			return nil
 		})
-	return frames, usage, err
+	if err != nil {
+		return frames, nil, err
+	}
+	res, err := pluginhost.ResultOf(term)
+	if err != nil {
+		return frames, nil, err
+	}
+	return frames, res.Usage, nil
 }
 
 // vectorsOf flattens frames into their vectors.

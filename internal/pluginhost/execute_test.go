@@ -12,6 +12,7 @@ import (
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
 )
 
 func run(target string) *wirepb.RunRequest {
@@ -21,10 +22,14 @@ func run(target string) *wirepb.RunRequest {
 // collect runs req and returns the events emitted and the outcome.
 func collect(ctx context.Context, p *pluginhost.Plugin, req *wirepb.RunRequest) ([]*wirepb.RunEvent, *sdk.Result, error) {
 	var events []*wirepb.RunEvent
-	res, err := p.Execute(ctx, req, nil, func(ev *wirepb.RunEvent) error {
+	term, err := p.Execute(ctx, req, nil, func(ev *wirepb.RunEvent) error {
 		events = append(events, ev)
 		return nil
 	})
+	if err != nil {
+		return events, nil, err
+	}
+	res, err := pluginhost.ResultOf(term)
 	return events, res, err
 }
 
@@ -130,6 +135,15 @@ func TestFailureKindsSurviveTheBoundary(t *testing.T) {
 				}
 				if f := pluginhost.FailureToWire(err); f.GetMessage() != want.Message || int(f.GetUpstreamStatus()) != want.UpstreamStatus {
 					t.Errorf("FailureToWire = %v", f)
+				}
+				// The terminal crosses once: Execute hands the Node the
+				// plugin's FAILED terminal itself, to relay.
+				term, err := p.Execute(t.Context(), run("fail:"+kind.String()), nil, func(*wirepb.RunEvent) error { return nil })
+				if err != nil {
+					t.Fatalf("Execute: %v, want the plugin's terminal", err)
+				}
+				if wf := pluginhost.FailureToWire(want); term.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_FAILED || !proto.Equal(term.GetFailure(), wf) {
+					t.Errorf("terminal %v, want FAILED with %v", term, wf)
 				}
 			})
 		}

@@ -106,13 +106,20 @@ func (s *Session) embed(ctx context.Context, p *pluginhost.Plugin, target string
 		Dimensions: uint32(dims),
 	}
 	var vectors [][]float32
-	usage, err := p.Embed(ctx, req, s.opts.Credential, func(f *wirepb.EmbedVectors) error {
+	term, err := p.Embed(ctx, req, s.opts.Credential, func(f *wirepb.EmbedVectors) error {
 		for _, v := range f.GetVectors() {
 			vectors = append(vectors, v.GetValues())
 		}
 		return nil
 	})
-	return vectors, usage, err
+	if err != nil {
+		return vectors, nil, err
+	}
+	res, err := pluginhost.ResultOf(term)
+	if err != nil {
+		return vectors, nil, err
+	}
+	return vectors, res.Usage, nil
 }
 
 // sameLength checks that there are n vectors, all of one length above 0,

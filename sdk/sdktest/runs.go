@@ -8,9 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/goleak"
+
+	"github.com/iop-dev/iop/internal/pluginhost"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
-	"go.uber.org/goleak"
 )
 
 const (
@@ -132,10 +134,14 @@ func checkCancel(ctx context.Context, s *Session) error {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := p.Execute(runCtx, req, s.opts.Credential, func(*wirepb.RunEvent) error {
+		term, err := p.Execute(runCtx, req, s.opts.Credential, func(*wirepb.RunEvent) error {
 			once.Do(func() { close(first) })
 			return nil
 		})
+		var res *sdk.Result
+		if err == nil {
+			res, err = pluginhost.ResultOf(term)
+		}
 		done <- outcome{res, err}
 	}()
 	slow := fmt.Sprintf("Options.SlowTarget %q", s.opts.SlowTarget)

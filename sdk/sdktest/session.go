@@ -189,10 +189,14 @@ func (s *Session) newRun(target string) *wirepb.RunRequest {
 // execute runs req on p and returns the events it streamed and its outcome.
 func (s *Session) execute(ctx context.Context, p *pluginhost.Plugin, req *wirepb.RunRequest) ([]*wirepb.RunEvent, *sdk.Result, error) {
 	var events []*wirepb.RunEvent
-	res, err := p.Execute(ctx, req, s.opts.Credential, func(ev *wirepb.RunEvent) error {
+	term, err := p.Execute(ctx, req, s.opts.Credential, func(ev *wirepb.RunEvent) error {
 		events = append(events, ev)
 		return nil
 	})
+	if err != nil {
+		return events, nil, err
+	}
+	res, err := pluginhost.ResultOf(term)
 	return events, res, err
 }
 

@@ -105,13 +105,7 @@ func (h *Handler) serveEmbed(ctx context.Context, sess *quicwire.Session, req *w
 	emit := func(v *wirepb.EmbedVectors) error {
 		return g.wd.Emit(true, func() error { return out.emit(v) })
 	}
-	term := g.call(ctx, log, a.release, func() (*sdk.Result, error) {
-		usage, err := a.plugin.Embed(g.ctx, req, a.cred, emit)
-		if err != nil {
-			return nil, err
-		}
-		return &sdk.Result{Usage: usage}, nil
-	})
+	term := g.call(ctx, log, a.release, func() (*wirepb.RunEvent, error) { return a.plugin.Embed(g.ctx, req, a.cred, emit) })
 	if out.finish(term) {
 		log.Info("embedding call ended", "outcome", term.GetType().String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
 	}

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/iop-dev/iop/internal/pluginhost"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
@@ -98,7 +99,7 @@ func newFakePlugin(exec func(ctx context.Context, req *wirepb.RunRequest, emit f
 
 func (p *fakePlugin) Capabilities() []string                      { return p.caps }
 func (p *fakePlugin) Configure(context.Context, sdk.Config) error { return nil }
-func (p *fakePlugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.Credential, emit func(*wirepb.RunEvent) error) (*sdk.Result, error) {
+func (p *fakePlugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.Credential, emit func(*wirepb.RunEvent) error) (*wirepb.RunEvent, error) {
 	p.calls.Add(1)
 	p.credMu.Lock()
 	secret := ""
@@ -110,7 +111,21 @@ func (p *fakePlugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *
 		p.leases++
 	}
 	p.credMu.Unlock()
-	return p.exec(ctx, req, emit)
+	res, err := p.exec(ctx, req, emit)
+	return terminalOf(res, err)
+}
+
+// terminalOf is the terminal a plugin returns for an adapter's result (its
+// errors are left for the bridge to turn into a failure, as the host's are).
+func terminalOf(res *sdk.Result, err error) (*wirepb.RunEvent, error) {
+	if err != nil {
+		return nil, err
+	}
+	ev := &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED}
+	if res != nil {
+		ev.DoneReason, ev.Usage = res.DoneReason, pluginhost.UsageToWire(res.Usage)
+	}
+	return ev, nil
 }
 func (p *fakePlugin) ListTargets(ctx context.Context) ([]sdk.Target, error) {
 	p.lists.Add(1)
@@ -129,7 +144,7 @@ func (p *fakePlugin) Probe(ctx context.Context, target string) (sdk.Health, erro
 func (p *fakePlugin) Tunnel(context.Context, *wirepb.TunnelRequest, *sdk.Credential, io.Reader, func(*wirepb.TunnelFrame) error) error {
 	return sdk.ErrUnsupported
 }
-func (p *fakePlugin) Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *sdk.Credential, emit func(*wirepb.EmbedVectors) error) (*sdk.Usage, error) {
+func (p *fakePlugin) Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *sdk.Credential, emit func(*wirepb.EmbedVectors) error) (*wirepb.RunEvent, error) {
 	p.calls.Add(1)
 	p.credMu.Lock()
 	if cred != nil {
@@ -142,7 +157,8 @@ func (p *fakePlugin) Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *
 	if p.embed == nil {
 		return nil, sdk.ErrUnsupported
 	}
-	return p.embed(ctx, req, emit)
+	usage, err := p.embed(ctx, req, emit)
+	return terminalOf(&sdk.Result{Usage: usage}, err)
 }
 func (p *fakePlugin) Close(context.Context) error { p.closed.Store(true); p.exit(); return nil }
 func (p *fakePlugin) Exited() <-chan struct{}     { return p.exited }

@@ -80,7 +80,7 @@ func (h *Handler) newGuard(conn context.Context, s guardSpec) *guard {
 // what the call returned, a cause that ended it early (S5), or a stall,
 // whose observation then makes the terminal (R5, R6). release frees the
 // capacity slot once the call has returned. ctx is the connection's.
-func (g *guard) call(ctx context.Context, log *slog.Logger, release func(), call func() (*sdk.Result, error)) *wirepb.RunEvent {
+func (g *guard) call(ctx context.Context, log *slog.Logger, release func(), call func() (*wirepb.RunEvent, error)) *wirepb.RunEvent {
 	// ret is written before callDone closes.
 	var ret struct {
 		term  *wirepb.RunEvent
@@ -90,9 +90,9 @@ func (g *guard) call(ctx context.Context, log *slog.Logger, release func(), call
 	g.wd.Start()
 	go func() {
 		defer close(callDone)
-		result, err := call()
+		term, err := call()
 		g.wd.CallReturned()
-		ret.term = outcome(ctx, g.ctx, result, err)
+		ret.term = outcome(ctx, g.ctx, term, err)
 		ret.claim = g.settle(runClaim(ret.term))
 	}()
 	defer g.releaseAfter(callDone, release)

@@ -14,14 +14,15 @@ type Plugin interface {
 	Capabilities() []string
 	Configure(ctx context.Context, cfg sdk.Config) error
 	// Execute relays the adapter's non-terminal events to emit and
-	// returns its outcome (see pluginhost.Plugin.Execute).
-	Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.Credential, emit func(*wirepb.RunEvent) error) (*sdk.Result, error)
+	// returns its terminal, COMPLETED or FAILED, as the plugin sent it; an
+	// error when the call ended without one (see pluginhost.Plugin.Execute).
+	Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.Credential, emit func(*wirepb.RunEvent) error) (*wirepb.RunEvent, error)
 	ListTargets(ctx context.Context) ([]sdk.Target, error)
 	Probe(ctx context.Context, target string) (sdk.Health, error)
 	Tunnel(ctx context.Context, req *wirepb.TunnelRequest, cred *sdk.Credential, body io.Reader, emit func(*wirepb.TunnelFrame) error) error
 	// Embed relays the adapter's frames of vectors to emit and returns
-	// the call's usage (see pluginhost.Plugin.Embed).
-	Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *sdk.Credential, emit func(*wirepb.EmbedVectors) error) (*sdk.Usage, error)
+	// its terminal as Execute does (see pluginhost.Plugin.Embed).
+	Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *sdk.Credential, emit func(*wirepb.EmbedVectors) error) (*wirepb.RunEvent, error)
 	// Close stops the plugin (and its process) and waits.
 	Close(ctx context.Context) error
 	// Exited is closed when the plugin's process has exited.

@@ -109,7 +109,7 @@ func (h *Handler) serveRun(ctx context.Context, sess *quicwire.Session, req *wir
 	emit := func(ev *wirepb.RunEvent) error {
 		return g.wd.Emit(RunEventIsProgress(ev), func() error { return out.emit(ev) })
 	}
-	term := g.call(ctx, log, a.release, func() (*sdk.Result, error) { return a.plugin.Execute(g.ctx, req, a.cred, emit) })
+	term := g.call(ctx, log, a.release, func() (*wirepb.RunEvent, error) { return a.plugin.Execute(g.ctx, req, a.cred, emit) })
 	if out.finish(term) {
 		log.Info("run ended", "outcome", term.GetType().String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
 	}
@@ -151,9 +151,10 @@ func watchCancel(st Stream, cancel func(error)) {
 	}
 }
 
-// outcome turns how Execute ended into the run's terminal event. The cause
-// that ended the run context wins over what the adapter returned after it.
-func outcome(conn, rctx context.Context, result *sdk.Result, err error) *wirepb.RunEvent {
+// outcome turns how Execute ended into the run's terminal event: the
+// plugin's own terminal, or a failure for an error. The cause that ended
+// the run context wins over what the adapter returned after it.
+func outcome(conn, rctx context.Context, term *wirepb.RunEvent, err error) *wirepb.RunEvent {
 	switch {
 	case conn.Err() != nil || errors.Is(context.Cause(rctx), errDisconnected):
 		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED}
@@ -164,9 +165,8 @@ func outcome(conn, rctx context.Context, result *sdk.Result, err error) *wirepb.
 	case err != nil:
 		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: pluginhost.FailureToWire(err)}
 	}
-	ev := &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED}
-	if result != nil {
-		ev.DoneReason, ev.Usage = result.DoneReason, pluginhost.UsageToWire(result.Usage)
+	if term == nil {
+		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED}
 	}
-	return ev
+	return term
 }
