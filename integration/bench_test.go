@@ -98,7 +98,7 @@ func BenchmarkNormalizedPath(b *testing.B) {
 				if ttft == 0 {
 					ttft = time.Since(start)
 				}
-				if ev.GetType() >= wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
+				if ev.GetType().IsTerminal() {
 					if ev.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
 						return 0, fmt.Errorf("run ended with %v", ev)
 					}

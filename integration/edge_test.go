@@ -94,7 +94,7 @@ func collect(t *testing.T, rs *nodeserver.RunStream) []*wirepb.RunEvent {
 			t.Fatalf("Next: %v (after %v)", err, evs)
 		}
 		evs = append(evs, ev)
-		if ev.GetType() >= wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
+		if ev.GetType().IsTerminal() {
 			return evs
 		}
 	}

@@ -153,7 +153,7 @@ func TestCancelMidStreamReachesTheProviderAndSparesOtherRuns(t *testing.T) {
 	}
 	cancel()
 	ev, _ := a.Next()
-	for ev.GetType() < wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
+	for !ev.GetType().IsTerminal() {
 		ev, _ = a.Next()
 	}
 	if ev.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED {
@@ -199,7 +199,7 @@ func TestKilledPluginFailsItsRunThenComesBack(t *testing.T) {
 		t.Fatalf("killed %d ollama plugin processes, want the 2 providers' (children: %v)", killed, n.pluginPids())
 	}
 	ev, _ := rs.Next()
-	for ev.GetType() < wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
+	for !ev.GetType().IsTerminal() {
 		ev, _ = rs.Next()
 	}
 	if ev.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_FAILED || ev.GetFailure().GetKind() != wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE {

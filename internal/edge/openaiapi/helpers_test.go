@@ -145,7 +145,7 @@ func (r *fakeRun) Next() (*wirepb.RunEvent, error) {
 				return r.cancelled(), nil
 			}
 		}
-		r.done = s.ev.GetType() >= wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED
+		r.done = s.ev.GetType().IsTerminal()
 		return s.ev, nil
 	}
 	<-r.ctx.Done()

@@ -12,14 +12,18 @@ import (
 	"github.com/iop-dev/iop/sdk"
 )
 
-// admission is what a run or an embedding call asks of admit.
+// admission is what a provider call (a run, a tunnel or an embedding
+// call) asks of admit.
 type admission struct {
 	stallMs                   int64
 	provider, adapter, target string
 	// capability, if not "", must be one the serving plugin reports.
 	capability string
-	sealed     []byte
-	binding    *wirepb.LeaseBinding
+	// noSlot admits without a capacity slot: a read-only metadata call
+	// answers while the provider is busy.
+	noSlot  bool
+	sealed  []byte
+	binding *wirepb.LeaseBinding
 }
 
 // admitted is a provider call ready to be made.
@@ -51,7 +55,15 @@ func (h *Handler) admit(sess *quicwire.Session, a admission) (*admitted, *wirepb
 	if err != nil {
 		return refuse(wirepb.FailureKind_FAILURE_KIND_MODEL_NOT_FOUND, "%v", err)
 	}
-	plugin, release, err := prov.Acquire()
+	var (
+		plugin  Plugin
+		release = func() {}
+	)
+	if a.noSlot {
+		plugin, err = prov.Current()
+	} else {
+		plugin, release, err = prov.Acquire()
+	}
 	switch {
 	case errors.Is(err, ErrCapacityExhausted):
 		return refuse(wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED, "%v", err)
@@ -59,7 +71,7 @@ func (h *Handler) admit(sess *quicwire.Session, a admission) (*admitted, *wirepb
 		return refuse(wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "%v", err)
 	case a.capability != "" && !slices.Contains(plugin.Capabilities(), a.capability):
 		release()
-		return refuse(wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED, "provider %s (adapter %s) does not implement %s", prov.Name(), prov.cfg.Adapter, a.capability)
+		return refuse(wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED, "provider %s (adapter %s) does not %s", prov.Name(), prov.cfg.Adapter, capabilityWork(a.capability))
 	}
 	cred, refused := h.openLease(sess, a.sealed, a.binding, prov.Name(), a.target)
 	if refused != nil {
@@ -67,6 +79,19 @@ func (h *Handler) admit(sess *quicwire.Session, a admission) (*admitted, *wirepb
 		return nil, refused
 	}
 	return &admitted{prov: prov, plugin: plugin, release: release, cred: cred, stall: stall}, nil
+}
+
+// capabilityWork says what a capability lets an adapter do, for refusals.
+func capabilityWork(capability string) string {
+	switch capability {
+	case sdk.CapTunnel:
+		return "relay its raw API"
+	case sdk.CapEmbed:
+		return "compute embeddings"
+	case sdk.CapComplete:
+		return "run raw completions"
+	}
+	return "implement " + capability
 }
 
 // guard makes the guard of an admitted call, whose context ends with the

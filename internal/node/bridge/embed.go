@@ -88,13 +88,13 @@ func (h *Handler) serveEmbed(ctx context.Context, sess *quicwire.Session, req *w
 	out := &embedOut{st: st}
 	log := h.log.With("embed_id", req.GetEmbedId(), "target", req.GetTarget(), "inputs", len(req.GetInputs()))
 	if err := checkEmbedRequest(req); err != nil {
-		out.finish(failed(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, "%v", err))
+		out.finish(failedOutcome(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, "%v", err).RunEvent())
 		return
 	}
 	a, refused := h.admit(sess, admission{stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(), adapter: req.GetAdapter(),
 		target: req.GetTarget(), capability: sdk.CapEmbed, sealed: req.GetSealedLease(), binding: req.GetBinding()})
 	if refused != nil {
-		out.finish(&wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: refused})
+		out.finish(refusedOutcome(refused).RunEvent())
 		return
 	}
 	req.SealedLease = nil // the adapter gets the credential, not the lease
@@ -105,8 +105,8 @@ func (h *Handler) serveEmbed(ctx context.Context, sess *quicwire.Session, req *w
 	emit := func(v *wirepb.EmbedVectors) error {
 		return g.wd.Emit(true, func() error { return out.emit(v) })
 	}
-	term := g.call(ctx, log, a.release, func() (*wirepb.RunEvent, error) { return a.plugin.Embed(g.ctx, req, a.cred, emit) })
-	if out.finish(term) {
-		log.Info("embedding call ended", "outcome", term.GetType().String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
+	o := g.serve(log, a.release, func() (Outcome, error) { return pluginOutcome(a.plugin.Embed(g.ctx, req, a.cred, emit)) })
+	if term := o.RunEvent(); out.finish(term) {
+		log.Info("embedding call ended", "outcome", o.Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
 	}
 }

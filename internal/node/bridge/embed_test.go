@@ -51,7 +51,7 @@ func serveEmbed(t *testing.T, h *Handler, sess *quicwire.Session, req *wirepb.Em
 			vectors = append(vectors, f.GetVectors())
 		}
 	}
-	if term == nil || !isTerminal(term.GetType()) {
+	if term == nil || !term.GetType().IsTerminal() {
 		t.Fatalf("no terminal among %v", st.embedFrames())
 	}
 	return vectors, term

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/iop-dev/iop/internal/pluginhost"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
@@ -24,13 +25,14 @@ type Liveness struct {
 	ProbeTimeout time.Duration
 }
 
-// guard is what every provider call (a normalized run or a raw tunnel)
-// runs under: the call's context, which ends with the connection, the hard
-// deadline, the Edge's cancel or a stall; and the stall watchdog, which is
-// the single place the outcome is claimed (decision 5, S5).
+// guard is what every provider call (a normalized run, a raw tunnel or an
+// embedding call) runs under: the call's context, which ends with the
+// connection, the hard deadline, the Edge's cancel or a stall; the claim
+// of its one outcome (S5); and the stall watchdog.
 type guard struct {
+	claim  *Claim
 	wd     *Watchdog
-	ctx    context.Context // the call's context
+	ctx    context.Context // the call's
 	cancel context.CancelCauseFunc
 	conn   context.Context // the connection's
 	stopDL context.CancelFunc
@@ -46,19 +48,19 @@ type guardSpec struct {
 	deadlineMs int64
 }
 
-// newGuard makes the guard of one call; start the watchdog with g.wd.Start
-// when the call starts.
+// newGuard makes the guard of one call on the connection whose context is
+// conn; serve starts its watchdog.
 func (h *Handler) newGuard(conn context.Context, s guardSpec) *guard {
 	g := &guard{conn: conn, stopDL: func() {}}
 	g.ctx, g.cancel = context.WithCancelCause(conn)
 	if s.deadlineMs > 0 {
 		g.ctx, g.stopDL = context.WithDeadline(g.ctx, time.UnixMilli(s.deadlineMs))
 	}
+	g.claim = NewClaim(g.ctx)
 	cfg := WatchdogConfig{
 		StallTimeout: s.stall,
 		CloseGrace:   h.live.CloseGrace,
 		ProbeTimeout: h.live.ProbeTimeout,
-		Ctx:          g.ctx,
 		Provider:     s.prov.Name(),
 		Target:       s.target,
 		Probe: func(ctx context.Context) (sdk.Health, error) {
@@ -70,58 +72,93 @@ func (h *Handler) newGuard(conn context.Context, s guardSpec) *guard {
 		cfg.NextSeq = s.sess.NextHealthObservationSeq
 		cfg.NodeID, cfg.Generation = s.sess.NodeID(), s.sess.Generation()
 	}
-	g.wd = NewWatchdog(cfg, g.cancel)
+	g.wd = NewWatchdog(cfg, g.claim, g.cancel)
 	return g
 }
 
-// call runs one provider call under g and returns its terminal: the
-// watchdog starts, call runs on its own goroutine (so that a stall can end
-// the work while the call is still stuck), and the outcome is claimed once:
-// what the call returned, a cause that ended it early (S5), or a stall,
-// whose observation then makes the terminal (R5, R6). release frees the
-// capacity slot once the call has returned. ctx is the connection's.
-func (g *guard) call(ctx context.Context, log *slog.Logger, release func(), call func() (*wirepb.RunEvent, error)) *wirepb.RunEvent {
-	// ret is written before callDone closes.
-	var ret struct {
-		term  *wirepb.RunEvent
-		claim string
-	}
+// serve runs one provider call under g and returns its one outcome: it is
+// the skeleton every kind of call shares. The watchdog starts; call runs
+// on its own goroutine (so that a stall can end the work while the call is
+// still stuck) and returns the plugin's own outcome (CauseNone if the
+// plugin ended without one) or an error; and the outcome is claimed once:
+// what the call returned, a cause that ended it from outside (S5), or a
+// stall, whose observation then makes the outcome (R5, R6). release frees
+// the capacity slot once the call has returned.
+func (g *guard) serve(log *slog.Logger, release func(), call func() (Outcome, error)) Outcome {
+	var ret Outcome // written before callDone closes
 	callDone := make(chan struct{})
 	g.wd.Start()
 	go func() {
 		defer close(callDone)
-		term, err := call()
+		own, err := call()
 		g.wd.CallReturned()
-		ret.term = outcome(ctx, g.ctx, term, err)
-		ret.claim = g.settle(runClaim(ret.term))
+		ret = g.settle(own, err)
 	}()
 	defer g.releaseAfter(callDone, release)
 
 	select {
 	case <-callDone:
-		if ret.claim != CauseStalled {
-			if earlyEnd(ret.claim) && ret.claim != runClaim(ret.term) {
-				return runTerminal(ret.claim)
-			}
-			return ret.term
+		if ret.Cause != CauseStalled {
+			return ret
 		}
 	case <-g.wd.Stalled():
 	}
 	if obs := g.wd.Finish(); obs != nil {
 		log.Warn("provider call stalled", "stall", stallMessage(obs), "seq", obs.GetHealthObservationSeq(),
-			"retryable", obs.GetRetryable(), "fenced_events", g.wd.Dropped())
-		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED, Stall: obs}
+			"retryable", obs.GetRetryable(), "fenced_output", g.wd.Dropped())
+		return Outcome{Cause: CauseStalled, Stall: obs}
 	}
 	<-callDone // a deadline or disconnect took the outcome at the same instant
-	return runTerminal(g.wd.Winner())
+	return Outcome{Cause: g.claim.Winner()}
 }
 
-// stop ends the call early for cause (errCancelled, errDisconnected, or a
-// protocol error of the Edge): the outcome is claimed for it first, so a
-// stall cannot take it afterwards, then the call is cancelled.
-func (g *guard) stop(cause error) {
-	g.wd.Claim(causeOf(cause))
-	g.cancel(cause)
+// settle claims the outcome of a call that returned own or err. The cause
+// that ended the call's context wins over what the call returned after it;
+// a cause that took the outcome first (an external end, or the stall,
+// which serve then finishes) wins over both.
+func (g *guard) settle(own Outcome, err error) Outcome {
+	o := g.returned(own, err)
+	if g.claim.Take(o.Cause) {
+		return o
+	}
+	if w := g.claim.Winner(); w != o.Cause {
+		return Outcome{Cause: w}
+	}
+	return o
+}
+
+// returned is the outcome of a call that returned own or err, as the
+// call's context tells it: why the context ended, if it did; then the
+// call's error; then the plugin's own outcome.
+func (g *guard) returned(own Outcome, err error) Outcome {
+	reason := context.Cause(g.ctx)
+	var tv *tunnelViolation
+	switch {
+	case g.conn.Err() != nil || errors.Is(reason, errDisconnected):
+		return Outcome{Cause: CauseDisconnected}
+	case errors.Is(reason, errCancelled):
+		return Outcome{Cause: CauseCancelled}
+	case errors.Is(reason, errEdgeProtocol):
+		return failedOutcome(wirepb.FailureKind_FAILURE_KIND_PROTOCOL, "%v", reason)
+	case errors.Is(g.ctx.Err(), context.DeadlineExceeded):
+		return Outcome{Cause: CauseDeadline}
+	case errors.As(err, &tv):
+		return failedOutcome(wirepb.FailureKind_FAILURE_KIND_PROTOCOL, "%v", err)
+	case err != nil:
+		return Outcome{Cause: CauseFailed, Failure: pluginhost.FailureToWire(err)}
+	case own.Cause == CauseNone:
+		return failedOutcome(wirepb.FailureKind_FAILURE_KIND_INTERNAL, "the plugin ended the call without a terminal")
+	}
+	return own
+}
+
+// stop ends the call from outside for reason (errCancelled,
+// errDisconnected, or a protocol error of the Edge): the outcome is
+// claimed for it first, so a stall cannot take it afterwards, then the
+// call is cancelled.
+func (g *guard) stop(reason error) {
+	g.claim.Take(causeOf(reason))
+	g.cancel(reason)
 }
 
 // releaseAfter frees the capacity slot (release) and the guard's timers
@@ -144,86 +181,6 @@ func (g *guard) releaseAfter(callDone <-chan struct{}, release func()) {
 			free()
 		}()
 	}
-}
-
-// ended is the cause that ended the call's context, as the claim it
-// makes: "" while the context lives or when a stall ended it.
-func (g *guard) ended() string {
-	if g.ctx.Err() == nil {
-		return ""
-	}
-	if g.conn.Err() != nil {
-		return CauseDisconnected
-	}
-	cause := context.Cause(g.ctx)
-	if errors.Is(cause, ErrStalled) {
-		return ""
-	}
-	return causeOf(cause)
-}
-
-// causeOf names the claim an early end makes.
-func causeOf(cause error) string {
-	switch {
-	case errors.Is(cause, errDisconnected):
-		return CauseDisconnected
-	case errors.Is(cause, errCancelled):
-		return CauseCancelled
-	case errors.Is(cause, context.DeadlineExceeded):
-		return CauseDeadline
-	case errors.Is(cause, ErrStalled):
-		return CauseStalled
-	}
-	return CauseFailed
-}
-
-// settle claims the outcome for a call that returned, with claim (what the
-// call's own result says, or the cause that ended its context). It returns
-// the winning claim; CauseStalled means the stall won and its observation
-// decides the terminal.
-func (g *guard) settle(claim string) string {
-	if c := g.ended(); c != "" {
-		claim = c // the cause that ended the context wins over the result
-	}
-	if g.wd.Claim(claim) {
-		return claim
-	}
-	return g.wd.Winner()
-}
-
-// earlyEnd reports whether claim is a cause that ends a call from outside
-// (its terminal is the cause's, whatever the call returned).
-func earlyEnd(claim string) bool {
-	return claim == CauseCancelled || claim == CauseDeadline || claim == CauseDisconnected
-}
-
-// runTerminal is the terminal of a run whose outcome was claimed by cause,
-// when the call's own result does not say it (an early end).
-func runTerminal(cause string) *wirepb.RunEvent {
-	t := wirepb.RunEventType_RUN_EVENT_TYPE_FAILED
-	switch cause {
-	case CauseCancelled:
-		t = wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED
-	case CauseDeadline:
-		t = wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED
-	case CauseDisconnected:
-		t = wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED
-	}
-	return &wirepb.RunEvent{Type: t}
-}
-
-// tunnelTerminal is runTerminal for tunnels.
-func tunnelTerminal(cause string) *wirepb.TunnelTerminal {
-	o := wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED
-	switch cause {
-	case CauseCancelled:
-		o = wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED
-	case CauseDeadline:
-		o = wirepb.TunnelOutcome_TUNNEL_OUTCOME_DEADLINE_EXCEEDED
-	case CauseDisconnected:
-		o = wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED
-	}
-	return &wirepb.TunnelTerminal{Outcome: o}
 }
 
 // stallMessage is the human-readable part of a response_stalled failure:

@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/iop-dev/iop/internal/pluginhost"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
@@ -23,15 +22,9 @@ type Stream interface {
 	Recv(m proto.Message) error
 }
 
-// Causes that end a run early. Each maps to its own terminal type.
-var (
-	errCancelled    = errors.New("run cancelled by the edge")
-	errDisconnected = errors.New("connection to the edge ended")
-)
-
-// runOut is a run's output side: it numbers events, and owns the single
-// terminal (ARCHITECTURE.md decision 5): the first claim wins and nothing
-// is sent after it.
+// runOut is a run's output side: it numbers events, and sends the single
+// terminal (ARCHITECTURE.md decision 5, outcome.go): nothing is sent after
+// it.
 type runOut struct {
 	st  Stream
 	req *wirepb.RunRequest
@@ -49,14 +42,14 @@ func (o *runOut) emit(ev *wirepb.RunEvent) error {
 	if o.terminal != nil {
 		return fmt.Errorf("run %s already ended (%s)", o.req.GetRunId(), o.terminal.GetType())
 	}
-	if isTerminal(ev.GetType()) {
+	if ev.GetType().IsTerminal() {
 		return fmt.Errorf("adapter sent a terminal event (%s) as progress", ev.GetType())
 	}
 	return o.sendLocked(ev)
 }
 
-// finish claims the terminal and sends it; only the first call does
-// anything. It reports whether this call was the one.
+// finish sends the terminal; only the first call does anything. It
+// reports whether this call was the one.
 func (o *runOut) finish(ev *wirepb.RunEvent) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -75,15 +68,6 @@ func (o *runOut) sendLocked(ev *wirepb.RunEvent) error {
 	return o.st.Send(ev)
 }
 
-func isTerminal(t wirepb.RunEventType) bool {
-	return t >= wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED
-}
-
-func failed(kind wirepb.FailureKind, format string, args ...any) *wirepb.RunEvent {
-	return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
-		Failure: &wirepb.Failure{Kind: kind, Message: fmt.Sprintf(format, args...)}}
-}
-
 // serveRun executes one normalized run (R2): validate, admit, run the
 // adapter under the stall watchdog (R5), and end with exactly one terminal.
 // sess is the connection's session, nil for a path without one.
@@ -98,7 +82,7 @@ func (h *Handler) serveRun(ctx context.Context, sess *quicwire.Session, req *wir
 	a, refused := h.admit(sess, admission{stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(), adapter: req.GetAdapter(),
 		target: req.GetTarget(), capability: capability, sealed: req.GetSealedLease(), binding: req.GetBinding()})
 	if refused != nil {
-		out.finish(&wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: refused})
+		out.finish(refusedOutcome(refused).RunEvent())
 		return
 	}
 	req.SealedLease = nil // the adapter gets the credential, not the lease
@@ -109,25 +93,19 @@ func (h *Handler) serveRun(ctx context.Context, sess *quicwire.Session, req *wir
 	emit := func(ev *wirepb.RunEvent) error {
 		return g.wd.Emit(RunEventIsProgress(ev), func() error { return out.emit(ev) })
 	}
-	term := g.call(ctx, log, a.release, func() (*wirepb.RunEvent, error) { return a.plugin.Execute(g.ctx, req, a.cred, emit) })
-	if out.finish(term) {
-		log.Info("run ended", "outcome", term.GetType().String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
+	o := g.serve(log, a.release, func() (Outcome, error) { return pluginOutcome(a.plugin.Execute(g.ctx, req, a.cred, emit)) })
+	if term := o.RunEvent(); out.finish(term) {
+		log.Info("run ended", "outcome", o.Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
 	}
 }
 
-// runClaim is the claim a run's terminal makes.
-func runClaim(ev *wirepb.RunEvent) string {
-	switch ev.GetType() {
-	case wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
-		return CauseCompleted
-	case wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED:
-		return CauseCancelled
-	case wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED:
-		return CauseDeadline
-	case wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED:
-		return CauseDisconnected
+// pluginOutcome is the outcome of a plugin call that returned its own
+// terminal (see Plugin.Execute), or an error.
+func pluginOutcome(term *wirepb.RunEvent, err error) (Outcome, error) {
+	if err != nil || term == nil {
+		return Outcome{}, err
 	}
-	return CauseFailed
+	return outcomeOfRunEvent(term), nil
 }
 
 // watchCancel reads the run stream, on which the Edge sends nothing after
@@ -149,24 +127,4 @@ func watchCancel(st Stream, cancel func(error)) {
 		}
 		return
 	}
-}
-
-// outcome turns how Execute ended into the run's terminal event: the
-// plugin's own terminal, or a failure for an error. The cause that ended
-// the run context wins over what the adapter returned after it.
-func outcome(conn, rctx context.Context, term *wirepb.RunEvent, err error) *wirepb.RunEvent {
-	switch {
-	case conn.Err() != nil || errors.Is(context.Cause(rctx), errDisconnected):
-		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED}
-	case errors.Is(context.Cause(rctx), errCancelled):
-		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED}
-	case errors.Is(rctx.Err(), context.DeadlineExceeded):
-		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED}
-	case err != nil:
-		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: pluginhost.FailureToWire(err)}
-	}
-	if term == nil {
-		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED}
-	}
-	return term
 }

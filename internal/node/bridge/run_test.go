@@ -44,7 +44,7 @@ func requireOneTerminal(t *testing.T, evs []*wirepb.RunEvent) *wirepb.RunEvent {
 		if ev.GetSeq() != uint64(i+1) {
 			t.Fatalf("event %d has seq %d", i, ev.GetSeq())
 		}
-		if isTerminal(ev.GetType()) != (i == len(evs)-1) {
+		if ev.GetType().IsTerminal() != (i == len(evs)-1) {
 			t.Fatalf("terminal at %d of %d: %v", i, len(evs), evs)
 		}
 	}

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/iop-dev/iop/internal/pluginhost"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
@@ -24,13 +22,10 @@ import (
 //	Edge ──body frames, FIN──► tunnelBody ──► plugin.Tunnel ──► provider
 //	Edge ◄──head, body, terminal── tunnelOut.emit ◄── plugin frames
 //
-// The plugin's terminal passes through when it sends one; otherwise the
-// Node claims the outcome (tunnelOut.finish). Either way the first claim
-// wins and nothing is sent after it.
-
-// errEdgeProtocol is the cause of a tunnel ended because the Edge sent
-// something other than body frames.
-var errEdgeProtocol = errors.New("the edge sent a frame other than a request body chunk")
+// The plugin's terminal passes through when it sends one (a completed or
+// failed outcome, claimed as it is sent); otherwise the Node's outcome is
+// sent (tunnelOut.finish). Either way the first claim wins and nothing is
+// sent after it.
 
 // tunnelViolation is a plugin frame out of order. It ends the tunnel with
 // a protocol failure claimed by the Node.
@@ -49,6 +44,9 @@ type tunnelOut struct {
 	// ended refuses further plugin frames once the tunnel's context is
 	// done: the cause that ended it wins over what the plugin sends late.
 	ended func() error
+	// claim is the tunnel's: a plugin's terminal is sent only if it takes
+	// the outcome.
+	claim *Claim
 
 	mu       sync.Mutex
 	head     bool
@@ -89,6 +87,9 @@ func (o *tunnelOut) emit(f *wirepb.TunnelFrame) error {
 			// Cancelled, disconnected, stalled, deadline: the Node's to claim.
 			return &tunnelViolation{fmt.Sprintf("the plugin sent outcome %s", t.GetOutcome())}
 		}
+		if !o.claim.Take(outcomeOfTunnel(t).Cause) {
+			return fmt.Errorf("tunnel outcome already claimed (%s)", o.claim.Winner())
+		}
 		o.terminal = t
 	default:
 		return &tunnelViolation{"empty frame"}
@@ -116,72 +117,25 @@ func (o *tunnelOut) claimed() *wirepb.TunnelTerminal {
 	return o.terminal
 }
 
-func tunnelFailed(kind wirepb.FailureKind, format string, args ...any) *wirepb.TunnelTerminal {
-	return &wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED,
-		Failure: &wirepb.Failure{Kind: kind, Message: fmt.Sprintf(format, args...)}}
-}
-
 // serveTunnel relays one raw HTTP request to a provider's own API (R3):
 // validate, admit, run the plugin's Tunnel, and end with exactly one
-// terminal.
+// terminal. A metadata request (a read-only call such as a model list)
+// takes no capacity slot, so it answers while the provider is busy.
 func (h *Handler) serveTunnel(ctx context.Context, sess *quicwire.Session, req *wirepb.TunnelRequest, st Stream) {
 	out := &tunnelOut{st: st, ended: func() error { return nil }}
 	log := h.log.With("tunnel_id", req.GetTunnelId(), "provider", req.GetProvider(), "target", req.GetTarget())
 
-	// R4: an invalid raw stall timeout is refused before any provider
-	// lookup or adapter call.
-	stall, err := StallTimeout(req.GetResponseStallTimeoutMs())
-	if err != nil {
-		out.finish(tunnelFailed(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, "%v", err))
-		return
-	}
-	prov, err := h.set.Lookup(req.GetProvider(), "", req.GetTarget())
-	if err != nil {
-		out.finish(tunnelFailed(wirepb.FailureKind_FAILURE_KIND_MODEL_NOT_FOUND, "%v", err))
-		return
-	}
-	// A tunnel takes a capacity slot like a run; a read-only metadata call
-	// does not, so it answers while the provider is busy.
-	var (
-		plugin  Plugin
-		release = func() {}
-	)
-	if req.GetMetadata() {
-		plugin, err = prov.Current()
-	} else {
-		plugin, release, err = prov.Acquire()
-	}
-	switch {
-	case errors.Is(err, ErrCapacityExhausted):
-		out.finish(tunnelFailed(wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED, "%v", err))
-		return
-	case err != nil:
-		out.finish(tunnelFailed(wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "%v", err))
-		return
-	}
-	// The capability of the plugin that would serve it, not of the last
-	// one reported: a restart may bring another adapter build.
-	if !slices.Contains(plugin.Capabilities(), sdk.CapTunnel) {
-		release()
-		out.finish(tunnelFailed(wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED, "provider %s (adapter %s) does not relay its raw API", prov.Name(), prov.cfg.Adapter))
-		return
-	}
-
-	// R11: the lease is opened after admission, immediately before the
-	// provider call; a refusal ends the tunnel without one (S4).
-	cred, refused := h.openLease(sess, req.GetSealedLease(), req.GetBinding(), prov.Name(), req.GetTarget())
+	a, refused := h.admit(sess, admission{stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(),
+		target: req.GetTarget(), capability: sdk.CapTunnel, noSlot: req.GetMetadata(), sealed: req.GetSealedLease(), binding: req.GetBinding()})
 	if refused != nil {
-		release()
-		out.finish(&wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, Failure: refused})
+		out.finish(refusedOutcome(refused).TunnelTerminal())
 		return
 	}
-	req.SealedLease = nil
+	req.SealedLease = nil // the adapter gets the credential, not the lease
 
-	// The call's context ends with the connection, the hard deadline, the
-	// Edge's cancel or a stall, whichever comes first; the guard claims
-	// the outcome once (the plugin's own terminal included).
-	g := h.newGuard(ctx, guardSpec{sess: sess, prov: prov, plugin: plugin, target: req.GetTarget(),
-		stall: stall, deadlineMs: req.GetDeadlineUnixMs()})
+	g := h.newGuard(ctx, guardSpec{sess: sess, prov: a.prov, plugin: a.plugin, target: req.GetTarget(),
+		stall: a.stall, deadlineMs: req.GetDeadlineUnixMs()})
+	out.claim = g.claim
 	out.ended = func() error {
 		if g.ctx.Err() != nil {
 			return context.Cause(g.ctx)
@@ -198,11 +152,6 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *quicwire.Session, req *
 	body := &tunnelBody{st: st, cancel: g.stop}
 	emit := func(f *wirepb.TunnelFrame) error {
 		return g.wd.Emit(TunnelFrameIsProgress(f), func() error {
-			// The plugin may end with completed or failed only (tunnelOut
-			// refuses the rest); that is its claim.
-			if t := f.GetTerminal(); t != nil && pluginOutcome(t) && !g.wd.Claim(tunnelClaim(t)) {
-				return fmt.Errorf("tunnel outcome already claimed (%s)", g.wd.Winner())
-			}
 			err := out.emit(f)
 			var sc *quicwire.StreamCancelledError
 			if errors.As(err, &sc) {
@@ -213,93 +162,27 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *quicwire.Session, req *
 	}
 
 	start := time.Now()
-	var callErr error
-	var claim string
-	callDone := make(chan struct{})
-	g.wd.Start()
-	go func() {
-		defer close(callDone)
-		callErr = plugin.Tunnel(g.ctx, req, cred, body, emit)
-		g.wd.CallReturned()
-		if out.claimed() == nil {
-			claim = g.settle(tunnelClaim(tunnelOutcome(ctx, g.ctx, callErr)))
+	callErr := make(chan error, 1) // what the plugin call returned, once it has
+	o := g.serve(log, a.release, func() (Outcome, error) {
+		err := a.plugin.Tunnel(g.ctx, req, a.cred, body, emit)
+		callErr <- err
+		if t := out.claimed(); t != nil {
+			return outcomeOfTunnel(t), nil // the plugin's own, already sent
 		}
-	}()
-	defer g.releaseAfter(callDone, release)
-
-	stalled := false
-	select {
-	case <-callDone:
-		stalled = claim == CauseStalled
-	case <-g.wd.Stalled():
-		stalled = true
-	}
-	if stalled {
-		if obs := g.wd.Finish(); obs != nil {
-			out.finish(&wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED, Stall: obs})
-			log.Warn("tunnel stalled", "stall", stallMessage(obs), "seq", obs.GetHealthObservationSeq(),
-				"retryable", obs.GetRetryable(), "fenced_frames", g.wd.Dropped())
-		} else {
-			<-callDone // a deadline or disconnect took the outcome at the same instant
-			out.finish(tunnelTerminal(g.wd.Winner()))
-		}
-	} else if out.claimed() == nil {
-		err := callErr
 		if err == nil {
 			err = errors.New("the plugin ended the tunnel without a terminal frame")
 		}
-		term := tunnelOutcome(ctx, g.ctx, err)
-		if earlyEnd(claim) && claim != tunnelClaim(term) {
-			term = tunnelTerminal(claim)
-		}
-		out.finish(term)
-	}
+		return Outcome{}, err
+	})
+	out.finish(o.TunnelTerminal())
 	term := out.claimed()
-	log.Info("tunnel ended", "outcome", term.GetOutcome().String(), "failure", term.GetFailure().GetKind().String(),
-		"took", time.Since(start), "err", callErr)
-}
-
-func pluginOutcome(t *wirepb.TunnelTerminal) bool {
-	o := t.GetOutcome()
-	return o == wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED || o == wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED
-}
-
-// tunnelClaim is the claim a tunnel terminal makes.
-func tunnelClaim(t *wirepb.TunnelTerminal) string {
-	switch t.GetOutcome() {
-	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED:
-		return CauseCompleted
-	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED:
-		return CauseCancelled
-	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_DEADLINE_EXCEEDED:
-		return CauseDeadline
-	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED:
-		return CauseDisconnected
-	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED:
-		return CauseStalled
+	attrs := []any{"outcome", outcomeOfTunnel(term).Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start)}
+	select {
+	case err := <-callErr:
+		attrs = append(attrs, "err", err)
+	default: // a stalled call that has not returned
 	}
-	return CauseFailed
-}
-
-// tunnelOutcome is the Node's terminal for a plugin call that ended without
-// one. The cause that ended the tunnel's context wins over the error the
-// plugin call returned after it.
-func tunnelOutcome(conn, tctx context.Context, err error) *wirepb.TunnelTerminal {
-	cause := context.Cause(tctx)
-	var tv *tunnelViolation
-	switch {
-	case conn.Err() != nil || errors.Is(cause, errDisconnected):
-		return &wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED}
-	case errors.Is(cause, errCancelled):
-		return &wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED}
-	case errors.Is(cause, errEdgeProtocol):
-		return tunnelFailed(wirepb.FailureKind_FAILURE_KIND_PROTOCOL, "%v", cause)
-	case errors.Is(tctx.Err(), context.DeadlineExceeded):
-		return &wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_DEADLINE_EXCEEDED}
-	case errors.As(err, &tv):
-		return tunnelFailed(wirepb.FailureKind_FAILURE_KIND_PROTOCOL, "%v", err)
-	}
-	return &wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, Failure: pluginhost.FailureToWire(err)}
+	log.Info("tunnel ended", attrs...)
 }
 
 // tunnelBody is the request body the plugin reads: the Edge's body frames,

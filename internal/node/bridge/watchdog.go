@@ -12,19 +12,19 @@ import (
 	"github.com/iop-dev/iop/sdk"
 )
 
-// The stall watchdog (R5, R6, R7, S5). One Watchdog watches one normalized
-// run or one raw tunnel:
+// The stall watchdog (R5, R6, R7). One Watchdog watches one provider call
+// (a normalized run, a raw tunnel or an embedding call):
 //
-//	Start ──► [progress resets] ──► timer fires ──► stall claimed ──► Stalled() closes
+//	Start ──► [progress resets] ──► timer fires ──► Claim.TakeStall ──► Stalled() closes
 //	                                                      │
 //	Finish: cancel call (ErrStalled) ─┬─ close grace (did the call return?) ─┐
 //	                                  ├─ exact-target probe (own deadline)  ─┼─► join ──► StallObservation
 //	                                  └─ fence: no output starts after it   ─┘
 //
-// The outcome of a run or tunnel is claimed once (Claim): the first claim
-// wins, with one exception for ties (S5, see Claim). The watchdog owns only
-// the stall timer; the hard deadline, queue timeout, heartbeat and client
-// idle timeout have their own owners.
+// It owns the stall timer, the output fence and the health evidence; the
+// call's one outcome is the Claim's (outcome.go), which the timer only
+// asks for. The hard deadline, queue timeout, heartbeat and client idle
+// timeout have their own owners.
 
 // ErrStalled is the cause the provider call is cancelled with when the
 // stall is claimed.
@@ -33,16 +33,6 @@ var ErrStalled = errors.New("response stalled")
 // ErrFenced is returned by Watchdog.Emit for output that arrives after the
 // stall fence: it is dropped and counted, never emitted.
 var ErrFenced = errors.New("output fenced after a response stall")
-
-// Causes that claim the outcome of a run or tunnel (Watchdog.Claim).
-const (
-	CauseStalled      = "response_stalled"
-	CauseCompleted    = "completed"
-	CauseFailed       = "failed"
-	CauseCancelled    = "cancelled"
-	CauseDeadline     = "deadline_exceeded"
-	CauseDisconnected = "disconnected"
-)
 
 // Health evidence values (R6): provider_health / liveness_classification.
 // They are quicwire's, which the Edge reads.
@@ -142,11 +132,6 @@ type WatchdogConfig struct {
 	// records (the provider target's health) is in place by the time the
 	// sequence shows the observation (see ProviderStatusUpdate).
 	Observed func(Evidence)
-	// Ctx is the run's or tunnel's context, for precedence (S5): if it is
-	// already done (for any cause but ErrStalled), or its deadline is not
-	// after the instant the stall timer fires, the stall is not claimed.
-	// Nil means no such check.
-	Ctx context.Context
 
 	// Identity carried in the observation.
 	NodeID     string
@@ -155,10 +140,11 @@ type WatchdogConfig struct {
 	Target     string
 }
 
-// Watchdog is the activity watchdog of one run or tunnel (R5). Its methods
-// are safe for concurrent use.
+// Watchdog is the activity watchdog of one provider call (R5). Its
+// methods are safe for concurrent use.
 type Watchdog struct {
 	cfg        WatchdogConfig
+	claim      *Claim // the call's; the timer takes the stall from it
 	cancelCall context.CancelCauseFunc
 	stalled    chan struct{}
 	returned   chan struct{}
@@ -173,19 +159,17 @@ type Watchdog struct {
 	started      bool
 	stopped      bool
 	lastProgress time.Time
-	winner       string
-	stallAt      time.Time
-	sinceLast    time.Duration
-	fenced       bool
-	final        bool
+	sinceLast    time.Duration // at the stall: the time without progress
+	fenced       bool          // the stall was taken: output is dropped
 	finishing    bool
 	dropped      uint64
 	returnedAt   time.Time
 }
 
-// NewWatchdog returns a watchdog that is not armed yet (see Start).
-// cancelCall cancels the provider call when the stall is finished.
-func NewWatchdog(cfg WatchdogConfig, cancelCall context.CancelCauseFunc) *Watchdog {
+// NewWatchdog returns a watchdog, not armed yet (see Start), whose timer
+// takes the stall from claim. cancelCall cancels the provider call when
+// the stall is finished.
+func NewWatchdog(cfg WatchdogConfig, claim *Claim, cancelCall context.CancelCauseFunc) *Watchdog {
 	if cfg.CloseGrace <= 0 {
 		cfg.CloseGrace = DefaultCloseGrace
 	}
@@ -195,7 +179,7 @@ func NewWatchdog(cfg WatchdogConfig, cancelCall context.CancelCauseFunc) *Watchd
 	if cancelCall == nil {
 		cancelCall = func(error) {}
 	}
-	return &Watchdog{cfg: cfg, cancelCall: cancelCall,
+	return &Watchdog{cfg: cfg, claim: claim, cancelCall: cancelCall,
 		stalled: make(chan struct{}), returned: make(chan struct{}), emitSem: make(chan struct{}, 1)}
 }
 
@@ -204,7 +188,7 @@ func NewWatchdog(cfg WatchdogConfig, cancelCall context.CancelCauseFunc) *Watchd
 func (w *Watchdog) Start() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.started || w.stopped || w.winner != "" {
+	if w.started || w.stopped || w.claim.Winner() != CauseNone {
 		return
 	}
 	w.started = true
@@ -216,7 +200,7 @@ func (w *Watchdog) Start() {
 // nothing once the outcome is claimed.
 func (w *Watchdog) Progress() {
 	w.mu.Lock()
-	if w.winner == "" {
+	if w.claim.Winner() == CauseNone {
 		w.lastProgress = time.Now()
 	}
 	w.mu.Unlock()
@@ -228,7 +212,7 @@ func (w *Watchdog) Progress() {
 func (w *Watchdog) fire() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.stopped || w.winner != "" {
+	if w.stopped || w.claim.Winner() != CauseNone {
 		return
 	}
 	now := time.Now()
@@ -236,31 +220,17 @@ func (w *Watchdog) fire() {
 		w.timer.Reset(w.cfg.StallTimeout - idle)
 		return
 	}
-	if w.preempted(now) {
-		return // the cause that ended the context claims the outcome
+	if !w.claim.TakeStall(now) {
+		return // the cause that ended the context has the outcome (S5)
 	}
-	w.winner, w.stallAt, w.sinceLast = CauseStalled, now, now.Sub(w.lastProgress)
+	w.sinceLast = now.Sub(w.lastProgress)
 	w.fenced = true
 	close(w.stalled)
 }
 
-// preempted reports whether the run's context already ended, or its hard
-// deadline is due, at the instant the stall timer fires (S5).
-func (w *Watchdog) preempted(now time.Time) bool {
-	ctx := w.cfg.Ctx
-	if ctx == nil {
-		return false
-	}
-	if ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrStalled) {
-		return true
-	}
-	dl, ok := ctx.Deadline()
-	return ok && !now.Before(dl)
-}
-
 // Stalled is closed when the stall is claimed. A deadline or disconnect
-// claimed at the same instant may still take the outcome over; Finish then
-// returns nil.
+// claimed at the same instant may still take the outcome over (see
+// Claim); Finish then returns nil.
 func (w *Watchdog) Stalled() <-chan struct{} { return w.stalled }
 
 // CallReturned tells the watchdog that the provider call returned; it
@@ -272,40 +242,6 @@ func (w *Watchdog) CallReturned() {
 		w.returnedAt = time.Now()
 		close(w.returned)
 	}
-}
-
-// Claim claims the outcome for cause (one of the Cause constants) and
-// reports whether this call won. The first claim wins, and it stops the
-// timer. Precedence rule (S5): a deadline or a disconnect wins a tie with
-// the stall timer. At the instant the timer fires it yields to a run
-// context that is already done or whose deadline is due (WatchdogConfig.Ctx);
-// and a CauseDeadline or CauseDisconnected claim made at the same instant
-// the stall was claimed (the same reading of the clock) takes the outcome
-// over, as long as Finish has not finalized the observation. Any claim at a
-// later instant loses to the stall.
-func (w *Watchdog) Claim(cause string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch {
-	case w.winner == "":
-		w.winner = cause
-		if w.timer != nil {
-			w.timer.Stop()
-		}
-		return true
-	case w.winner == CauseStalled && !w.final &&
-		(cause == CauseDeadline || cause == CauseDisconnected) && time.Now().Equal(w.stallAt):
-		w.winner = cause
-		return true
-	}
-	return false
-}
-
-// Winner is the cause that claimed the outcome, or "" while none has.
-func (w *Watchdog) Winner() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.winner
 }
 
 // Emit passes one output item through the fence: after the stall is
@@ -321,7 +257,7 @@ func (w *Watchdog) Emit(progress bool, send func() error) error {
 		w.mu.Unlock()
 		return ErrFenced
 	}
-	if progress && w.winner == "" {
+	if progress && w.claim.Winner() == CauseNone {
 		w.lastProgress = time.Now()
 	}
 	w.mu.Unlock()
@@ -352,7 +288,7 @@ func (w *Watchdog) Dropped() uint64 {
 // max(CloseGrace, ProbeTimeout). The result holds no payload text.
 func (w *Watchdog) Finish() *wirepb.StallObservation {
 	w.mu.Lock()
-	if w.winner != CauseStalled || w.finishing {
+	if !w.fenced || w.finishing || w.claim.Winner() != CauseStalled {
 		w.mu.Unlock()
 		return nil
 	}
@@ -371,10 +307,9 @@ func (w *Watchdog) Finish() *wirepb.StallObservation {
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.winner != CauseStalled {
+	if !w.claim.FinalizeStall() {
 		return nil
 	}
-	w.final = true
 	if w.cfg.Observed != nil {
 		w.cfg.Observed(ev)
 	}

@@ -39,7 +39,8 @@ func noSend() error { return nil }
 
 func TestWatchdogFiresAtExactlyTheTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := NewWatchdog(wdConfig(), nil)
+		c := NewClaim(context.Background())
+		w := NewWatchdog(wdConfig(), c, nil)
 		w.Start()
 		time.Sleep(wdTimeout - time.Nanosecond)
 		synctest.Wait()
@@ -51,15 +52,16 @@ func TestWatchdogFiresAtExactlyTheTimeout(t *testing.T) {
 		if !stalledNow(w) {
 			t.Fatal("not stalled at the timeout")
 		}
-		if w.Winner() != CauseStalled || !w.Fenced() {
-			t.Fatalf("winner %q fenced %v", w.Winner(), w.Fenced())
+		if c.Winner() != CauseStalled || !w.Fenced() {
+			t.Fatalf("winner %q fenced %v", c.Winner(), w.Fenced())
 		}
 	})
 }
 
 func TestWatchdogNotArmedBeforeStartAndStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := NewWatchdog(wdConfig(), nil)
+		c := NewClaim(context.Background())
+		w := NewWatchdog(wdConfig(), c, nil)
 		time.Sleep(3 * wdTimeout)
 		synctest.Wait()
 		if stalledNow(w) {
@@ -70,7 +72,7 @@ func TestWatchdogNotArmedBeforeStartAndStop(t *testing.T) {
 		w.Stop()
 		time.Sleep(3 * wdTimeout)
 		synctest.Wait()
-		if stalledNow(w) || w.Winner() != "" {
+		if stalledNow(w) || c.Winner() != CauseNone {
 			t.Fatal("stalled after Stop")
 		}
 	})
@@ -150,7 +152,7 @@ func TestWatchdogOnlyProgressResetsTheTimer(t *testing.T) {
 	for _, c := range items {
 		t.Run("progress/"+c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				w := NewWatchdog(wdConfig(), nil)
+				w := NewWatchdog(wdConfig(), NewClaim(context.Background()), nil)
 				w.Start()
 				time.Sleep(wdTimeout / 2)
 				if err := w.Emit(c.progress, noSend); err != nil {
@@ -172,7 +174,7 @@ func TestWatchdogOnlyProgressResetsTheTimer(t *testing.T) {
 	for _, c := range non {
 		t.Run("non-progress/"+c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				w := NewWatchdog(wdConfig(), nil)
+				w := NewWatchdog(wdConfig(), NewClaim(context.Background()), nil)
 				w.Start()
 				time.Sleep(wdTimeout / 2)
 				if err := w.Emit(c.progress, noSend); err != nil {
@@ -193,7 +195,7 @@ func TestWatchdogOnlyProgressResetsTheTimer(t *testing.T) {
 	}
 	t.Run("Progress", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			w := NewWatchdog(wdConfig(), nil)
+			w := NewWatchdog(wdConfig(), NewClaim(context.Background()), nil)
 			w.Start()
 			for range 5 {
 				time.Sleep(wdTimeout - time.Nanosecond)
@@ -232,7 +234,7 @@ func (c *fakeCall) cancel(cause error) {
 func stallAndFinish(t *testing.T, cfg WatchdogConfig, returnAfter time.Duration) (*wirepb.StallObservation, time.Duration, *Watchdog, *fakeCall) {
 	t.Helper()
 	call := &fakeCall{returnAfter: returnAfter}
-	w := NewWatchdog(cfg, call.cancel)
+	w := NewWatchdog(cfg, NewClaim(context.Background()), call.cancel)
 	call.w = w
 	w.Start()
 	<-w.Stalled()
@@ -274,7 +276,7 @@ func TestWatchdogCloseGrace(t *testing.T) {
 	}
 	t.Run("returned before the stall", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			w := NewWatchdog(wdConfig(), nil)
+			w := NewWatchdog(wdConfig(), NewClaim(context.Background()), nil)
 			w.Start()
 			time.Sleep(wdTimeout / 2)
 			w.CallReturned() // e.g. the adapter returned but the outcome is not claimed yet
@@ -394,7 +396,7 @@ func TestWatchdogProbeIsIndependentAndConcurrent(t *testing.T) {
 					return sdk.Health{Status: sdk.HealthAvailable}, nil
 				}
 				call := &fakeCall{returnAfter: c.returnAfter}
-				w := NewWatchdog(cfg, func(cause error) { cancelRun(cause); call.cancel(cause) })
+				w := NewWatchdog(cfg, NewClaim(context.Background()), func(cause error) { cancelRun(cause); call.cancel(cause) })
 				call.w = w
 				w.Start()
 				<-w.Stalled()
@@ -426,7 +428,8 @@ func TestWatchdogFenceAndSuccessfulProbe(t *testing.T) {
 		var sent atomic.Int32
 		send := func() error { sent.Add(1); return nil }
 		call := &fakeCall{returnAfter: -1}
-		w := NewWatchdog(cfg, call.cancel)
+		c := NewClaim(context.Background())
+		w := NewWatchdog(cfg, c, call.cancel)
 		call.w = w
 		w.Start()
 		time.Sleep(time.Second)
@@ -461,7 +464,7 @@ func TestWatchdogFenceAndSuccessfulProbe(t *testing.T) {
 		if again := w.Finish(); again != nil {
 			t.Fatal("a second Finish produced a second observation")
 		}
-		if w.Claim(CauseCompleted) || w.Winner() != CauseStalled {
+		if c.Take(CauseCompleted) || c.Winner() != CauseStalled {
 			t.Fatal("a late completion took the outcome")
 		}
 	})
@@ -471,7 +474,7 @@ func TestWatchdogFenceAndSuccessfulProbe(t *testing.T) {
 // none starts after it.
 func TestWatchdogFenceWaitsForInFlightSend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := NewWatchdog(wdConfig(), nil)
+		w := NewWatchdog(wdConfig(), NewClaim(context.Background()), nil)
 		w.Start()
 		release := make(chan struct{})
 		var done atomic.Bool
@@ -498,7 +501,7 @@ func TestWatchdogMetadataHoldsNoPayload(t *testing.T) {
 		cfg.Probe = func(context.Context) (sdk.Health, error) {
 			return sdk.Health{Status: sdk.HealthUnavailable, Detail: secret}, nil
 		}
-		w := NewWatchdog(cfg, nil)
+		w := NewWatchdog(cfg, NewClaim(context.Background()), nil)
 		w.Start()
 		_ = w.Emit(true, noSend) // an event carrying secret text
 		<-w.Stalled()
@@ -524,7 +527,7 @@ func TestWatchdogObservationSeq(t *testing.T) {
 		for range 3 { // runs and tunnels on one session share the source
 			cfg := wdConfig()
 			cfg.NextSeq = next
-			w := NewWatchdog(cfg, nil)
+			w := NewWatchdog(cfg, NewClaim(context.Background()), nil)
 			w.Start()
 			<-w.Stalled()
 			got = append(got, w.Finish().GetHealthObservationSeq())
@@ -535,7 +538,7 @@ func TestWatchdogObservationSeq(t *testing.T) {
 		}
 
 		// Unbound path: the key is omitted.
-		w := NewWatchdog(wdConfig(), nil)
+		w := NewWatchdog(wdConfig(), NewClaim(context.Background()), nil)
 		w.Start()
 		<-w.Stalled()
 		if s := w.Finish().GetHealthObservationSeq(); s != 0 {
@@ -545,11 +548,12 @@ func TestWatchdogObservationSeq(t *testing.T) {
 		// An observation that is not finalized draws nothing.
 		cfg := wdConfig()
 		cfg.NextSeq = next
-		w = NewWatchdog(cfg, nil)
+		c := NewClaim(context.Background())
+		w = NewWatchdog(cfg, c, nil)
 		w.Start()
 		time.Sleep(wdTimeout)
 		<-w.Stalled()
-		if !w.Claim(CauseDisconnected) {
+		if !c.Take(CauseDisconnected) {
 			t.Fatal("a disconnect at the stall instant did not win")
 		}
 		if w.Finish() != nil || n.Load() != 3 {
@@ -566,16 +570,15 @@ func TestWatchdogOneOutcome(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			for range rounds {
 				ctx, cancel := context.WithTimeout(t.Context(), wdTimeout)
-				cfg := wdConfig()
-				cfg.Ctx = ctx
-				w := NewWatchdog(cfg, nil)
+				c := NewClaim(ctx)
+				w := NewWatchdog(wdConfig(), c, nil)
 				w.Start()
 				time.Sleep(wdTimeout)
 				synctest.Wait()
-				if stalledNow(w) || w.Winner() != "" {
-					t.Fatalf("stall claimed at the deadline instant: %q", w.Winner())
+				if stalledNow(w) || c.Winner() != CauseNone {
+					t.Fatalf("stall claimed at the deadline instant: %q", c.Winner())
 				}
-				if !w.Claim(CauseDeadline) || w.Claim(CauseCompleted) {
+				if !c.Take(CauseDeadline) || c.Take(CauseCompleted) {
 					t.Fatal("the deadline did not take the outcome")
 				}
 				cancel()
@@ -585,9 +588,8 @@ func TestWatchdogOneOutcome(t *testing.T) {
 	t.Run("run context already done", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx, cancel := context.WithCancelCause(t.Context())
-			cfg := wdConfig()
-			cfg.Ctx = ctx
-			w := NewWatchdog(cfg, nil)
+			c := NewClaim(ctx)
+			w := NewWatchdog(wdConfig(), c, nil)
 			w.Start()
 			time.AfterFunc(wdTimeout, func() { cancel(errDisconnected) })
 			time.Sleep(2 * wdTimeout)
@@ -596,29 +598,30 @@ func TestWatchdogOneOutcome(t *testing.T) {
 			// claimed first; in that case a disconnect claim at the same
 			// instant would take it over. Here nobody claims, so check
 			// that at most the stall did.
-			if w := w.Winner(); w != "" && w != CauseStalled {
+			if w := c.Winner(); w != CauseNone && w != CauseStalled {
 				t.Fatalf("winner %q", w)
 			}
 		})
 	})
-	for _, cause := range []string{CauseDeadline, CauseDisconnected} {
-		t.Run(cause+" claimed at the stall instant", func(t *testing.T) {
+	for _, cause := range []Cause{CauseDeadline, CauseDisconnected} {
+		t.Run(cause.String()+" claimed at the stall instant", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				for range rounds {
 					cfg := wdConfig()
 					var n atomic.Uint64
 					cfg.NextSeq = func() uint64 { return n.Add(1) }
-					w := NewWatchdog(cfg, nil)
+					c := NewClaim(context.Background())
+					w := NewWatchdog(cfg, c, nil)
 					w.Start()
 					var won atomic.Bool
-					time.AfterFunc(wdTimeout, func() { won.Store(w.Claim(cause)) })
+					time.AfterFunc(wdTimeout, func() { won.Store(c.Take(cause)) })
 					time.Sleep(wdTimeout)
 					synctest.Wait()
-					if !won.Load() || w.Winner() != cause {
-						t.Fatalf("%s lost the tie: winner %q", cause, w.Winner())
+					if !won.Load() || c.Winner() != cause {
+						t.Fatalf("%s lost the tie: winner %q", cause, c.Winner())
 					}
 					if stalledNow(w) && w.Finish() != nil {
-						t.Fatal("both a stall terminal and " + cause)
+						t.Fatalf("both a stall terminal and %s", cause)
 					}
 					if n.Load() != 0 {
 						t.Fatal("a seq was drawn")
@@ -629,11 +632,12 @@ func TestWatchdogOneOutcome(t *testing.T) {
 	}
 	t.Run("deadline after the stall instant loses", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			w := NewWatchdog(wdConfig(), nil)
+			c := NewClaim(context.Background())
+			w := NewWatchdog(wdConfig(), c, nil)
 			w.Start()
 			<-w.Stalled()
 			time.Sleep(time.Nanosecond)
-			if w.Claim(CauseDeadline) || w.Claim(CauseDisconnected) {
+			if c.Take(CauseDeadline) || c.Take(CauseDisconnected) {
 				t.Fatal("a later deadline took the outcome from the stall")
 			}
 			if w.Finish() == nil {
@@ -641,14 +645,15 @@ func TestWatchdogOneOutcome(t *testing.T) {
 			}
 		})
 	})
-	for _, cause := range []string{CauseCompleted, CauseCancelled, CauseFailed} {
-		t.Run(cause+" racing the stall", func(t *testing.T) {
+	for _, cause := range []Cause{CauseCompleted, CauseCancelled, CauseFailed} {
+		t.Run(cause.String()+" racing the stall", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				for range rounds {
-					w := NewWatchdog(wdConfig(), nil)
+					c := NewClaim(context.Background())
+					w := NewWatchdog(wdConfig(), c, nil)
 					w.Start()
 					var won atomic.Bool
-					time.AfterFunc(wdTimeout, func() { won.Store(w.Claim(cause)) })
+					time.AfterFunc(wdTimeout, func() { won.Store(c.Take(cause)) })
 					time.Sleep(2 * wdTimeout)
 					synctest.Wait()
 					stalled := stalledNow(w)
@@ -661,12 +666,13 @@ func TestWatchdogOneOutcome(t *testing.T) {
 				}
 			})
 		})
-		t.Run(cause+" before the stall", func(t *testing.T) {
+		t.Run(cause.String()+" before the stall", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				w := NewWatchdog(wdConfig(), nil)
+				c := NewClaim(context.Background())
+				w := NewWatchdog(wdConfig(), c, nil)
 				w.Start()
 				time.Sleep(wdTimeout - time.Nanosecond)
-				if !w.Claim(cause) {
+				if !c.Take(cause) {
 					t.Fatal("claim lost")
 				}
 				time.Sleep(10 * wdTimeout)
@@ -680,14 +686,15 @@ func TestWatchdogOneOutcome(t *testing.T) {
 	t.Run("many claims at once", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			for range rounds {
-				w := NewWatchdog(wdConfig(), nil)
+				c := NewClaim(context.Background())
+				w := NewWatchdog(wdConfig(), c, nil)
 				w.Start()
 				var wins atomic.Int32
 				var wg sync.WaitGroup
-				for _, c := range []string{CauseCompleted, CauseCancelled, CauseFailed, CauseCompleted} {
+				for _, cause := range []Cause{CauseCompleted, CauseCancelled, CauseFailed, CauseCompleted} {
 					wg.Go(func() {
 						time.Sleep(wdTimeout)
-						if w.Claim(c) {
+						if c.Take(cause) {
 							wins.Add(1)
 						}
 					})
