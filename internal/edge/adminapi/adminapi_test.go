@@ -1,6 +1,7 @@
 package adminapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
+
 	"github.com/iop-dev/iop/internal/edge/adminapi"
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
@@ -16,6 +19,19 @@ import (
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
+
+// rttLink is a Node connection whose last heartbeat round trip took rtt
+// and ended at at. It opens no streams and closes nothing.
+type rttLink struct {
+	rtt time.Duration
+	at  time.Time
+}
+
+func (l rttLink) RTT() (time.Duration, time.Time) { return l.rtt, l.at }
+func (rttLink) Close(quicwire.CloseCode, string)  {}
+func (rttLink) OpenStream(context.Context) (*quic.Stream, error) {
+	return nil, errors.New("rttLink opens no streams")
+}
 
 func get(t *testing.T, h http.Handler, path string) (*httptest.ResponseRecorder, map[string]any) {
 	t.Helper()
@@ -35,7 +51,7 @@ func TestNodesListsStateGenerationRTTAndProviders(t *testing.T) {
 		NodeID: "n1", Identity: "loopback", Version: "1.2.3",
 		Providers: []*wirepb.Provider{{Name: "ollama", Adapter: "ollama", Capacity: 2, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
 			Targets: []*wirepb.Target{{Name: "llama3.2"}, {Name: "qwen3"}}}},
-		RTT: func() (time.Duration, time.Time) { return 1500 * time.Microsecond, now },
+		Link: rttLink{1500 * time.Microsecond, now},
 	})
 	if err := reg.MarkReady(c, c.Generation(), nil); err != nil {
 		t.Fatal(err)

@@ -1,15 +1,33 @@
 package metrics_test
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
+
 	"github.com/iop-dev/iop/internal/edge/metrics"
 	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/quicwire"
 )
+
+// rttLink is a Node connection whose last heartbeat round trip took rtt
+// and ended at at. It opens no streams and closes nothing.
+type rttLink struct {
+	rtt time.Duration
+	at  time.Time
+}
+
+func (l rttLink) RTT() (time.Duration, time.Time) { return l.rtt, l.at }
+func (rttLink) Close(quicwire.CloseCode, string)  {}
+func (rttLink) OpenStream(context.Context) (*quic.Stream, error) {
+	return nil, errors.New("rttLink opens no streams")
+}
 
 func scrape(t *testing.T, m *metrics.Metrics) string {
 	t.Helper()
@@ -23,7 +41,7 @@ func scrape(t *testing.T, m *metrics.Metrics) string {
 // sources at scrape time; counters show what was counted.
 func TestScrapeShowsNodesQueuesAndCounters(t *testing.T) {
 	reg := nodes.New(nil, 0)
-	c := reg.Register(nodes.ConnInfo{NodeID: "n1", RTT: func() (time.Duration, time.Time) { return 2 * time.Millisecond, time.Now() }})
+	c := reg.Register(nodes.ConnInfo{NodeID: "n1", Link: rttLink{2 * time.Millisecond, time.Now()}})
 	reg.MarkReady(c, c.Generation(), nil)
 	reg.Register(nodes.ConnInfo{NodeID: "n2"})
 	m := metrics.New(reg, func() map[string]int { return map[string]int{"llama3.2": 3} })

@@ -61,7 +61,28 @@ func (e *NotDispatchableError) Error() string {
 // Is makes errors.Is(err, ErrNotDispatchable) hold.
 func (e *NotDispatchableError) Is(target error) bool { return target == ErrNotDispatchable }
 
-// ConnInfo describes a connection that has just registered.
+// Link is the live connection behind a generation: what the registry and
+// its readers ask of it. The Edge's node server implements it with its
+// per-connection type; tests use fakes.
+//
+// Register publishes the Link: from that moment any goroutine may call it
+// (a /metrics scrape, an admin read, a dispatch, a newer generation
+// fencing this one), so everything its methods read must exist before
+// Register is called.
+type Link interface {
+	// OpenStream opens a dispatched stream on the connection, waiting for
+	// a free stream slot until ctx is done.
+	OpenStream(ctx context.Context) (*quic.Stream, error)
+	// Close ends the connection with code. The registry calls it when it
+	// fences the generation, without holding its lock.
+	Close(code quicwire.CloseCode, detail string)
+	// RTT is the round trip of the last answered heartbeat and when the
+	// answer came; the zero time before the first.
+	RTT() (time.Duration, time.Time)
+}
+
+// ConnInfo describes a connection that has just registered: what its Node
+// said of itself, and the Link that reaches it.
 type ConnInfo struct {
 	NodeID     string
 	Version    string
@@ -72,18 +93,14 @@ type ConnInfo struct {
 	LeaseKey  []byte
 	Labels    map[string]string
 	Providers []*wirepb.Provider
-	// Close ends the QUIC connection with a code; the registry calls it
-	// when it fences the generation.
-	Close func(code quicwire.CloseCode, detail string)
-	// RTT reports the last heartbeat round trip and when it was measured.
-	RTT func() (time.Duration, time.Time)
 	// MaxStreams is how many dispatched streams the Node accepts open at
 	// once (RegisterRequest.max_dispatched_streams); 0 for an older Node,
 	// which accepts quicwire.LegacyDispatchedStreams.
 	MaxStreams int
-	// OpenStream opens a dispatched stream on the connection, waiting for
-	// a free stream slot.
-	OpenStream func(ctx context.Context) (*quic.Stream, error)
+	// Link is the connection itself. Nil only in tests of the registry's
+	// bookkeeping, which never dispatch: such a generation reports no
+	// round trip and has nothing to close.
+	Link Link
 }
 
 // Conn is one generation of one Node: one accepted, registered connection.
@@ -184,7 +201,9 @@ func (c *Conn) Slots() int {
 }
 
 // OpenStream opens a dispatched stream on this generation's connection.
-func (c *Conn) OpenStream(ctx context.Context) (*quic.Stream, error) { return c.info.OpenStream(ctx) }
+func (c *Conn) OpenStream(ctx context.Context) (*quic.Stream, error) {
+	return c.info.Link.OpenStream(ctx)
+}
 
 // StreamOpened counts a dispatched stream against the generation until the
 // matching StreamDone. The Edge finishes a drain when the count is zero.
@@ -357,8 +376,8 @@ func (r *Registry) fenceLocked(c *Conn, code quicwire.CloseCode, detail string) 
 	c.fencedAt = r.now()
 	close(c.fenced)
 	return func() {
-		if c.info.Close != nil {
-			c.info.Close(code, detail)
+		if c.info.Link != nil {
+			c.info.Link.Close(code, detail)
 		}
 	}
 }

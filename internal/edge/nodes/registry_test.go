@@ -1,29 +1,39 @@
 package nodes_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
+
 	"github.com/iop-dev/iop/internal/edge/nodes"
 	"github.com/iop-dev/iop/quicwire"
 )
 
+// closer is a Link that records how it was closed.
 type closer struct {
 	mu    sync.Mutex
 	codes []quicwire.CloseCode
 }
 
-func (c *closer) close(code quicwire.CloseCode, _ string) {
+func (c *closer) Close(code quicwire.CloseCode, _ string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.codes = append(c.codes, code)
 }
 
+func (c *closer) RTT() (time.Duration, time.Time) { return 0, time.Time{} }
+
+func (c *closer) OpenStream(context.Context) (*quic.Stream, error) {
+	return nil, errors.New("closer opens no streams")
+}
+
 func register(r *nodes.Registry, id string) (*nodes.Conn, *closer) {
 	cl := new(closer)
-	return r.Register(nodes.ConnInfo{NodeID: id, Close: cl.close}), cl
+	return r.Register(nodes.ConnInfo{NodeID: id, Link: cl}), cl
 }
 
 // R1: only the current generation, after the ready handshake, is

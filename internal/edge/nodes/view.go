@@ -96,10 +96,10 @@ func (r *Registry) Snapshot() []NodeView {
 	r.mu.Unlock()
 	// RTT reads the heartbeat's own lock: outside the registry lock.
 	for i, c := range conns {
-		if c.info.RTT == nil {
+		if c.info.Link == nil {
 			continue
 		}
-		if rtt, at := c.info.RTT(); !at.IsZero() {
+		if rtt, at := c.info.Link.RTT(); !at.IsZero() {
 			ms := float64(rtt) / float64(time.Millisecond)
 			views[i].LastHeartbeatRTTMillis = &ms
 			views[i].LastHeartbeatAt = &at

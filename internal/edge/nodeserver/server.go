@@ -9,7 +9,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -78,14 +77,20 @@ type CredentialState interface {
 // Server accepts Node connections. Create it with NewServer, run Serve, and
 // stop it with Shutdown.
 type Server struct {
+	// Set by NewServer, never changed.
 	opts Options
 	reg  *nodes.Registry
 	log  *slog.Logger
 
-	mu     sync.Mutex
-	conns  map[*quic.Conn]struct{}
+	mu sync.Mutex
+	// conns holds every accepted connection until its handler returned,
+	// so Shutdown can close it, registered or not. Guarded by mu.
+	conns map[*quic.Conn]struct{}
+	// closed: Shutdown began; a connection accepted now is closed at once.
+	// Guarded by mu.
 	closed bool
-	wg     sync.WaitGroup
+	// wg counts the handlers (one per connection); Shutdown waits for it.
+	wg sync.WaitGroup
 }
 
 // NewServer returns a server that records Nodes in reg.
@@ -120,12 +125,10 @@ func (s *Server) Serve(ctx context.Context, ln *quic.Listener) error {
 			quicwire.CloseShutdown.Close(qc, "edge shutting down")
 			continue
 		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
+		s.wg.Go(func() {
 			defer s.untrack(qc)
 			s.handle(ctx, qc)
-		}()
+		})
 	}
 }
 
@@ -172,10 +175,11 @@ type refusal struct {
 
 func (r *refusal) Error() string { return r.code.String() + ": " + r.reason }
 
-// handle runs one connection: registration, then the control loop. When it
-// returns, the connection's generation is fenced and the connection closed.
+// handle runs one connection: the Node's identity and registration are
+// checked here, at the door; a registered connection is then a nodeConn,
+// served until its generation is fenced. When handle returns the
+// connection is closed and every goroutine it started has returned.
 func (s *Server) handle(ctx context.Context, qc *quic.Conn) {
-	log := s.log.With("remote", qc.RemoteAddr().String())
 	identity, err := s.peerIdentity(qc)
 	if err != nil {
 		s.refuse("node_identity", "refused node connection", "remote", qc.RemoteAddr().String(), "err", err)
@@ -209,96 +213,7 @@ func (s *Server) handle(ctx context.Context, qc *quic.Conn) {
 		return
 	}
 
-	// The heartbeat exists before the registry publishes the connection: a
-	// /metrics scrape or an admin read may call RTT the moment Register
-	// returns. Its timeout reads conn, which is set before Run starts it.
-	var conn *nodes.Conn
-	hb := quicwire.NewHeartbeat(s.opts.Liveness, cs.Send, func() {
-		s.reg.Fence(conn, quicwire.CloseHeartbeatTimeout,
-			fmt.Sprintf("no heartbeat answer within %v", s.opts.Liveness.ResponseWait))
-	})
-	conn = s.reg.Register(nodes.ConnInfo{
-		NodeID:     req.GetNodeId(),
-		Version:    req.GetNodeVersion(),
-		RemoteAddr: qc.RemoteAddr().String(),
-		Identity:   identity,
-		LeaseKey:   req.GetLeasePublicKey(),
-		Labels:     req.GetLabels(),
-		Providers:  req.GetProviders(),
-		MaxStreams: int(req.GetMaxDispatchedStreams()),
-		Close:      func(code quicwire.CloseCode, detail string) { code.Close(qc, detail) },
-		RTT:        hb.LastRTT,
-		OpenStream: qc.OpenStreamSync,
-	})
-	log = log.With("node", conn.NodeID(), "generation", conn.Generation())
-	if err := cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterResponse{RegisterResponse: &wirepb.RegisterResponse{
-		Accepted:        true,
-		Generation:      conn.Generation(),
-		EdgeId:          s.opts.EdgeID,
-		ProtocolVersion: quicwire.ProtocolVersion,
-		LeaseSigningKey: s.opts.LeaseSigningKey,
-	}}}); err != nil {
-		s.fenceFor(conn, err)
-		return
-	}
-	log.Info("node registered", "identity", identity, "version", req.GetNodeVersion())
-
-	// Everything started here lives as long as the connection and is
-	// joined before handle returns.
-	hctx, stop := context.WithCancel(qc.Context())
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer stop()
-	wg.Go(func() { hb.Run(hctx) })
-	wg.Go(func() { s.watchNode(hctx, qc, conn, hb, log) })
-	if s.opts.Credentials != nil {
-		wg.Go(func() { s.sendNotices(hctx, conn, cs) })
-	}
-	err = s.controlLoop(conn, cs, hb)
-	s.fenceFor(conn, err)
-	code, detail, _ := conn.FenceReason()
-	log.Info("node connection fenced", "reason", code.String(), "detail", detail)
-}
-
-// watchNode suspects the Node when nothing at all has come from it for
-// Liveness.SuspectAfter (P4): it gets no new work, and a heartbeat goes out
-// at once, whose response wait then decides the fence (R8, R9). When the
-// Node is heard from again it is dispatchable again at once.
-func (s *Server) watchNode(ctx context.Context, qc *quic.Conn, conn *nodes.Conn, hb *quicwire.Heartbeat, log *slog.Logger) {
-	w := quicwire.SilenceWatch{
-		After:   s.opts.Liveness.SuspectAfter(),
-		Packets: func() uint64 { return qc.ConnectionStats().PacketsReceived },
-		OnSuspect: func(silent time.Duration) {
-			s.reg.MarkSuspect(conn, silent)
-			log.Warn("node suspect", "silent_for", silent.Round(time.Millisecond))
-			hb.Probe()
-		},
-		OnHeard: func() {
-			s.reg.ClearSuspect(conn)
-			log.Info("node heard from again")
-		},
-	}
-	w.Run(ctx)
-}
-
-// sendNotices tells the Node the credential state now, and again at every
-// change, until ctx ends. It goes out right after registration, before the
-// ready handshake, so the Node knows every revocation before its first
-// lease.
-func (s *Server) sendNotices(ctx context.Context, conn *nodes.Conn, cs *quicwire.ControlStream) {
-	for {
-		changed := s.opts.Credentials.Changed()
-		n := s.opts.Credentials.Notice()
-		if err := cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_CredentialNotice{CredentialNotice: n}}); err != nil {
-			return
-		}
-		s.log.Debug("credential notice sent", "node", conn.NodeID(), "generation", conn.Generation())
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-		}
-	}
+	newNodeConn(s, qc, cs, req, identity).run()
 }
 
 // peerIdentity returns the verified workload identity of the peer, or
@@ -349,74 +264,4 @@ func (s *Server) checkRegister(req *wirepb.RegisterRequest, identity string) err
 		}
 	}
 	return nil
-}
-
-// controlLoop serves the control stream of a registered connection until it
-// ends, and returns why.
-func (s *Server) controlLoop(conn *nodes.Conn, cs *quicwire.ControlStream, hb *quicwire.Heartbeat) error {
-	for {
-		f, err := cs.Recv()
-		if err != nil {
-			return err
-		}
-		switch m := f.GetMsg().(type) {
-		case *wirepb.ControlFrame_Heartbeat:
-			if err := cs.Send(quicwire.AckFor(m.Heartbeat)); err != nil {
-				return err
-			}
-		case *wirepb.ControlFrame_HeartbeatAck:
-			hb.Acked(m.HeartbeatAck.GetSeq())
-		case *wirepb.ControlFrame_ReadyRequest:
-			if err := s.reg.MarkReady(conn, m.ReadyRequest.GetGeneration(), m.ReadyRequest.GetProviders()); err != nil {
-				return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %v", quicwire.ErrUnexpectedFrame, err)}
-			}
-			if err := cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_ReadyResponse{
-				ReadyResponse: &wirepb.NodeReadyResponse{Generation: conn.Generation()},
-			}}); err != nil {
-				return err
-			}
-			s.log.Info("node ready", "node", conn.NodeID(), "generation", conn.Generation())
-		case *wirepb.ControlFrame_ProviderStatus:
-			s.reg.UpdateProviders(conn, m.ProviderStatus.GetProviders(), m.ProviderStatus.GetHealthObservationSeq())
-		case *wirepb.ControlFrame_Drain:
-			s.reg.MarkDraining(conn)
-			s.log.Info("node draining", "node", conn.NodeID(), "generation", conn.Generation(), "reason", m.Drain.GetReason())
-			go s.closeWhenDrained(conn)
-		default:
-			return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T from a node", quicwire.ErrUnexpectedFrame, m)}
-		}
-	}
-}
-
-// fenceFor fences conn for the error that ended its control loop.
-func (s *Server) fenceFor(conn *nodes.Conn, err error) {
-	var pe *quicwire.ProtocolError
-	switch {
-	case errors.As(err, &pe):
-		s.reg.Fence(conn, quicwire.CloseProtocolError, pe.Error())
-	case errors.Is(err, io.EOF):
-		s.reg.Fence(conn, quicwire.CloseProtocolError, "node closed the control stream")
-	default:
-		if cc, ok := quicwire.CloseReason(err); ok {
-			detail := cc.Detail
-			if cc.Transport != nil {
-				detail = cc.Transport.Error()
-			}
-			s.reg.Fence(conn, cc.Code, detail)
-			return
-		}
-		s.reg.Fence(conn, quicwire.CloseInternal, err.Error())
-	}
-}
-
-// closeWhenDrained closes a draining generation with shutdown once every
-// stream dispatched on it is finished. The Edge closes, not the Node,
-// because the Edge is the side that has read every last frame: a close by
-// the Node could discard results still in flight.
-func (s *Server) closeWhenDrained(conn *nodes.Conn) {
-	select {
-	case <-conn.StreamsIdle():
-		s.reg.Fence(conn, quicwire.CloseShutdown, "drained")
-	case <-conn.Fenced():
-	}
 }

@@ -228,10 +228,12 @@ func TestARestartedEdgeWithItsResetKeyGetsNodesBackInSeconds(t *testing.T) {
 	}
 }
 
-// Issue 10: an admin read (the registry snapshot, which reads each
-// connection's heartbeat round trip) while Nodes register is not a data
-// race: the heartbeat exists before the registry publishes the connection.
-// Run with -race.
+// Issues 10 and 13: an admin read or a /metrics scrape (the registry
+// snapshot, which asks each connection's nodes.Link for its heartbeat
+// round trip) while Nodes register is not a data race: the heartbeat
+// exists before the registry publishes the connection. Run with -race. On
+// the old order (heartbeat made after Register) every run fails, with a
+// DATA RACE report or the nil heartbeat's panic.
 func TestReadingTheRegistryWhileNodesRegisterIsNotARace(t *testing.T) {
 	h := newUDPHarness(t)
 	e := h.startEdge(0)

@@ -1,0 +1,254 @@
+package nodeserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// nodeConn is one registered Node connection: one generation, from the
+// registration the Server accepted until the generation is fenced and
+// every goroutine of the connection has returned. It owns the QUIC
+// connection, its control stream, the heartbeat, the silence watch, the
+// credential notice sender, the drain closer, and the registry entry (the
+// generation) it published. On the Edge the registry entry is the
+// connection's session: it holds the generation and the state bound to it.
+//
+// Lifetime: Server.handle makes it with newNodeConn once the registration
+// checked out and calls run, which returns only when the generation is
+// fenced, the connection closed, and every goroutine joined; only then
+// does the Server forget the connection (untrack).
+//
+// Concurrency: every field is set by newNodeConn and never changes after,
+// so nodeConn has no mutex of its own; what changes is guarded where it
+// lives (the heartbeat's lock, the registry's lock, the control stream's
+// writer lock). The registry may call the Link methods (RTT, Close,
+// OpenStream) from any goroutine from the moment Register publishes the
+// connection, which is before newNodeConn returns: they read only qc and
+// hb, which are set before Register.
+type nodeConn struct {
+	srv *Server // the Edge's options, registry and logger; not owned
+	// qc is the QUIC connection. Closing it (Close, or a fence, which
+	// calls Close) ends the control loop and with it everything else.
+	qc *quic.Conn
+	// cs is the control stream. Only the control loop reads it; the loop,
+	// the heartbeat and the notice sender write to it (Send serializes).
+	cs *quicwire.ControlStream
+	// hb is the Edge's heartbeat on the control stream. It exists before
+	// Register publishes the connection, because RTT reads it.
+	hb *quicwire.Heartbeat
+	// gen is the registry entry: this connection's generation. Set once
+	// Register returns; the Link methods never read it.
+	gen *nodes.Conn
+	log *slog.Logger
+}
+
+// The registry reaches a Node's connection through its Link.
+var _ nodes.Link = (*nodeConn)(nil)
+
+// newNodeConn makes the heartbeat, then publishes the connection to the
+// registry as a new generation of req's Node. Nothing runs yet.
+func newNodeConn(s *Server, qc *quic.Conn, cs *quicwire.ControlStream, req *wirepb.RegisterRequest, identity string) *nodeConn {
+	c := &nodeConn{srv: s, qc: qc, cs: cs}
+	// The timeout reads c.gen: it can fire only once run has started the
+	// heartbeat, after gen is set.
+	c.hb = quicwire.NewHeartbeat(s.opts.Liveness, cs.Send, func() {
+		s.reg.Fence(c.gen, quicwire.CloseHeartbeatTimeout,
+			fmt.Sprintf("no heartbeat answer within %v", s.opts.Liveness.ResponseWait))
+	})
+	c.gen = s.reg.Register(nodes.ConnInfo{
+		NodeID:     req.GetNodeId(),
+		Version:    req.GetNodeVersion(),
+		RemoteAddr: qc.RemoteAddr().String(),
+		Identity:   identity,
+		LeaseKey:   req.GetLeasePublicKey(),
+		Labels:     req.GetLabels(),
+		Providers:  req.GetProviders(),
+		MaxStreams: int(req.GetMaxDispatchedStreams()),
+		Link:       c,
+	})
+	c.log = s.log.With("remote", qc.RemoteAddr().String(), "node", c.gen.NodeID(), "generation", c.gen.Generation())
+	c.log.Info("node registered", "identity", identity, "version", req.GetNodeVersion())
+	return c
+}
+
+// RTT is the round trip of the last answered heartbeat (nodes.Link).
+func (c *nodeConn) RTT() (time.Duration, time.Time) { return c.hb.LastRTT() }
+
+// Close closes the QUIC connection with code (nodes.Link): the registry
+// calls it when it fences the generation.
+func (c *nodeConn) Close(code quicwire.CloseCode, detail string) { code.Close(c.qc, detail) }
+
+// OpenStream opens a dispatched stream, waiting for a free stream slot
+// until ctx is done (nodes.Link).
+func (c *nodeConn) OpenStream(ctx context.Context) (*quic.Stream, error) {
+	return c.qc.OpenStreamSync(ctx)
+}
+
+// run answers the registration and serves the connection until it ends.
+// The control loop, the heartbeat, the silence watch, the credential
+// notices and the drain closer run in one errgroup; the control loop
+// fences the generation when it ends (which closes the connection and so
+// ends the others), and run returns once all of them have.
+func (c *nodeConn) run() {
+	defer func() {
+		code, detail, _ := c.gen.FenceReason()
+		c.log.Info("node connection fenced", "reason", code.String(), "detail", detail)
+	}()
+	if err := c.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterResponse{RegisterResponse: &wirepb.RegisterResponse{
+		Accepted:        true,
+		Generation:      c.gen.Generation(),
+		EdgeId:          c.srv.opts.EdgeID,
+		ProtocolVersion: quicwire.ProtocolVersion,
+		LeaseSigningKey: c.srv.opts.LeaseSigningKey,
+	}}}); err != nil {
+		c.fenceFor(err)
+		return
+	}
+
+	// ctx ends when the connection closes (the fence closes it) or the
+	// control loop returns, whichever comes first.
+	g, ctx := errgroup.WithContext(c.qc.Context())
+	g.Go(func() error { c.hb.Run(ctx); return nil })
+	g.Go(func() error { c.watch(ctx); return nil })
+	if c.srv.opts.Credentials != nil {
+		g.Go(func() error { c.sendNotices(ctx); return nil })
+	}
+	g.Go(func() error {
+		err := c.controlLoop(g)
+		c.fenceFor(err)
+		return err
+	})
+	_ = g.Wait() // the control loop's error, already the fence's reason
+}
+
+// controlLoop serves the control stream until it ends, and returns why.
+// It runs in g, and starts the drain closer there.
+func (c *nodeConn) controlLoop(g *errgroup.Group) error {
+	reg := c.srv.reg
+	drainClosing := false
+	for {
+		f, err := c.cs.Recv()
+		if err != nil {
+			return err
+		}
+		switch m := f.GetMsg().(type) {
+		case *wirepb.ControlFrame_Heartbeat:
+			if err := c.cs.Send(quicwire.AckFor(m.Heartbeat)); err != nil {
+				return err
+			}
+		case *wirepb.ControlFrame_HeartbeatAck:
+			c.hb.Acked(m.HeartbeatAck.GetSeq())
+		case *wirepb.ControlFrame_ReadyRequest:
+			if err := reg.MarkReady(c.gen, m.ReadyRequest.GetGeneration(), m.ReadyRequest.GetProviders()); err != nil {
+				return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %v", quicwire.ErrUnexpectedFrame, err)}
+			}
+			if err := c.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_ReadyResponse{
+				ReadyResponse: &wirepb.NodeReadyResponse{Generation: c.gen.Generation()},
+			}}); err != nil {
+				return err
+			}
+			c.log.Info("node ready")
+		case *wirepb.ControlFrame_ProviderStatus:
+			reg.UpdateProviders(c.gen, m.ProviderStatus.GetProviders(), m.ProviderStatus.GetHealthObservationSeq())
+		case *wirepb.ControlFrame_Drain:
+			reg.MarkDraining(c.gen)
+			c.log.Info("node draining", "reason", m.Drain.GetReason())
+			if !drainClosing {
+				drainClosing = true
+				g.Go(func() error { c.closeWhenDrained(); return nil })
+			}
+		default:
+			return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T from a node", quicwire.ErrUnexpectedFrame, m)}
+		}
+	}
+}
+
+// watch suspects the Node when nothing at all has come from it for
+// Liveness.SuspectAfter (P4): it gets no new work, and a heartbeat goes out
+// at once, whose response wait then decides the fence (R8, R9). When the
+// Node is heard from again it is dispatchable again at once.
+func (c *nodeConn) watch(ctx context.Context) {
+	w := quicwire.SilenceWatch{
+		After:   c.srv.opts.Liveness.SuspectAfter(),
+		Packets: func() uint64 { return c.qc.ConnectionStats().PacketsReceived },
+		OnSuspect: func(silent time.Duration) {
+			c.srv.reg.MarkSuspect(c.gen, silent)
+			c.log.Warn("node suspect", "silent_for", silent.Round(time.Millisecond))
+			c.hb.Probe()
+		},
+		OnHeard: func() {
+			c.srv.reg.ClearSuspect(c.gen)
+			c.log.Info("node heard from again")
+		},
+	}
+	w.Run(ctx)
+}
+
+// sendNotices tells the Node the credential state now, and again at every
+// change, until ctx ends. It goes out right after registration, before the
+// ready handshake, so the Node knows every revocation before its first
+// lease.
+func (c *nodeConn) sendNotices(ctx context.Context) {
+	creds := c.srv.opts.Credentials
+	for {
+		changed := creds.Changed()
+		n := creds.Notice()
+		if err := c.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_CredentialNotice{CredentialNotice: n}}); err != nil {
+			return
+		}
+		c.log.Debug("credential notice sent")
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// closeWhenDrained closes a draining generation with shutdown once every
+// stream dispatched on it is finished. The Edge closes, not the Node,
+// because the Edge is the side that has read every last frame: a close by
+// the Node could discard results still in flight. It returns at the fence,
+// whatever its cause; the control loop fences before it returns, so this
+// never outlives the connection.
+func (c *nodeConn) closeWhenDrained() {
+	select {
+	case <-c.gen.StreamsIdle():
+		c.srv.reg.Fence(c.gen, quicwire.CloseShutdown, "drained")
+	case <-c.gen.Fenced():
+	}
+}
+
+// fenceFor fences the generation for the error that ended its control
+// loop.
+func (c *nodeConn) fenceFor(err error) {
+	reg := c.srv.reg
+	var pe *quicwire.ProtocolError
+	switch {
+	case errors.As(err, &pe):
+		reg.Fence(c.gen, quicwire.CloseProtocolError, pe.Error())
+	case errors.Is(err, io.EOF):
+		reg.Fence(c.gen, quicwire.CloseProtocolError, "node closed the control stream")
+	default:
+		if cc, ok := quicwire.CloseReason(err); ok {
+			detail := cc.Detail
+			if cc.Transport != nil {
+				detail = cc.Transport.Error()
+			}
+			reg.Fence(c.gen, cc.Code, detail)
+			return
+		}
+		reg.Fence(c.gen, quicwire.CloseInternal, err.Error())
+	}
+}
