@@ -103,7 +103,7 @@ func (e *EmbedStream) Wait(progress func()) ([]*wirepb.Vector, *wirepb.RunEvent)
 		case *wirepb.EmbedFrame_Terminal:
 			ev := fr.Terminal
 			switch t := ev.GetType(); {
-			case t < wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
+			case !t.IsTerminal():
 				return nil, e.end(protocolFailure(fmt.Errorf("a %v event as the terminal", t)))
 			case t != wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
 				return nil, e.end(ev)

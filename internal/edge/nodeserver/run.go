@@ -70,7 +70,7 @@ func (r *RunStream) Next() (*wirepb.RunEvent, error) {
 		return r.end(protocolFailure(fmt.Errorf("event seq %d after %d", ev.GetSeq(), r.lastSeq))), nil
 	case err == nil:
 		r.lastSeq = ev.GetSeq()
-		if ev.GetType() >= wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
+		if ev.GetType().IsTerminal() {
 			return r.end(ev), nil
 		}
 		return ev, nil
