@@ -34,7 +34,7 @@ func main() {
 	run := app.Command("run", "Run the Edge.").Default()
 	configPath := run.Flag("config", "Edge configuration file (YAML).").Short('c').Required().String()
 
-	tlscli.Register(app)
+	tlscli.Register(app, os.Stdout)
 
 	check := app.Command("config", "Configuration tools.").Command("check", "Validate a configuration file and exit.")
 	checkPath := check.Arg("file", "Edge configuration file.").Required().String()

@@ -42,7 +42,7 @@ func startInProcessEdgeWith(t testing.TB, live quicwire.Liveness) *inProcessEdge
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := nodes.New(nil, uint64(time.Now().UnixMilli()))
+	reg := nodes.New(nodes.Options{GenerationBase: uint64(time.Now().UnixMilli())})
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv := nodeserver.NewServer(nodeserver.Options{EdgeID: "edge-test", Liveness: live, Logger: log}, reg)
 	ctx, cancel := context.WithCancel(context.Background())

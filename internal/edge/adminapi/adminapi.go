@@ -3,7 +3,7 @@
 // operations that change it (revoke, reload, disable, enable).
 //
 // The read endpoints (nodes, queues, credentials, and the Edge's /metrics
-// through ReadAccess) follow the config's api.admin_reads (WithOpenReads):
+// through ReadAccess) follow the config's api.admin_reads (Options.OpenReads):
 // open to anyone, or only to an admin principal, since they show the fleet
 // (Node ids and identities, addresses, labels, versions, providers,
 // credential names). /healthz and /readyz are always open, for probes. The
@@ -25,8 +25,36 @@ import (
 type Readiness func() error
 
 // Queues returns the scheduler's queues for the admin view (any JSON
-// value); nil serves an empty list.
+// value).
 type Queues func() any
+
+// Options are the optional parts of the admin endpoints.
+type Options struct {
+	// Queues serves /admin/v1/queues; nil serves an empty list.
+	Queues Queues
+	// Credentials serves the credential endpoints (credentials.go); nil
+	// leaves them answering 404.
+	Credentials *credentials.Store
+	// Authenticator authenticates the callers of the endpoints that change
+	// state, and of the reads unless OpenReads: only a principal with
+	// Admin may call them. Nil refuses every such request.
+	Authenticator *auth.Authenticator
+	// OpenReads serves the read endpoints to anyone; otherwise (the
+	// default) only to an admin principal.
+	OpenReads bool
+	// Logger logs every change made through the admin endpoints, at Warn;
+	// nil logs nothing.
+	Logger *slog.Logger
+}
+
+// newHandler is the handler of opts.
+func newHandler(opts Options) *handler {
+	h := &handler{creds: opts.Credentials, authn: opts.Authenticator, openReads: opts.OpenReads, log: opts.Logger}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	return h
+}
 
 // Handler returns the admin endpoints:
 //
@@ -37,13 +65,11 @@ type Queues func() any
 //	GET /admin/v1/queues the queues: depth, each waiting request's position
 //	                     and wait, and the slots in use per candidate
 //
-// and, with WithCredentials, the credential endpoints of credentials.go.
-// Without it they answer 404.
-func Handler(reg *nodes.Registry, ready Readiness, queues Queues, opts ...Option) http.Handler {
-	h := &handler{log: slog.New(slog.DiscardHandler)}
-	for _, o := range opts {
-		o(h)
-	}
+// and, with Options.Credentials, the credential endpoints of
+// credentials.go. Without it they answer 404.
+func Handler(reg *nodes.Registry, ready Readiness, opts Options) http.Handler {
+	h := newHandler(opts)
+	queues := opts.Queues
 	mux := http.NewServeMux()
 	h.credentialRoutes(mux)
 	mux.HandleFunc("GET /admin/v1/queues", h.read(func(w http.ResponseWriter, r *http.Request) {
@@ -73,38 +99,10 @@ func Handler(reg *nodes.Registry, ready Readiness, queues Queues, opts ...Option
 	return mux
 }
 
-// Option configures an optional part of Handler.
-type Option func(*handler)
-
-// WithCredentials serves the credential endpoints over store; a nil store
-// leaves them answering 404.
-func WithCredentials(store *credentials.Store) Option {
-	return func(h *handler) { h.creds = store }
-}
-
-// WithAuthenticator authenticates the callers of the endpoints that change
-// state: only a principal with Admin may call them. Without it those
-// endpoints refuse every request.
-func WithAuthenticator(a *auth.Authenticator) Option {
-	return func(h *handler) { h.authn = a }
-}
-
-// WithOpenReads serves the read endpoints to anyone when open is true;
-// otherwise (the default) only to an admin principal, authenticated by
-// WithAuthenticator.
-func WithOpenReads(open bool) Option {
-	return func(h *handler) { h.openReads = open }
-}
-
 // ReadAccess guards h, another read of the Edge's state (its /metrics), as
-// Handler guards its own reads: opts are Handler's options (WithOpenReads,
-// WithAuthenticator, WithLogger).
-func ReadAccess(h http.Handler, opts ...Option) http.Handler {
-	ah := &handler{log: slog.New(slog.DiscardHandler)}
-	for _, o := range opts {
-		o(ah)
-	}
-	return ah.read(h.ServeHTTP)
+// Handler with opts guards its own reads (OpenReads, Authenticator).
+func ReadAccess(h http.Handler, opts Options) http.Handler {
+	return newHandler(opts).read(h.ServeHTTP)
 }
 
 // read serves f to anyone when reads are open, and otherwise only to an
@@ -116,16 +114,6 @@ func (h *handler) read(f http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := h.admin(w, r); ok {
 			f(w, r)
-		}
-	}
-}
-
-// WithLogger logs every change made through the admin endpoints, at Warn;
-// without it nothing is logged.
-func WithLogger(log *slog.Logger) Option {
-	return func(h *handler) {
-		if log != nil {
-			h.log = log
 		}
 	}
 }

@@ -46,7 +46,7 @@ func get(t *testing.T, h http.Handler, path string) (*httptest.ResponseRecorder,
 
 func TestNodesListsStateGenerationRTTAndProviders(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	reg := nodes.New(func() time.Time { return now }, 100)
+	reg := nodes.New(nodes.Options{GenerationBase: 100, Now: func() time.Time { return now }})
 	c := reg.Register(nodes.ConnInfo{
 		NodeID: "n1", Identity: "loopback", Version: "1.2.3",
 		Providers: []*wirepb.Provider{{Name: "ollama", Adapter: "ollama", Capacity: 2, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
@@ -59,7 +59,7 @@ func TestNodesListsStateGenerationRTTAndProviders(t *testing.T) {
 	old := reg.Register(nodes.ConnInfo{NodeID: "n2", Providers: []*wirepb.Provider{{Name: "sim", State: wirepb.ProviderState_PROVIDER_STATE_ONLINE}}})
 	reg.Fence(old, quicwire.CloseHeartbeatTimeout, "no answer")
 
-	rec, body := get(t, adminapi.Handler(reg, func() error { return nil }, nil, adminapi.WithOpenReads(true)), "/admin/v1/nodes")
+	rec, body := get(t, adminapi.Handler(reg, func() error { return nil }, adminapi.Options{OpenReads: true}), "/admin/v1/nodes")
 	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("status %d, content type %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
@@ -84,9 +84,9 @@ func TestNodesListsStateGenerationRTTAndProviders(t *testing.T) {
 }
 
 func TestReadyzSaysWhyNotReady(t *testing.T) {
-	reg := nodes.New(nil, 0)
+	reg := nodes.New(nodes.Options{})
 	ready := errors.New("quic listener not started")
-	h := adminapi.Handler(reg, func() error { return ready }, nil)
+	h := adminapi.Handler(reg, func() error { return ready }, adminapi.Options{})
 	rec, body := get(t, h, "/readyz")
 	if rec.Code != http.StatusServiceUnavailable || body["reason"] != ready.Error() {
 		t.Errorf("readyz = %d %v", rec.Code, body)
@@ -101,9 +101,9 @@ func TestReadyzSaysWhyNotReady(t *testing.T) {
 }
 
 func TestQueuesAreListed(t *testing.T) {
-	h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, func() any {
+	h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, adminapi.Options{OpenReads: true, Queues: func() any {
 		return []map[string]any{{"model": "m", "depth": 2}}
-	}, adminapi.WithOpenReads(true))
+	}})
 	rec, body := get(t, h, "/admin/v1/queues")
 	q := body["queues"].([]any)
 	if rec.Code != http.StatusOK || len(q) != 1 || q[0].(map[string]any)["depth"] != float64(2) {
@@ -125,12 +125,12 @@ func TestReadsNeedAnAdminUnlessOpen(t *testing.T) {
 	}
 	metricsRead := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("iop_edge_requests_total 1\n")) })
 	for _, open := range []bool{false, true} {
-		opts := []adminapi.Option{adminapi.WithAuthenticator(authn), adminapi.WithOpenReads(open)}
-		h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, nil, opts...)
+		opts := adminapi.Options{Authenticator: authn, OpenReads: open}
+		h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, opts)
 		mux := http.NewServeMux()
 		mux.Handle("/admin/", h)
 		mux.Handle("/healthz", h)
-		mux.Handle("/metrics", adminapi.ReadAccess(metricsRead, opts...))
+		mux.Handle("/metrics", adminapi.ReadAccess(metricsRead, opts))
 		for _, path := range []string{"/admin/v1/nodes", "/admin/v1/queues", "/metrics"} {
 			for _, c := range []struct {
 				key  string

@@ -75,7 +75,7 @@ func newFixture(t *testing.T, anonymous bool) *fixture {
 		t.Fatal(err)
 	}
 	e := &env{vars: map[string]string{"OPENAI_API_KEY": upstreamSecret}}
-	store, err := credentials.New(cfg, e.getenv, nil)
+	store, err := credentials.New(cfg, credentials.Options{Getenv: e.getenv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +85,8 @@ func newFixture(t *testing.T, anonymous bool) *fixture {
 	}
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, nil,
-		adminapi.WithCredentials(store), adminapi.WithAuthenticator(authn), adminapi.WithLogger(log), adminapi.WithOpenReads(true))
+	h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil },
+		adminapi.Options{Credentials: store, Authenticator: authn, Logger: log, OpenReads: true})
 	return &fixture{h: h, env: e, log: &buf}
 }
 
@@ -260,7 +260,7 @@ func TestFailedReloadNamesTheSourceNotTheValue(t *testing.T) {
 }
 
 func TestCredentialEndpointsWithoutAStore(t *testing.T) {
-	h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, nil, adminapi.WithOpenReads(true))
+	h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, adminapi.Options{OpenReads: true})
 	for _, tt := range []struct{ method, path string }{
 		{http.MethodGet, "/admin/v1/credentials"},
 		{http.MethodPost, "/admin/v1/credentials/upstream/revoke"},
@@ -275,11 +275,11 @@ func TestCredentialEndpointsWithoutAStore(t *testing.T) {
 
 func TestChangesNeedAnAuthenticator(t *testing.T) {
 	cfg := edgeConfig(false)
-	store, err := credentials.New(cfg, func(string) string { return upstreamSecret }, nil)
+	store, err := credentials.New(cfg, credentials.Options{Getenv: func(string) string { return upstreamSecret }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := adminapi.Handler(nodes.New(nil, 0), func() error { return nil }, nil, adminapi.WithCredentials(store), adminapi.WithOpenReads(true))
+	h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, adminapi.Options{Credentials: store, OpenReads: true})
 	if rec, body := do(t, h, http.MethodPost, "/admin/v1/credentials/upstream/revoke", opsKey); rec.Code != http.StatusForbidden {
 		t.Errorf("without an authenticator: %d %v", rec.Code, body)
 	}

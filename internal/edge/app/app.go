@@ -121,7 +121,7 @@ func newLogger(cfg *edgeconfig.Config) *slog.Logger {
 // newRegistry numbers generations from the start time in Unix
 // milliseconds, so they increase across Edge restarts too.
 func newRegistry() *nodes.Registry {
-	return nodes.New(nil, uint64(time.Now().UnixMilli()))
+	return nodes.New(nodes.Options{GenerationBase: uint64(time.Now().UnixMilli())})
 }
 
 // newRefusals counts what the Edge turns away and logs it without letting
@@ -199,7 +199,7 @@ func newQUICListener(lc fx.Lifecycle, cfg *edgeconfig.Config, tlsConf *tls.Confi
 // newCredentials loads every configured credential from its source (an
 // environment variable or a file); a missing one fails the start.
 func newCredentials(cfg *edgeconfig.Config) (*credentials.Store, error) {
-	return credentials.New(cfg, nil, nil)
+	return credentials.New(cfg, credentials.Options{})
 }
 
 // newLeases makes the lease issuer with a signing key of this process:
@@ -283,7 +283,7 @@ func newAuthenticator(cfg *edgeconfig.Config, log *slog.Logger) (*auth.Authentic
 }
 
 func newGateway(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, m *metrics.Metrics, leases *gateway.Leases, log *slog.Logger) *gateway.Gateway {
-	return gateway.New(cfg, s, srv, m, log).WithLeases(leases)
+	return gateway.New(cfg, s, srv, gateway.Options{Metrics: m, Leases: leases, Logger: log})
 }
 
 // HTTPServer is the Edge's HTTP listener and whether it is serving.
@@ -302,18 +302,19 @@ type HTTPServer struct {
 func newHTTPServer(cfg *edgeconfig.Config, reg *nodes.Registry, s *sched.Scheduler, m *metrics.Metrics, door *frontdoor.Door,
 	g *gateway.Gateway, authn *auth.Authenticator, store *credentials.Store, log *slog.Logger) *HTTPServer {
 	h := &HTTPServer{addr: cfg.Listen.HTTP, door: door}
-	access := []adminapi.Option{adminapi.WithAuthenticator(authn), adminapi.WithLogger(log), adminapi.WithOpenReads(cfg.AdminReadsOpen())}
+	access := adminapi.Options{Authenticator: authn, Logger: log, OpenReads: cfg.AdminReadsOpen(),
+		Credentials: store, Queues: func() any { return s.Snapshot() }}
 	admin := adminapi.Handler(reg, func() error {
 		if !h.serving.Load() {
 			return errors.New("starting")
 		}
 		return nil
-	}, func() any { return s.Snapshot() }, append(access, adminapi.WithCredentials(store))...)
+	}, access)
 	mux := http.NewServeMux()
 	mux.Handle("/admin/", admin)
 	mux.Handle("/healthz", admin)
 	mux.Handle("/readyz", admin)
-	mux.Handle("GET /metrics", adminapi.ReadAccess(m.Handler(), access...))
+	mux.Handle("GET /metrics", adminapi.ReadAccess(m.Handler(), access))
 	openai := openaiapi.Handler(openaiapi.FromGateway(g, reg), authn, m, log, door)
 	mux.Handle("/v1/", openai)
 	// Anthropic's Messages API; its clients list models at OpenAI's path,

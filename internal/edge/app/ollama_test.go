@@ -22,14 +22,14 @@ func TestHTTPServerMountsOllamaAPI(t *testing.T) {
 	cfg := edgeconfig.Default()
 	cfg.Listen.HTTP = "127.0.0.1:0" // loopback without keys: anonymous
 	log := slog.New(slog.DiscardHandler)
-	reg := nodes.New(nil, 1)
+	reg := nodes.New(nodes.Options{GenerationBase: 1})
 	s := sched.New(reg, sched.Options{})
 	m := metrics.New(reg, s.Depths)
 	a, err := auth.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := gateway.New(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), m, log)
+	g := gateway.New(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), gateway.Options{Metrics: m, Logger: log})
 	h := newHTTPServer(cfg, reg, s, m, frontdoor.New(frontdoor.Limits{}, nil), g, a, nil, log).srv.Handler
 	tests := []struct {
 		method, path string

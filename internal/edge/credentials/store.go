@@ -79,8 +79,16 @@ type profile struct {
 	disabled   bool   // guarded by Store.mu
 }
 
-// New loads the secret of every configured credential from its source; getenv and readFile
-// default (when nil) to os.Getenv and os.ReadFile. A missing environment variable, an empty
+// Options configure a Store.
+type Options struct {
+	// Getenv and ReadFile read the credentials' sources; nil is os.Getenv
+	// and os.ReadFile.
+	Getenv   func(string) string
+	ReadFile func(string) ([]byte, error)
+}
+
+// New loads the secret of every configured credential from its source
+// (opts say how to read them). A missing environment variable, an empty
 // value, an unreadable file, or a value a lease cannot carry is an error, a *SourceError naming
 // the credential and its source (never the value); every such problem is reported, joined.
 // Trailing newlines of a file are not part of the value.
@@ -90,10 +98,11 @@ type profile struct {
 // credential, a profile with a credential in loopback mode), so a config built in code cannot
 // slip past them. Every profile of cfg is known to the store, and the profile
 // edgeconfig.DefaultProfileName too when cfg does not define it.
-func New(cfg *edgeconfig.Config, getenv func(string) string, readFile func(string) ([]byte, error)) (*Store, error) {
+func New(cfg *edgeconfig.Config, opts Options) (*Store, error) {
 	if cfg == nil {
 		return nil, errors.New("credentials: nil config")
 	}
+	getenv, readFile := opts.Getenv, opts.ReadFile
 	if getenv == nil {
 		getenv = os.Getenv
 	}

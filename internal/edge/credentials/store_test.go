@@ -88,7 +88,7 @@ func managedConfig() *edgeconfig.Config {
 func newStore(t *testing.T) (*credentials.Store, *sources) {
 	t.Helper()
 	src := newSources()
-	s, err := credentials.New(managedConfig(), src.getenv, src.readFile)
+	s, err := credentials.New(managedConfig(), credentials.Options{Getenv: src.getenv, ReadFile: src.readFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestNewReadsTheRealEnvironmentAndFiles(t *testing.T) {
 	t.Setenv("IOP_TEST_UPSTREAM_KEY", upstreamSecret)
 	c := managedConfig()
 	c.Credentials[0].Env, c.Credentials[1].File = "IOP_TEST_UPSTREAM_KEY", path
-	s, err := credentials.New(c, nil, nil)
+	s, err := credentials.New(c, credentials.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestNewRefusesUnusableSourcesNamingThemWithoutTheValue(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			src := newSources()
 			tt.change(src)
-			s, err := credentials.New(managedConfig(), src.getenv, src.readFile)
+			s, err := credentials.New(managedConfig(), credentials.Options{Getenv: src.getenv, ReadFile: src.readFile})
 			var se *credentials.SourceError
 			if s != nil || !errors.As(err, &se) {
 				t.Fatalf("New = %v, %v; want a *SourceError", s, err)
@@ -232,12 +232,12 @@ func TestNewRefusesWhatValidateRefuses(t *testing.T) {
 			c := managedConfig()
 			tt.change(c)
 			src := newSources()
-			if _, err := credentials.New(c, src.getenv, src.readFile); err == nil || !strings.Contains(err.Error(), tt.want) {
+			if _, err := credentials.New(c, credentials.Options{Getenv: src.getenv, ReadFile: src.readFile}); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("New = %v, want an error containing %q", err, tt.want)
 			}
 		})
 	}
-	if _, err := credentials.New(nil, nil, nil); err == nil {
+	if _, err := credentials.New(nil, credentials.Options{}); err == nil {
 		t.Error("New(nil) succeeded")
 	}
 }
@@ -247,7 +247,7 @@ func TestNewAcceptsUnusedCredentialsInLoopbackMode(t *testing.T) {
 	c.Identity = yamlconf.Identity{Mode: yamlconf.ModeLoopback}
 	c.Profiles = nil
 	src := newSources()
-	s, err := credentials.New(c, src.getenv, src.readFile)
+	s, err := credentials.New(c, credentials.Options{Getenv: src.getenv, ReadFile: src.readFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func TestTheManagedExampleLeasesItsCredential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := credentials.New(c, func(k string) string { return map[string]string{"OPENAI_API_KEY": upstreamSecret}[k] }, nil)
+	s, err := credentials.New(c, credentials.Options{Getenv: func(k string) string { return map[string]string{"OPENAI_API_KEY": upstreamSecret}[k] }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,9 +26,9 @@ profiles: [{name: default, queue_timeout: 1s}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := nodes.New(nil, 0)
+	reg := nodes.New(nodes.Options{})
 	s := sched.New(reg, sched.Options{})
-	g := New(cfg, s, nodeserver.NewServer(nodeserver.Options{}, reg), nil, nil)
+	g := New(cfg, s, nodeserver.NewServer(nodeserver.Options{}, reg), Options{})
 	c := reg.Register(nodes.ConnInfo{NodeID: "n1"})
 	if err := reg.MarkReady(c, c.Generation(), []*wirepb.Provider{{Name: "chat", Adapter: "openai", Capacity: 1,
 		Capabilities: []string{"list_targets", "tunnel"}, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,

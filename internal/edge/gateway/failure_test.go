@@ -63,9 +63,9 @@ routes: [{name: r, model: routed}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := nodes.New(nil, 0)
+	reg := nodes.New(nodes.Options{})
 	s := sched.New(reg, sched.Options{})
-	g := New(cfg, s, nodeserver.NewServer(nodeserver.Options{}, reg), nil, nil)
+	g := New(cfg, s, nodeserver.NewServer(nodeserver.Options{}, reg), Options{})
 	all := auth.Principal{Name: "a", Routes: []string{edgeconfig.AllRoutes}}
 	start := func(model string) error {
 		_, err := g.StartRun(t.Context(), all, model, &wirepb.RunRequest{}, nil)

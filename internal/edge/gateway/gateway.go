@@ -40,18 +40,26 @@ type Gateway struct {
 	leases  *Leases
 }
 
-// New returns a gateway.
-func New(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, m *metrics.Metrics, log *slog.Logger) *Gateway {
-	return &Gateway{cfg: cfg, sched: s, srv: srv, metrics: m, log: log,
-		prefix: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)}
+// Options are the optional parts of a Gateway.
+type Options struct {
+	// Metrics records queue waits, failovers and stalls; nil records
+	// nothing.
+	Metrics *metrics.Metrics
+	// Leases issues credential leases for the profiles that name a
+	// credential; nil fails such requests with ErrCredentialUnavailable.
+	Leases *Leases
+	// Logger logs failovers; nil logs nothing.
+	Logger *slog.Logger
 }
 
-// WithLeases makes the gateway issue credential leases for the profiles
-// that name a credential; without it such requests fail with
-// ErrCredentialUnavailable. Call it before serving.
-func (g *Gateway) WithLeases(l *Leases) *Gateway {
-	g.leases = l
-	return g
+// New returns a gateway that schedules with s and dispatches through srv.
+func New(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, opts Options) *Gateway {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Gateway{cfg: cfg, sched: s, srv: srv, metrics: opts.Metrics, leases: opts.Leases, log: log,
+		prefix: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)}
 }
 
 // NewID returns a new request id with the given prefix ("run", "tun").

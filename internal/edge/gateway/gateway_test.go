@@ -21,7 +21,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(cfg, nil, nil, nil, nil)
+	return New(cfg, nil, nil, Options{})
 }
 
 // A principal may use only its routes; a model without a route needs "*".

@@ -37,8 +37,8 @@ func TestSealBindsTheLeaseToTheDispatch(t *testing.T) {
 	_, edgeKey, _ := ed25519.GenerateKey(rand.Reader)
 	pub, priv, _ := box.GenerateKey(rand.Reader)
 	creds := &fakeCreds{}
-	g := New(edgeconfig.Default(), nil, nil, nil, nil).WithLeases(NewLeases(creds, edgeKey))
-	reg := nodes.New(nil, 100)
+	g := New(edgeconfig.Default(), nil, nil, Options{Leases: NewLeases(creds, edgeKey)})
+	reg := nodes.New(nodes.Options{GenerationBase: 100})
 	conn := reg.Register(nodes.ConnInfo{NodeID: "gpu-1", Identity: "spiffe://iop.test/node/gpu-1", LeaseKey: pub[:]})
 	plan := Plan{Model: "gpt", Route: "chat", Profile: edgeconfig.Profile{Name: "hosted", Credential: "upstream"}}
 	c := sched.Candidate{NodeID: "gpu-1", Generation: conn.Generation(), Provider: "openai", Target: "gpt-4o"}
@@ -86,7 +86,7 @@ func TestSealBindsTheLeaseToTheDispatch(t *testing.T) {
 	}
 
 	// An Edge that issues no leases refuses rather than run without.
-	bare := New(edgeconfig.Default(), nil, nil, nil, nil)
+	bare := New(edgeconfig.Default(), nil, nil, Options{})
 	if _, _, err := bare.seal(p, plan, "run-5#0", c, conn, deadline); !errors.Is(err, ErrCredentialUnavailable) {
 		t.Errorf("no issuer: %v", err)
 	}

@@ -40,7 +40,7 @@ func scrape(t *testing.T, m *metrics.Metrics) string {
 // Connection states, heartbeat RTTs and queue depths are read from their
 // sources at scrape time; counters show what was counted.
 func TestScrapeShowsNodesQueuesAndCounters(t *testing.T) {
-	reg := nodes.New(nil, 0)
+	reg := nodes.New(nodes.Options{})
 	c := reg.Register(nodes.ConnInfo{NodeID: "n1", Link: rttLink{2 * time.Millisecond, time.Now()}})
 	reg.MarkReady(c, c.Generation(), nil)
 	reg.Register(nodes.ConnInfo{NodeID: "n2"})

@@ -23,7 +23,7 @@ func observation(c *nodes.Conn, seq uint64, class string) *wirepb.StallObservati
 // the last accepted on its connection, or of another or fenced generation,
 // is stale and changes nothing.
 func TestStaleObservationsAreIgnored(t *testing.T) {
-	r := nodes.New(nil, 0)
+	r := nodes.New(nodes.Options{})
 	c, _ := register(r, "n1")
 	if err := r.MarkReady(c, c.Generation(), onlineProvider("")); err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func TestStaleObservationsAreIgnored(t *testing.T) {
 // before it (a lower sequence) cannot bring it back. request_stalled counts
 // until a run completes.
 func TestUnhealthyTargetComesBackOnlyByALaterReport(t *testing.T) {
-	r := nodes.New(nil, 0)
+	r := nodes.New(nodes.Options{})
 	c, _ := register(r, "n1")
 	if err := r.MarkReady(c, c.Generation(), onlineProvider("")); err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestUnhealthyTargetComesBackOnlyByALaterReport(t *testing.T) {
 // A Node that registers with a target it already knows to be unavailable
 // (a reconnect during recovery) has it out of selection from the start.
 func TestReportedUnavailableTargetAtRegistration(t *testing.T) {
-	r := nodes.New(nil, 0)
+	r := nodes.New(nodes.Options{})
 	c := r.Register(nodes.ConnInfo{NodeID: "n1", Providers: onlineProvider(quicwire.TargetHealthUnavailable)})
 	if !c.TargetHealth("p", "m").Unhealthy {
 		t.Fatal("a target reported unavailable at registration is selectable")

@@ -11,7 +11,7 @@ import (
 // listed as ready; registering, draining, fenced and superseded ones are
 // not.
 func TestReadyListsOnlyCurrentReadyGenerations(t *testing.T) {
-	r := nodes.New(nil, 0)
+	r := nodes.New(nodes.Options{})
 	if got := r.Ready(); len(got) != 0 {
 		t.Fatalf("empty registry lists %d ready", len(got))
 	}

@@ -253,11 +253,21 @@ type Registry struct {
 	seq       uint64 // ids of AfterSuspect callbacks
 }
 
-// New returns an empty registry. Generations of a Node start above genBase
-// and increase by one per accepted connection. Daemons pass the Edge's start
-// time in Unix milliseconds, so generations also increase across Edge
-// restarts (a lease or stream of a previous Edge process never matches).
-func New(now func() time.Time, genBase uint64) *Registry {
+// Options configure a Registry.
+type Options struct {
+	// GenerationBase is what a Node's generations start above; they
+	// increase by one per accepted connection. Daemons pass the Edge's
+	// start time in Unix milliseconds, so generations also increase across
+	// Edge restarts (a lease or stream of a previous Edge process never
+	// matches).
+	GenerationBase uint64
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// New returns an empty registry.
+func New(opts Options) *Registry {
+	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
@@ -265,7 +275,7 @@ func New(now func() time.Time, genBase uint64) *Registry {
 		now:       now,
 		nodes:     make(map[string]*Conn),
 		lastGen:   make(map[string]uint64),
-		genBase:   genBase,
+		genBase:   opts.GenerationBase,
 		changed:   make(chan struct{}),
 		retention: 15 * time.Minute,
 	}

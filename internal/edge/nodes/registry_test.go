@@ -39,7 +39,7 @@ func register(r *nodes.Registry, id string) (*nodes.Conn, *closer) {
 // R1: only the current generation, after the ready handshake, is
 // dispatchable.
 func TestOnlyACurrentReadyGenerationIsDispatchable(t *testing.T) {
-	r := nodes.New(nil, 0)
+	r := nodes.New(nodes.Options{})
 	if _, err := r.Dispatchable("n1"); !errors.Is(err, nodes.ErrNotDispatchable) {
 		t.Fatalf("unknown node: %v", err)
 	}
@@ -69,7 +69,7 @@ func TestOnlyACurrentReadyGenerationIsDispatchable(t *testing.T) {
 // R9: each connection of a Node is a new generation; the new one fences
 // the old with superseded, and the old can no longer become ready.
 func TestNewGenerationSupersedesTheOld(t *testing.T) {
-	r := nodes.New(nil, 1000)
+	r := nodes.New(nodes.Options{GenerationBase: 1000})
 	old, oldCloser := register(r, "n1")
 	if old.Generation() != 1001 {
 		t.Fatalf("first generation %d, want 1001 (above the base)", old.Generation())
@@ -108,7 +108,7 @@ func TestNewGenerationSupersedesTheOld(t *testing.T) {
 
 // R9: changes wake whoever waits to re-evaluate queued work.
 func TestChangesAreBroadcast(t *testing.T) {
-	r := nodes.New(nil, 0)
+	r := nodes.New(nodes.Options{})
 	changed := r.Changed()
 	c, _ := register(r, "n1")
 	select {
@@ -134,7 +134,7 @@ func TestChangesAreBroadcast(t *testing.T) {
 
 func TestFencedNodesAreForgottenAfterRetention(t *testing.T) {
 	now := time.Unix(0, 0)
-	r := nodes.New(func() time.Time { return now }, 0)
+	r := nodes.New(nodes.Options{Now: func() time.Time { return now }})
 	c, _ := register(r, "n1")
 	r.Fence(c, quicwire.CloseShutdown, "")
 	if len(r.Snapshot()) != 1 {
@@ -150,7 +150,7 @@ func TestFencedNodesAreForgottenAfterRetention(t *testing.T) {
 }
 
 func TestConcurrentRegistrationsGetDistinctGenerations(t *testing.T) {
-	r := nodes.New(nil, 0)
+	r := nodes.New(nodes.Options{})
 	var wg sync.WaitGroup
 	gens := make(chan uint64, 100)
 	for range 100 {

@@ -187,7 +187,7 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	reg := nodes.New(nil, genBase)
+	reg := nodes.New(nodes.Options{GenerationBase: genBase})
 	srv := nodeserver.NewServer(nodeserver.Options{
 		EdgeID: "edge-1", Liveness: h.live, Managed: h.ca != nil, TrustDomain: h.trustDomain, Logger: log,
 	}, reg)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -194,8 +193,8 @@ func TestFromGatewayResolvesProfileAndModels(t *testing.T) {
 	slow.Name, slow.IdleTimeout = "slow", yamlconf.Duration(7*time.Minute)
 	cfg.Profiles = []edgeconfig.Profile{slow}
 	cfg.Routes = []edgeconfig.Route{{Name: "llama", Model: "llama3.2", Profile: "slow"}, {Name: "qwen", Model: "qwen3", Profile: "default"}}
-	reg := nodes.New(nil, 0)
-	r := FromGateway(gateway.New(cfg, sched.New(reg, sched.Options{}), nil, nil, slog.New(slog.DiscardHandler)), reg)
+	reg := nodes.New(nodes.Options{})
+	r := FromGateway(gateway.New(cfg, sched.New(reg, sched.Options{}), nil, gateway.Options{}), reg)
 	bob := auth.Principal{Name: "bob", Routes: []string{"llama"}}
 
 	p, err := r.Profile(bob, "llama3.2")

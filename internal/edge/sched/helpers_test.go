@@ -22,7 +22,7 @@ type fleet struct {
 
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	reg := nodes.New(nil, 0)
+	reg := nodes.New(nodes.Options{})
 	s := sched.New(reg, sched.Options{})
 	go s.Run(t.Context())
 	return &fleet{t: t, reg: reg, s: s}

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -27,12 +26,6 @@ const (
 	CAFile    = "iop-ca.pem"
 	CAKeyFile = "iop-ca-key.pem"
 )
-
-// Option configures Register.
-type Option func(*cli)
-
-// WithOutput sends the commands' reports to w instead of standard output.
-func WithOutput(w io.Writer) Option { return func(c *cli) { c.out = w } }
 
 // cli holds the parsed flags of the tls commands.
 type cli struct {
@@ -50,12 +43,10 @@ type cli struct {
 	certOutDir string
 }
 
-// Register adds `tls ca create` and `tls cert create` to app.
-func Register(app *kingpin.Application, opts ...Option) {
-	c := &cli{out: os.Stdout}
-	for _, o := range opts {
-		o(c)
-	}
+// Register adds `tls ca create` and `tls cert create` to app; their
+// reports go to out.
+func Register(app *kingpin.Application, out io.Writer) {
+	c := &cli{out: out}
 	tls := app.Command("tls", "Create the CA and certificates of managed mode (mutual TLS between Edge and Nodes).")
 
 	caCreate := tls.Command("ca", "Manage the certificate authority.").

@@ -21,7 +21,7 @@ func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
 	app := kingpin.New("edged", "test").Terminate(nil).ErrorWriter(io.Discard).UsageWriter(io.Discard)
-	tlscli.Register(app, tlscli.WithOutput(&out))
+	tlscli.Register(app, &out)
 	_, err := app.Parse(args)
 	return out.String(), err
 }
