@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/iop-dev/iop/internal/pluginpb"
@@ -13,9 +12,11 @@ import (
 )
 
 // The plugin side's conversions between the wire messages (which cross the
-// plugin boundary unchanged) and the plain Go types adapter authors see.
-// The host's counterparts are in package pluginhost; the failure-kind table
-// both use is in internal/pluginpb.
+// plugin boundary unchanged) and the plain Go types adapter authors see:
+// all of them, in this file. The host's counterparts are in
+// internal/pluginhost/convert.go; the tables both sides share (failure
+// kinds, health statuses, headers) are in internal/pluginpb. pluginhost's
+// round-trip test pins the two files together.
 
 // defaultStallTimeout is what a wire response_stall_timeout_ms of 0 means (R4).
 const defaultStallTimeout = 300 * time.Second
@@ -153,6 +154,8 @@ func eventToWire(ev Event) (*wirepb.RunEvent, error) {
 	return out, nil
 }
 
+// usageToWire returns the wire form of u (nil for nil). The host has the
+// same mapping (pluginhost.UsageToWire) for the Node's own terminals.
 func usageToWire(u *Usage) *wirepb.Usage {
 	if u == nil {
 		return nil
@@ -185,7 +188,8 @@ func terminalEvent(res *Result, err error) *wirepb.RunEvent {
 
 // failureToWire returns the wire Failure of err: its *Error's kind,
 // message, retryability and upstream status, or an internal failure with
-// err's text for any other error.
+// err's text for any other error. (The host's pluginhost.FailureToWire
+// does the same for the Node's own failures, and adds the protocol kind.)
 func failureToWire(err error) *wirepb.Failure {
 	if err == nil {
 		return nil
@@ -201,47 +205,90 @@ func failureToWire(err error) *wirepb.Failure {
 	return pluginpb.NewFailure(int(e.Kind), msg, e.Retryable, e.UpstreamStatus)
 }
 
-func tunnelRequestFromWire(r *wirepb.TunnelRequest, cred *pluginpb.Credential) *TunnelRequest {
-	h := make(http.Header, len(r.GetHeaders()))
-	for _, kv := range r.GetHeaders() {
-		h.Add(kv.GetName(), kv.GetValue())
+// embedRequestFromWire builds the adapter's view of an embedding call.
+func embedRequestFromWire(r *wirepb.EmbedRequest, cred *pluginpb.Credential) *EmbedRequest {
+	req := &EmbedRequest{
+		EmbedID:    r.GetEmbedId(),
+		SessionID:  r.GetSessionId(),
+		Target:     r.GetTarget(),
+		Inputs:     r.GetInputs(),
+		Dimensions: int(r.GetDimensions()),
+		Extra:      r.GetExtraJson(),
+		Credential: credentialFromWire(cred),
 	}
+	req.StallTimeout, req.Deadline = timingFromWire(r.GetResponseStallTimeoutMs(), r.GetDeadlineUnixMs())
+	return req
+}
+
+// embedFrames cuts vectors into EmbedVectors frames of at most
+// wirepb.MaxEmbedFrameValues values (one vector at least), in order.
+func embedFrames(vectors [][]float32) []*wirepb.EmbedFrame {
+	var frames []*wirepb.EmbedFrame
+	var cur *wirepb.EmbedVectors
+	values := 0
+	for i, v := range vectors {
+		if cur == nil || values+len(v) > wirepb.MaxEmbedFrameValues {
+			cur = &wirepb.EmbedVectors{First: uint32(i)}
+			frames = append(frames, &wirepb.EmbedFrame{Frame: &wirepb.EmbedFrame_Vectors{Vectors: cur}})
+			values = 0
+		}
+		cur.Vectors = append(cur.Vectors, &wirepb.Vector{Values: v})
+		values += len(v)
+	}
+	return frames
+}
+
+// embedTerminal is the one terminal of an embedding call: COMPLETED with
+// the usage, or FAILED with err.
+func embedTerminal(res *EmbedResult, err error) *wirepb.EmbedFrame {
+	ev := terminalEvent(nil, err)
+	if err == nil && res != nil {
+		ev.Usage = usageToWire(res.Usage)
+	}
+	return &wirepb.EmbedFrame{Frame: &wirepb.EmbedFrame_Terminal{Terminal: ev}}
+}
+
+// tunnelRequestFromWire builds the adapter's view of a tunnel request; the
+// caller sets its Body.
+func tunnelRequestFromWire(r *wirepb.TunnelRequest, cred *pluginpb.Credential) *TunnelRequest {
 	return &TunnelRequest{
 		TunnelID:   r.GetTunnelId(),
 		SessionID:  r.GetSessionId(),
 		Target:     r.GetTarget(),
 		Method:     r.GetMethod(),
 		Path:       r.GetPath(),
-		Header:     h,
+		Header:     pluginpb.HeadersFromWire(r.GetHeaders()),
 		Credential: credentialFromWire(cred),
 	}
 }
 
-// headersToWire flattens h in a stable order (sorted names, values in
-// their order).
-func headersToWire(h http.Header) []*wirepb.Header {
-	names := make([]string, 0, len(h))
-	for name := range h {
-		names = append(names, name)
+// tunnelHead is the frame of a tunnel's response head.
+func tunnelHead(status int, header http.Header) *wirepb.TunnelFrame {
+	return &wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Head{Head: &wirepb.TunnelResponseHead{
+		Status: int32(status), Headers: pluginpb.HeadersToWire(header),
+	}}}
+}
+
+// tunnelTerminal is a tunnel's one terminal frame: completed, or failed
+// with err.
+func tunnelTerminal(err error) *wirepb.TunnelFrame {
+	term := &wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED}
+	if err != nil {
+		term = &wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, Failure: failureToWire(err)}
 	}
-	slices.Sort(names)
-	var out []*wirepb.Header
-	for _, name := range names {
-		for _, v := range h[name] {
-			out = append(out, &wirepb.Header{Name: name, Value: v})
-		}
+	return &wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Terminal{Terminal: term}}
+}
+
+func targetsToWire(targets []Target) []*wirepb.Target {
+	out := make([]*wirepb.Target, 0, len(targets))
+	for _, t := range targets {
+		out = append(out, &wirepb.Target{Name: t.Name})
 	}
 	return out
 }
 
-func healthToWire(s HealthStatus) pluginpb.HealthStatus {
-	switch s {
-	case HealthAvailable:
-		return pluginpb.HealthStatus_HEALTH_STATUS_AVAILABLE
-	case HealthUnavailable:
-		return pluginpb.HealthStatus_HEALTH_STATUS_UNAVAILABLE
-	}
-	return pluginpb.HealthStatus_HEALTH_STATUS_UNKNOWN
+func healthToWire(h Health) *pluginpb.ProbeResponse {
+	return &pluginpb.ProbeResponse{Status: pluginpb.HealthToWire(int(h.Status)), Detail: h.Detail}
 }
 
 func describeToWire(info Info, caps []string) *pluginpb.DescribeResponse {

@@ -3,7 +3,6 @@ package sdk
 import (
 	"errors"
 	"math"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -129,18 +128,32 @@ func TestRequestFromWireCarriesEveryField(t *testing.T) {
 	}
 }
 
-func TestHeadersToWireIsStable(t *testing.T) {
-	h := http.Header{"B": {"2", "3"}, "A": {"1"}}
-	var got []string
-	for _, kv := range headersToWire(h) {
-		got = append(got, kv.GetName()+"="+kv.GetValue())
+func TestTunnelRequestFromWireCarriesEveryField(t *testing.T) {
+	r := &wirepb.TunnelRequest{TunnelId: "t", SessionId: "s", Target: "m", Method: "POST", Path: "/api/chat?x=1",
+		Headers: []*wirepb.Header{{Name: "b", Value: "2"}, {Name: "A", Value: "1"}, {Name: "B", Value: "3"}}}
+	req := tunnelRequestFromWire(r, &pluginpb.Credential{Kind: "bearer", Secret: "s3"})
+	if req.TunnelID != "t" || req.SessionID != "s" || req.Target != "m" || req.Method != "POST" || req.Path != "/api/chat?x=1" ||
+		req.Credential.Secret != "s3" || req.Header.Get("A") != "1" || strings.Join(req.Header.Values("B"), ",") != "2,3" {
+		t.Errorf("request %+v", req)
 	}
-	if strings.Join(got, ",") != "A=1,B=2,B=3" {
-		t.Errorf("headers %v", got)
+	if bare := tunnelRequestFromWire(&wirepb.TunnelRequest{}, nil); bare.Header == nil || bare.Credential != nil {
+		t.Errorf("bare request %+v", bare)
 	}
-	back := tunnelRequestFromWire(&wirepb.TunnelRequest{Headers: headersToWire(h)}, nil).Header
-	if back.Get("A") != "1" || len(back.Values("B")) != 2 {
-		t.Errorf("round trip %v", back)
+}
+
+// The shared health table covers every HealthStatus, both ways.
+func TestHealthTableCoversEveryStatus(t *testing.T) {
+	for _, h := range []HealthStatus{HealthUnknown, HealthAvailable, HealthUnavailable} {
+		w := pluginpb.HealthToWire(int(h))
+		if name := "HEALTH_STATUS_" + strings.ToUpper(h.String()); w.String() != name {
+			t.Errorf("%v maps to %v, want %s", h, w, name)
+		}
+		if back := HealthStatus(pluginpb.HealthFromWire(w)); back != h {
+			t.Errorf("%v comes back as %v", h, back)
+		}
+	}
+	if w := pluginpb.HealthToWire(42); w != pluginpb.HealthStatus_HEALTH_STATUS_UNKNOWN {
+		t.Errorf("an unknown status maps to %v, want unknown", w)
 	}
 }
 

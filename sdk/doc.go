@@ -49,9 +49,9 @@
 // real plugin path (describe, strict config, honest capabilities, ordering,
 // cancellation without leaks, error kinds, concurrency, restart, a clean
 // stdout): sdktest.Run(t, sdktest.Subject{Adapter: New}, opts) in a test,
-// or `noded adapter verify ./my-adapter` on a built binary.
-// pluginhost.StartInProcess runs an adapter value over the same gRPC path
-// the Node uses for a plugin process; the package example shows it.
+// or `noded adapter verify ./my-adapter` on a built binary. An adapter's own
+// checks drive it with these same types (sdktest.Session); the package
+// example shows an adapter and its check.
 //
 // This package imports no networking or wiring library of the Node or the
 // Edge; adapters stay small.

@@ -5,7 +5,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/iop-dev/iop/internal/pluginpb"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -44,20 +43,6 @@ type EmbedResult struct {
 	// Usage is the token accounting (PromptTokens), if the server
 	// reported it.
 	Usage *Usage
-}
-
-func embedRequestFromWire(r *wirepb.EmbedRequest, cred *pluginpb.Credential) *EmbedRequest {
-	req := &EmbedRequest{
-		EmbedID:    r.GetEmbedId(),
-		SessionID:  r.GetSessionId(),
-		Target:     r.GetTarget(),
-		Inputs:     r.GetInputs(),
-		Dimensions: int(r.GetDimensions()),
-		Extra:      r.GetExtraJson(),
-		Credential: credentialFromWire(cred),
-	}
-	req.StallTimeout, req.Deadline = timingFromWire(r.GetResponseStallTimeoutMs(), r.GetDeadlineUnixMs())
-	return req
 }
 
 // checkEmbedRequest refuses a call outside the wire's bounds before the
@@ -117,32 +102,4 @@ func checkEmbedResult(req *wirepb.EmbedRequest, res *EmbedResult) error {
 		}
 	}
 	return nil
-}
-
-// embedFrames cuts vectors into EmbedVectors frames of at most
-// wirepb.MaxEmbedFrameValues values (one vector at least), in order.
-func embedFrames(vectors [][]float32) []*wirepb.EmbedVectors {
-	var frames []*wirepb.EmbedVectors
-	var cur *wirepb.EmbedVectors
-	values := 0
-	for i, v := range vectors {
-		if cur == nil || values+len(v) > wirepb.MaxEmbedFrameValues {
-			cur = &wirepb.EmbedVectors{First: uint32(i)}
-			frames = append(frames, cur)
-			values = 0
-		}
-		cur.Vectors = append(cur.Vectors, &wirepb.Vector{Values: v})
-		values += len(v)
-	}
-	return frames
-}
-
-// embedTerminal is the one terminal of an embedding call: COMPLETED with
-// the usage, or FAILED with err.
-func embedTerminal(res *EmbedResult, err error) *wirepb.EmbedFrame {
-	ev := terminalEvent(nil, err)
-	if err == nil && res != nil {
-		ev.Usage = usageToWire(res.Usage)
-	}
-	return &wirepb.EmbedFrame{Frame: &wirepb.EmbedFrame_Terminal{Terminal: ev}}
 }

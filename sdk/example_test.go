@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/iop-dev/iop/internal/pluginhost"
-	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
+	"github.com/iop-dev/iop/sdk/sdktest"
 )
 
 // echo is a complete adapter: it answers with the last user message, one
@@ -39,6 +38,11 @@ func (e *echo) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSink)
 	if len(req.Messages) == 0 {
 		return nil, sdk.Errorf(sdk.KindInvalidRequest, "no messages")
 	}
+	// A tool choice the adapter cannot honour fails the run; it is never
+	// ignored.
+	if err := req.Options.ToolChoice.Check(req.Tools); err != nil {
+		return nil, err
+	}
 	words := strings.Fields(e.cfg.Prefix + req.Messages[len(req.Messages)-1].Content)
 	for _, w := range words {
 		// Send fails with sdk.ErrHostGone once the run is cancelled:
@@ -51,50 +55,29 @@ func (e *echo) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSink)
 	return &sdk.Result{DoneReason: "stop", Usage: usage}, nil
 }
 
-// An adapter, and the Node's view of it: the host runs it (here in
-// process, over the same gRPC path as a plugin process), configures it and
-// relays its events.
+// An adapter, checked as its own tests would check it: the conformance kit
+// runs it over the same gRPC path the Node uses for a plugin process and
+// reports each check (the skipped ones say what they need: a slow target
+// to cancel, a target the server lacks, a built binary). In a test,
+// sdktest.Run does the same with a subtest per check; a built adapter
+// program is checked with `noded adapter verify ./echo`.
 func Example_echoAdapter() {
-	ctx := context.Background()
-	p, err := pluginhost.StartInProcess(ctx, &echo{})
-	if err != nil {
-		panic(err)
+	subject := sdktest.Subject{Adapter: func() sdk.Adapter { return &echo{} }}
+	opts := sdktest.Options{Config: sdk.Config(`{"prefix": "> "}`), Target: "any"}
+	for _, r := range sdktest.Verify(context.Background(), subject, opts) {
+		fmt.Println(r.Status, r.Name)
 	}
-	defer p.Close(ctx)
-	fmt.Println(p.Info().Name, p.Capabilities())
-
-	if err := p.Configure(ctx, sdk.Config(`{"prefx": "> "}`)); err != nil {
-		fmt.Println("configure:", err)
-	}
-	if err := p.Configure(ctx, sdk.Config(`{"prefix": "> "}`)); err != nil {
-		panic(err)
-	}
-
-	req := &wirepb.RunRequest{RunId: "run-1", Target: "any", Messages: []*wirepb.ChatMessage{{Role: "user", Content: "hello there"}}}
-	term, err := p.Execute(ctx, req, nil, func(ev *wirepb.RunEvent) error {
-		fmt.Printf("event %d %v %q\n", ev.GetSeq(), ev.GetType(), ev.GetText())
-		return nil
-	})
-	if err != nil {
-		panic(err)
-	}
-	res, err := pluginhost.ResultOf(term)
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println("done:", res.DoneReason, res.Usage.CompletionTokens, "tokens")
-
-	term, err = p.Execute(ctx, &wirepb.RunRequest{RunId: "run-2"}, nil, func(*wirepb.RunEvent) error { return nil })
-	if err == nil {
-		_, err = pluginhost.ResultOf(term)
-	}
-	fmt.Println("invalid request:", err)
 	// Output:
-	// echo []
-	// configure: invalid_request: config: json: unknown field "prefx"
-	// event 1 RUN_EVENT_TYPE_TEXT_DELTA "> "
-	// event 2 RUN_EVENT_TYPE_TEXT_DELTA "hello "
-	// event 3 RUN_EVENT_TYPE_TEXT_DELTA "there "
-	// done: stop 3 tokens
-	// invalid request: invalid_request: no messages
+	// PASS describe
+	// PASS strict_config
+	// PASS honest_capabilities
+	// PASS ordering
+	// SKIP cancel
+	// SKIP error_mapping
+	// PASS tool_choice
+	// PASS complete
+	// PASS embed
+	// PASS concurrency
+	// PASS restart
+	// SKIP no_stdout
 }

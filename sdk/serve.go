@@ -111,8 +111,8 @@ func Describe(w io.Writer, a Adapter) (err error) {
 // ServeListener serves a's plugin protocol on l, without go-plugin's
 // process handshake or TLS, until ctx is done or l fails; it returns nil
 // when ctx ends it. Hosts use it to run an adapter in their own process over
-// the same gRPC path as a plugin (pluginhost.StartInProcess); adapter
-// programs use Serve.
+// the same gRPC path as a plugin (the Node's built-in adapters in tests, and
+// the conformance kit for an adapter value); adapter programs use Serve.
 func ServeListener(ctx context.Context, a Adapter, l net.Listener) error {
 	srv := grpc.NewServer(serverOptions()...)
 	pluginpb.RegisterAdapterServer(srv, newAdapterServer(a, slog.Default()))

@@ -73,11 +73,7 @@ func (s *adapterServer) ListTargets(ctx context.Context, _ *pluginpb.ListTargets
 	if err != nil {
 		return &pluginpb.ListTargetsResponse{Failure: failureToWire(err)}, nil
 	}
-	resp := &pluginpb.ListTargetsResponse{}
-	for _, t := range targets {
-		resp.Targets = append(resp.Targets, &wirepb.Target{Name: t.Name})
-	}
-	return resp, nil
+	return &pluginpb.ListTargetsResponse{Targets: targetsToWire(targets)}, nil
 }
 
 func (s *adapterServer) Probe(ctx context.Context, req *pluginpb.ProbeRequest) (*pluginpb.ProbeResponse, error) {
@@ -89,7 +85,7 @@ func (s *adapterServer) Probe(ctx context.Context, req *pluginpb.ProbeRequest) (
 	if err != nil {
 		return &pluginpb.ProbeResponse{Failure: failureToWire(err)}, nil
 	}
-	return &pluginpb.ProbeResponse{Status: healthToWire(h.Status), Detail: h.Detail}, nil
+	return healthToWire(h), nil
 }
 
 func (s *adapterServer) Close(ctx context.Context, _ *pluginpb.CloseRequest) (*pluginpb.CloseResponse, error) {
@@ -149,7 +145,7 @@ func (s *adapterServer) Embed(call *pluginpb.EmbedCall, stream pluginpb.Adapter_
 	}
 	if err == nil {
 		for _, f := range embedFrames(res.Vectors) {
-			if err := stream.Send(&wirepb.EmbedFrame{Frame: &wirepb.EmbedFrame_Vectors{Vectors: f}}); err != nil {
+			if err := stream.Send(f); err != nil {
 				return err
 			}
 		}

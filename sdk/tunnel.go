@@ -108,9 +108,7 @@ func (r *tunnelResponse) WriteHeader(code int, header http.Header) error {
 		return &Error{Kind: KindInternal, Message: "tunnel response head written twice"}
 	}
 	r.head = true
-	return r.send(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Head{Head: &wirepb.TunnelResponseHead{
-		Status: int32(code), Headers: headersToWire(header),
-	}}})
+	return r.send(tunnelHead(code, header))
 }
 
 // Write sends p as body frames of at most maxTunnelChunk bytes.
@@ -157,9 +155,5 @@ func (r *tunnelResponse) finish(err error) error {
 	if r.stream.Context().Err() != nil {
 		return nil // nobody is listening; the host ends the tunnel itself
 	}
-	term := &wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED}
-	if err != nil {
-		term = &wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, Failure: failureToWire(err)}
-	}
-	return r.stream.Send(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Terminal{Terminal: term}})
+	return r.stream.Send(tunnelTerminal(err))
 }

@@ -43,11 +43,7 @@ func (p *Plugin) ListTargets(ctx context.Context) ([]sdk.Target, error) {
 	if f := resp.GetFailure(); f != nil {
 		return nil, errorFromFailure(f)
 	}
-	targets := make([]sdk.Target, 0, len(resp.GetTargets()))
-	for _, t := range resp.GetTargets() {
-		targets = append(targets, sdk.Target{Name: t.GetName()})
-	}
-	return targets, nil
+	return targetsFromWire(resp.GetTargets()), nil
 }
 
 // Probe checks one exact target. Without the probe capability it fails with
@@ -63,7 +59,7 @@ func (p *Plugin) Probe(ctx context.Context, target string) (sdk.Health, error) {
 	if f := resp.GetFailure(); f != nil {
 		return sdk.Health{}, errorFromFailure(f)
 	}
-	return sdk.Health{Status: healthFromWire(resp.GetStatus()), Detail: resp.GetDetail()}, nil
+	return healthFromWire(resp), nil
 }
 
 // Execute runs one normalized run on the adapter. emit receives each
@@ -97,7 +93,7 @@ func (p *Plugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream, whatever the reason we leave
-	stream, err := p.rpc.Execute(ctx, &pluginpb.ExecuteRequest{Run: runWithoutLease(req), Credential: credentialToWire(cred)})
+	stream, err := p.rpc.Execute(ctx, &pluginpb.ExecuteRequest{Run: withoutLease(req), Credential: credentialToWire(cred)})
 	if err != nil {
 		return nil, p.callErr(ctx, err)
 	}
@@ -156,7 +152,7 @@ func (p *Plugin) usable(capability string) error {
 	if p.hasExited() {
 		return p.exitErr()
 	}
-	if capability != "" && !p.Has(capability) {
+	if capability != "" && !p.has(capability) {
 		return &sdk.Error{Kind: sdk.KindUnsupported, Message: fmt.Sprintf("adapter %s does not implement %s", p.name, capability)}
 	}
 	return nil

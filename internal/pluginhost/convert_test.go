@@ -47,10 +47,10 @@ func TestFailureRoundTripKeepsTheKind(t *testing.T) {
 
 func TestUsageRoundTrip(t *testing.T) {
 	u := &sdk.Usage{PromptTokens: 1, CompletionTokens: 2, TotalDuration: 3 * time.Second, LoadDuration: 4, PromptEvalDuration: 5, EvalDuration: 6}
-	if got := UsageFromWire(UsageToWire(u)); *got != *u {
+	if got := usageFromWire(UsageToWire(u)); *got != *u {
 		t.Errorf("round trip %+v", got)
 	}
-	if UsageToWire(nil) != nil || UsageFromWire(nil) != nil {
+	if UsageToWire(nil) != nil || usageFromWire(nil) != nil {
 		t.Error("nil usage is not nil")
 	}
 }
@@ -58,7 +58,7 @@ func TestUsageRoundTrip(t *testing.T) {
 // Sealed leases never leave the Node; the caller's request is untouched.
 func TestLeaseIsStrippedFromPluginRequests(t *testing.T) {
 	req := &wirepb.RunRequest{RunId: "r", SealedLease: []byte("sealed"), Binding: &wirepb.LeaseBinding{Principal: "p"}}
-	out := runWithoutLease(req)
+	out := withoutLease(req)
 	if out.GetSealedLease() != nil || out.GetBinding() != nil || out.GetRunId() != "r" {
 		t.Errorf("plugin request %v", out)
 	}
@@ -66,11 +66,15 @@ func TestLeaseIsStrippedFromPluginRequests(t *testing.T) {
 		t.Error("the caller's request changed")
 	}
 	plain := &wirepb.RunRequest{RunId: "r"}
-	if runWithoutLease(plain) != plain {
+	if withoutLease(plain) != plain {
 		t.Error("a request without a lease was copied")
 	}
-	tun := &wirepb.TunnelRequest{SealedLease: []byte("x")}
-	if tunnelWithoutLease(tun).GetSealedLease() != nil || tun.GetSealedLease() == nil {
+	tun := &wirepb.TunnelRequest{TunnelId: "t", SealedLease: []byte("x"), Binding: &wirepb.LeaseBinding{Principal: "p"}}
+	if out := withoutLease(tun); out.GetSealedLease() != nil || out.GetBinding() != nil || out.GetTunnelId() != "t" || tun.GetSealedLease() == nil {
 		t.Error("tunnel lease not stripped, or the caller's request changed")
+	}
+	emb := &wirepb.EmbedRequest{EmbedId: "e", SealedLease: []byte("x"), Binding: &wirepb.LeaseBinding{Principal: "p"}}
+	if out := withoutLease(emb); out.GetSealedLease() != nil || out.GetBinding() != nil || out.GetEmbedId() != "e" || emb.GetBinding() == nil {
+		t.Error("embed lease not stripped, or the caller's request changed")
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/iop-dev/iop/internal/pluginpb"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
@@ -35,7 +33,7 @@ func (p *Plugin) Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *sdk.
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream, whatever the reason we leave
-	stream, err := p.rpc.Embed(ctx, &pluginpb.EmbedCall{Request: embedWithoutLease(req), Credential: credentialToWire(cred)})
+	stream, err := p.rpc.Embed(ctx, &pluginpb.EmbedCall{Request: withoutLease(req), Credential: credentialToWire(cred)})
 	if err != nil {
 		return nil, p.callErr(ctx, err)
 	}
@@ -83,14 +81,4 @@ func (p *Plugin) Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *sdk.
 			return nil, p.protocolErr("embed %q: an empty frame", id)
 		}
 	}
-}
-
-// embedWithoutLease is runWithoutLease for an embedding call.
-func embedWithoutLease(r *wirepb.EmbedRequest) *wirepb.EmbedRequest {
-	if len(r.GetSealedLease()) == 0 && r.GetBinding() == nil {
-		return r
-	}
-	c := proto.CloneOf(r)
-	c.SealedLease, c.Binding = nil, nil
-	return c
 }

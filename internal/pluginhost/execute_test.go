@@ -77,8 +77,8 @@ func TestExecuteRelaysEventsInOrderAndReturnsTheOutcome(t *testing.T) {
 						t.Errorf("tool call deltas %v, %v", tc, events[2].GetToolCall())
 					}
 				}
-				if got := pluginhost.UsageFromWire(events[len(events)-1].GetUsage()); *got != *usage {
-					t.Errorf("usage event %+v, want %+v", got, usage)
+				if got, err := pluginhost.EventFromWire(events[len(events)-1]); err != nil || got.Kind != sdk.UsageReport || *got.Usage != *usage {
+					t.Errorf("usage event %+v (%v), want %+v", got.Usage, err, usage)
 				}
 				if res.DoneReason != c.done || res.Usage == nil || *res.Usage != *usage {
 					t.Errorf("result %+v (usage %+v)", res, res.Usage)

@@ -7,7 +7,10 @@
 // The execution types cross the boundary unchanged: Execute hands the
 // plugin's RunEvents to the caller as they arrive, and Tunnel its
 // TunnelFrames. Errors come back as *sdk.Error, so errors.Is with the sdk
-// sentinels works on the host.
+// sentinels works on the host. The conformance kit, which drives a plugin
+// with sdk values, converts them with the functions of convert.go
+// (RequestToWire, EventFromWire, ResultOf, ...), which hold every
+// conversion of this side.
 //
 // A Plugin is never restarted: when its process exits (Exited), the owner
 // calls Close and starts a new one (go-plugin clients cannot be reused).
@@ -33,20 +36,14 @@ import (
 	"google.golang.org/grpc"
 )
 
-// The plugin handshake. An adapter built with sdk.Serve uses the same
-// values; a host and a plugin with different protocol versions refuse each
-// other at start.
-const (
-	ProtocolVersion  = pluginpb.ProtocolVersion
-	MagicCookieKey   = pluginpb.MagicCookieKey
-	MagicCookieValue = pluginpb.MagicCookieValue
-)
-
-// Handshake is go-plugin's handshake configuration for IOP adapters.
-var Handshake = plugin.HandshakeConfig{
-	ProtocolVersion:  ProtocolVersion,
-	MagicCookieKey:   MagicCookieKey,
-	MagicCookieValue: MagicCookieValue,
+// handshake is go-plugin's handshake configuration for IOP adapters. An
+// adapter built with sdk.Serve uses the same values (internal/pluginpb); a
+// host and a plugin with different protocol versions refuse each other at
+// start.
+var handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  pluginpb.ProtocolVersion,
+	MagicCookieKey:   pluginpb.MagicCookieKey,
+	MagicCookieValue: pluginpb.MagicCookieValue,
 }
 
 var (
@@ -66,9 +63,9 @@ var (
 	ErrChecksumMismatch = errors.New("plugin binary checksum mismatch")
 )
 
-// DefaultStartTimeout is how long Start waits for a plugin's handshake
+// defaultStartTimeout is how long Start waits for a plugin's handshake
 // when Options.StartTimeout is 0.
-const DefaultStartTimeout = 10 * time.Second
+const defaultStartTimeout = 10 * time.Second
 
 // closeTimeout bounds the adapter's Close call within Plugin.Close.
 const closeTimeout = 5 * time.Second
@@ -99,7 +96,7 @@ type Options struct {
 	// Name labels the plugin in logs and errors. Empty: the base name of
 	// Cmd.Path.
 	Name string
-	// StartTimeout bounds the handshake. Zero: DefaultStartTimeout.
+	// StartTimeout bounds the handshake. Zero: 10 seconds.
 	StartTimeout time.Duration
 }
 
@@ -137,7 +134,7 @@ func Start(ctx context.Context, o Options) (*Plugin, error) {
 		name = filepath.Base(o.Cmd.Path)
 	}
 	if o.StartTimeout <= 0 {
-		o.StartTimeout = DefaultStartTimeout
+		o.StartTimeout = defaultStartTimeout
 	}
 	log := o.Logger
 	if log == nil {
@@ -160,12 +157,7 @@ func (p *Plugin) describe(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pluginhost: describe %s: %w", p.name, p.callErr(ctx, err))
 	}
-	p.info = sdk.Info{
-		Name:         d.GetName(),
-		Version:      d.GetVersion(),
-		Description:  d.GetDescription(),
-		ConfigFields: d.GetConfigFields(),
-	}
+	p.info = infoFromWire(d)
 	p.caps = d.GetCapabilities()
 	return nil
 }
@@ -176,8 +168,8 @@ func (p *Plugin) Info() sdk.Info { return p.info }
 // Capabilities returns the capabilities the adapter implements (sdk.Cap*).
 func (p *Plugin) Capabilities() []string { return slices.Clone(p.caps) }
 
-// Has reports whether the adapter implements capability (an sdk.Cap* name).
-func (p *Plugin) Has(capability string) bool { return slices.Contains(p.caps, capability) }
+// has reports whether the adapter implements capability (an sdk.Cap* name).
+func (p *Plugin) has(capability string) bool { return slices.Contains(p.caps, capability) }
 
 // Pid returns the plugin's process id, or 0 for an in-process plugin.
 func (p *Plugin) Pid() int { return p.pid }
@@ -193,7 +185,7 @@ func (p *Plugin) Exited() <-chan struct{} { return p.exited }
 func (p *Plugin) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() {
 		close(p.closing)
-		if p.Has(sdk.CapClose) && !p.hasExited() {
+		if p.has(sdk.CapClose) && !p.hasExited() {
 			ctx, cancel := context.WithTimeout(ctx, closeTimeout)
 			resp, err := p.rpc.Close(ctx, &pluginpb.CloseRequest{})
 			cancel()

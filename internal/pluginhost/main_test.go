@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/internal/pluginhost"
+	"github.com/iop-dev/iop/internal/pluginpb"
 	"github.com/iop-dev/iop/internal/testadapter"
 	"github.com/iop-dev/iop/sdk"
 	"go.uber.org/goleak"
@@ -76,8 +77,8 @@ func runHelper(mode, bin string) {
 	case "raw":
 		cmd := exec.Command(bin)
 		cmd.Env = append(os.Environ(),
-			pluginhost.MagicCookieKey+"="+pluginhost.MagicCookieValue,
-			fmt.Sprintf("PLUGIN_PROTOCOL_VERSIONS=%d", pluginhost.ProtocolVersion))
+			pluginpb.MagicCookieKey+"="+pluginpb.MagicCookieValue,
+			fmt.Sprintf("PLUGIN_PROTOCOL_VERSIONS=%d", pluginpb.ProtocolVersion))
 		cmd.Stdout = io.Discard
 		if err := cmd.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, err)

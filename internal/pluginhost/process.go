@@ -244,7 +244,7 @@ func startProcess(ctx context.Context, o Options, name string, log *slog.Logger)
 		return nil, fmt.Errorf("pluginhost: start %s: %w", name, err)
 	}
 	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  Handshake,
+		HandshakeConfig:  handshake,
 		Plugins:          plugin.PluginSet{pluginpb.PluginName: hostPlugin{}},
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/internal/pluginhost"
+	"github.com/iop-dev/iop/internal/pluginpb"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 )
@@ -57,7 +58,7 @@ func TestDescribeCommandPrintsInfoAsJSON(t *testing.T) {
 				t.Errorf("describe wrote more than one object, or to stderr: %q", stderr.String())
 			}
 			if d.Name != c.name || d.Version != "0.0.1" || d.Description == "" || d.ConfigFields["prefix"] == "" ||
-				d.ProtocolVersion != pluginhost.ProtocolVersion || strings.Join(d.Capabilities, ",") != strings.Join(c.caps, ",") || d.Capabilities == nil {
+				d.ProtocolVersion != pluginpb.ProtocolVersion || strings.Join(d.Capabilities, ",") != strings.Join(c.caps, ",") || d.Capabilities == nil {
 				t.Errorf("describe = %+v", d)
 			}
 		})

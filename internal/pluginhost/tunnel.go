@@ -41,7 +41,7 @@ func (p *Plugin) Tunnel(ctx context.Context, req *wirepb.TunnelRequest, cred *sd
 		return p.callErr(ctx, err)
 	}
 	open := &pluginpb.TunnelUpstream{Msg: &pluginpb.TunnelUpstream_Open{Open: &pluginpb.TunnelOpen{
-		Request: tunnelWithoutLease(req), Credential: credentialToWire(cred),
+		Request: withoutLease(req), Credential: credentialToWire(cred),
 	}}}
 	if err := stream.Send(open); err != nil {
 		// Send reports a broken stream as io.EOF; Recv below says why.

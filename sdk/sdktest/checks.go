@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/iop-dev/iop/internal/pluginhost"
 	"github.com/iop-dev/iop/internal/pluginpb"
-	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 )
 
@@ -63,11 +63,14 @@ func checkDescribe(ctx context.Context, s *Session) error {
 	if err != nil {
 		return err
 	}
-	p, err := s.Plugin(ctx)
+	info, err := s.Info(ctx)
 	if err != nil {
 		return err
 	}
-	info := p.Info()
+	caps, err := s.Capabilities(ctx)
+	if err != nil {
+		return err
+	}
 	var problems []string
 	if info.Name == "" || info.Version == "" {
 		problems = append(problems, fmt.Sprintf("Info() over the plugin protocol has name %q and version %q; want both set", info.Name, info.Version))
@@ -75,7 +78,7 @@ func checkDescribe(ctx context.Context, s *Session) error {
 	if info.Name != d.Name || info.Version != d.Version {
 		problems = append(problems, fmt.Sprintf("describe says %s %s but the plugin says %s %s", d.Name, d.Version, info.Name, info.Version))
 	}
-	if got, want := sorted(*d.Capabilities), sorted(p.Capabilities()); !slices.Equal(got, want) {
+	if got, want := sorted(*d.Capabilities), sorted(caps); !slices.Equal(got, want) {
 		problems = append(problems, fmt.Sprintf("describe reports capabilities %v but the plugin reports %v", got, want))
 	}
 	if len(problems) > 0 {
@@ -154,8 +157,8 @@ func parseDescription(out []byte) (description, error) {
 	switch {
 	case d.ProtocolVersion == nil:
 		problems = append(problems, "no protocol_version")
-	case *d.ProtocolVersion != pluginhost.ProtocolVersion:
-		problems = append(problems, fmt.Sprintf("protocol_version %d, but the host speaks %d", *d.ProtocolVersion, pluginhost.ProtocolVersion))
+	case *d.ProtocolVersion != pluginpb.ProtocolVersion:
+		problems = append(problems, fmt.Sprintf("protocol_version %d, but the host speaks %d", *d.ProtocolVersion, pluginpb.ProtocolVersion))
 	}
 	if len(problems) > 0 {
 		return d, fmt.Errorf("describe output %s: %s", clip(out), strings.Join(problems, "; "))
@@ -164,11 +167,10 @@ func parseDescription(out []byte) (description, error) {
 }
 
 func checkStrictConfig(ctx context.Context, s *Session) error {
-	p, err := s.Plugin(ctx)
-	if err != nil {
+	if _, err := s.running(ctx); err != nil {
 		return err
 	}
-	err = p.Configure(ctx, s.opts.BadConfig)
+	err := s.Configure(ctx, s.opts.BadConfig)
 	switch {
 	case err == nil:
 		return fmt.Errorf("the adapter accepted Configure(%s); want it refused with kind invalid_request (decode with sdk.DecodeConfig, which rejects unknown keys)", s.opts.BadConfig)
@@ -176,56 +178,57 @@ func checkStrictConfig(ctx context.Context, s *Session) error {
 		return fmt.Errorf("the adapter refused Configure(%s) with kind %s (%v); want kind invalid_request", s.opts.BadConfig, sdk.KindOf(err), err)
 	}
 	s.Logf("refused %s: %v", s.opts.BadConfig, err)
-	if err := p.Configure(ctx, s.opts.Config); err != nil {
+	if err := s.Configure(ctx, s.opts.Config); err != nil {
 		return fmt.Errorf("Configure(Options.Config) after a refused configuration failed: %w", err)
 	}
 	return nil
 }
 
 func checkCapabilities(ctx context.Context, s *Session) error {
-	p, err := s.Plugin(ctx)
+	caps, err := s.Capabilities(ctx)
 	if err != nil {
 		return err
 	}
+	reports := func(c string) bool { return slices.Contains(caps, c) }
 	target, err := s.Target(ctx)
 	if err != nil {
 		return err
 	}
 	var problems []string
-	for _, c := range p.Capabilities() {
+	for _, c := range caps {
 		if !knownCapability(c) {
 			problems = append(problems, fmt.Sprintf("reports unknown capability %q", c))
 		}
 	}
 
-	targets, err := p.ListTargets(ctx)
+	targets, err := s.ListTargets(ctx)
 	switch {
-	case p.Has(sdk.CapListTargets) && err != nil:
+	case reports(sdk.CapListTargets) && err != nil:
 		problems = append(problems, fmt.Sprintf("reports %s, but ListTargets failed: %v", sdk.CapListTargets, err))
-	case p.Has(sdk.CapListTargets):
+	case reports(sdk.CapListTargets):
 		s.Logf("ListTargets: %d target(s)", len(targets))
 	case !errors.Is(err, sdk.ErrUnsupported):
 		problems = append(problems, fmt.Sprintf("does not report %s, but ListTargets did not fail as unsupported: %v", sdk.CapListTargets, errText(err)))
 	}
 
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	h, err := p.Probe(pctx, target)
+	h, err := s.Probe(pctx, target)
 	cancel()
 	switch {
-	case p.Has(sdk.CapProbe) && err != nil:
+	case reports(sdk.CapProbe) && err != nil:
 		problems = append(problems, fmt.Sprintf("reports %s, but Probe(%q) failed: %v", sdk.CapProbe, target, err))
-	case p.Has(sdk.CapProbe):
+	case reports(sdk.CapProbe):
 		s.Logf("Probe(%q): %s", target, h.Status)
 	case !errors.Is(err, sdk.ErrUnsupported):
 		problems = append(problems, fmt.Sprintf("does not report %s, but Probe did not fail as unsupported: %v", sdk.CapProbe, errText(err)))
 	}
 
-	if p.Has(sdk.CapTunnel) {
-		if err := s.tunnelOnce(ctx, p, target); err != nil {
+	if reports(sdk.CapTunnel) {
+		if err := s.tunnelOnce(ctx, target); err != nil {
 			problems = append(problems, fmt.Sprintf("reports %s, but %v", sdk.CapTunnel, err))
 		}
 	} else {
-		err := p.Tunnel(ctx, s.tunnelRequest(target), s.opts.Credential, nil, func(*wirepb.TunnelFrame) error { return nil })
+		err := s.Tunnel(ctx, s.tunnelRequest(target), &tunnelRecorder{})
 		if !errors.Is(err, sdk.ErrUnsupported) {
 			problems = append(problems, fmt.Sprintf("does not report %s, but Tunnel did not fail as unsupported: %v", sdk.CapTunnel, errText(err)))
 		}
@@ -237,10 +240,10 @@ func checkCapabilities(ctx context.Context, s *Session) error {
 	return nil
 }
 
-func (s *Session) tunnelRequest(target string) *wirepb.TunnelRequest {
-	return &wirepb.TunnelRequest{
-		TunnelId:  fmt.Sprintf("sdktest-tunnel-%d", s.runs.Add(1)),
-		SessionId: "sdktest",
+func (s *Session) tunnelRequest(target string) *sdk.TunnelRequest {
+	return &sdk.TunnelRequest{
+		TunnelID:  s.newID("tunnel"),
+		SessionID: sessionID,
 		Target:    target,
 		Method:    "GET",
 		Path:      s.opts.TunnelPath,
@@ -248,46 +251,43 @@ func (s *Session) tunnelRequest(target string) *wirepb.TunnelRequest {
 }
 
 // tunnelOnce sends a GET of Options.TunnelPath through the tunnel: any HTTP
-// status will do, but the relay must complete with one head and exactly one
-// terminal frame, last.
-func (s *Session) tunnelOnce(ctx context.Context, p *pluginhost.Plugin, target string) error {
+// status will do, but the relay must complete with its response head.
+// (The plugin host itself refuses a tunnel with no terminal frame or two,
+// with a second head, or with body before the head.)
+func (s *Session) tunnelOnce(ctx context.Context, target string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req := s.tunnelRequest(target)
-	var heads, bodies, terminals int
-	var status int32
-	var last *wirepb.TunnelFrame
-	err := p.Tunnel(ctx, req, s.opts.Credential, nil, func(f *wirepb.TunnelFrame) error {
-		switch f.GetFrame().(type) {
-		case *wirepb.TunnelFrame_Head:
-			heads++
-			status = f.GetHead().GetStatus()
-		case *wirepb.TunnelFrame_Body:
-			bodies++
-		case *wirepb.TunnelFrame_Terminal:
-			terminals++
-		}
-		last = f
-		return nil
-	})
-	what := "a tunnel GET of " + req.GetPath()
-	if err != nil {
-		return fmt.Errorf("%s did not end with a terminal frame: %v", what, err)
+	resp := &tunnelRecorder{}
+	err := s.Tunnel(ctx, req, resp)
+	what := "a tunnel GET of " + req.Path
+	switch {
+	case errors.Is(err, pluginhost.ErrProtocol):
+		return fmt.Errorf("%s: %v", what, err)
+	case ctx.Err() != nil || errors.Is(err, pluginhost.ErrPluginExited):
+		return fmt.Errorf("%s did not end with an outcome: %v", what, err)
+	case err != nil:
+		return fmt.Errorf("%s failed (kind %s): %v (set Options.TunnelPath to a harmless path the server answers)", what, sdk.KindOf(err), err)
 	}
-	if terminals != 1 || last.GetTerminal() == nil {
-		return fmt.Errorf("%s sent %d terminal frame(s), the last frame being %T; want exactly one, last", what, terminals, last.GetFrame())
-	}
-	term := last.GetTerminal()
-	if term.GetOutcome() != wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED {
-		f := term.GetFailure()
-		kind := sdk.Kind(pluginpb.KindFromWire(f.GetKind()))
-		return fmt.Errorf("%s failed with kind %s: %s (set Options.TunnelPath to a harmless path the server answers)", what, kind, f.GetMessage())
-	}
-	if heads != 1 {
-		return fmt.Errorf("%s completed with %d response head(s); want one", what, heads)
-	}
-	s.Logf("tunnel GET %s: status %d, %d body frame(s)", req.GetPath(), status, bodies)
+	s.Logf("tunnel GET %s: status %d, %d body frame(s)", req.Path, resp.status, resp.writes)
 	return nil
+}
+
+// tunnelRecorder is the TunnelResponse of the kit's tunnels: it keeps the
+// status and counts the body's writes.
+type tunnelRecorder struct {
+	status int
+	writes int
+}
+
+func (r *tunnelRecorder) WriteHeader(status int, _ http.Header) error {
+	r.status = status
+	return nil
+}
+
+func (r *tunnelRecorder) Write(p []byte) (int, error) {
+	r.writes++
+	return len(p), nil
 }
 
 func knownCapability(c string) bool {

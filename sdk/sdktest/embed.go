@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
-	"github.com/iop-dev/iop/internal/pluginhost"
-	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 )
 
@@ -15,7 +14,7 @@ import (
 // reason); one that does not is refused by the host as unsupported, and
 // never runs it as a chat without messages.
 func checkComplete(ctx context.Context, s *Session) error {
-	p, err := s.Plugin(ctx)
+	caps, err := s.Capabilities(ctx)
 	if err != nil {
 		return err
 	}
@@ -25,9 +24,9 @@ func checkComplete(ctx context.Context, s *Session) error {
 	}
 	req := s.newRun(target)
 	req.Messages = nil
-	req.Completion = &wirepb.CompletionInput{Prompt: "Once upon a time"}
-	events, res, err := s.execute(ctx, p, req)
-	if !p.Has(sdk.CapComplete) {
+	req.Prompt = "Once upon a time"
+	events, res, err := s.Execute(ctx, req)
+	if !slices.Contains(caps, sdk.CapComplete) {
 		if !errors.Is(err, sdk.ErrUnsupported) {
 			return fmt.Errorf("does not report %s, but a raw completion %s; want kind %s", sdk.CapComplete, outcomeText(err), sdk.KindUnsupported)
 		}
@@ -48,7 +47,7 @@ func checkComplete(ctx context.Context, s *Session) error {
 // adapter that does not report embed is refused by the host as
 // unsupported.
 func checkEmbed(ctx context.Context, s *Session) error {
-	p, err := s.Plugin(ctx)
+	caps, err := s.Capabilities(ctx)
 	if err != nil {
 		return err
 	}
@@ -59,8 +58,8 @@ func checkEmbed(ctx context.Context, s *Session) error {
 		}
 	}
 	inputs := []string{"The quick brown fox.", "An Edge and its Nodes.", "A third input, a little longer than the others."}
-	vectors, _, err := s.embed(ctx, p, target, inputs, 0)
-	if !p.Has(sdk.CapEmbed) {
+	vectors, err := s.embed(ctx, target, inputs, 0)
+	if !slices.Contains(caps, sdk.CapEmbed) {
 		if !errors.Is(err, sdk.ErrUnsupported) {
 			return fmt.Errorf("does not report %s, but Embed %s; want kind %s", sdk.CapEmbed, outcomeText(err), sdk.KindUnsupported)
 		}
@@ -80,7 +79,7 @@ func checkEmbed(ctx context.Context, s *Session) error {
 		return nil
 	}
 	half := dims / 2
-	short, _, err := s.embed(ctx, p, target, inputs[:1], half)
+	short, err := s.embed(ctx, target, inputs[:1], half)
 	switch {
 	case errors.Is(err, sdk.ErrUnsupported) || errors.Is(err, sdk.ErrInvalidRequest):
 		s.Logf("%q: %d vectors of %d dimensions; %d dimensions refused (%v)", target, len(vectors), dims, half, err)
@@ -96,30 +95,19 @@ func checkEmbed(ctx context.Context, s *Session) error {
 	return nil
 }
 
-// embed calls Embed on p and gathers the vectors it streamed.
-func (s *Session) embed(ctx context.Context, p *pluginhost.Plugin, target string, inputs []string, dims int) ([][]float32, *sdk.Usage, error) {
-	req := &wirepb.EmbedRequest{
-		EmbedId:    fmt.Sprintf("sdktest-embed-%d", s.runs.Add(1)),
-		SessionId:  "sdktest",
+// embed asks target for the embeddings of inputs and returns the vectors.
+func (s *Session) embed(ctx context.Context, target string, inputs []string, dims int) ([][]float32, error) {
+	res, err := s.Embed(ctx, &sdk.EmbedRequest{
+		EmbedID:    s.newID("embed"),
+		SessionID:  sessionID,
 		Target:     target,
 		Inputs:     inputs,
-		Dimensions: uint32(dims),
-	}
-	var vectors [][]float32
-	term, err := p.Embed(ctx, req, s.opts.Credential, func(f *wirepb.EmbedVectors) error {
-		for _, v := range f.GetVectors() {
-			vectors = append(vectors, v.GetValues())
-		}
-		return nil
+		Dimensions: dims,
 	})
 	if err != nil {
-		return vectors, nil, err
+		return nil, err
 	}
-	res, err := pluginhost.ResultOf(term)
-	if err != nil {
-		return vectors, nil, err
-	}
-	return vectors, res.Usage, nil
+	return res.Vectors, nil
 }
 
 // sameLength checks that there are n vectors, all of one length above 0,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/iop-dev/iop/internal/pluginhost"
-	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 )
 
@@ -25,8 +25,7 @@ const (
 )
 
 func checkOrdering(ctx context.Context, s *Session) error {
-	p, err := s.Plugin(ctx)
-	if err != nil {
+	if _, err := s.running(ctx); err != nil {
 		return err
 	}
 	target, err := s.Target(ctx)
@@ -34,7 +33,7 @@ func checkOrdering(ctx context.Context, s *Session) error {
 		return err
 	}
 	req := s.newRun(target)
-	events, res, err := s.execute(ctx, p, req)
+	events, res, err := s.Execute(ctx, req)
 	if err := validateRun(req, events, res, err); err != nil {
 		return err
 	}
@@ -48,8 +47,7 @@ func checkOrdering(ctx context.Context, s *Session) error {
 // would run the model unconstrained, and the client asking for a forced
 // call would not know (SPEC P2).
 func checkToolChoice(ctx context.Context, s *Session) error {
-	p, err := s.Plugin(ctx)
-	if err != nil {
+	if _, err := s.running(ctx); err != nil {
 		return err
 	}
 	target, err := s.Target(ctx)
@@ -57,9 +55,9 @@ func checkToolChoice(ctx context.Context, s *Session) error {
 		return err
 	}
 	req := s.newRun(target)
-	req.Tools = []*wirepb.Tool{{Name: "sdktest_offered", ParametersJson: []byte(`{"type":"object"}`)}}
-	req.Options = &wirepb.RunOptions{ToolChoice: string(sdk.ToolChoiceFunction("sdktest_not_offered"))}
-	_, _, err = s.execute(ctx, p, req)
+	req.Tools = []sdk.Tool{{Name: "sdktest_offered", Parameters: []byte(`{"type":"object"}`)}}
+	req.Options.ToolChoice = sdk.ToolChoiceFunction("sdktest_not_offered")
+	_, _, err = s.Execute(ctx, req)
 	if !errors.Is(err, sdk.ErrInvalidRequest) {
 		return fmt.Errorf("a run of %q whose tool_choice names a tool it does not offer %s; want kind %s "+
 			"(check Options.ToolChoice against the run's tools with sdk.ToolChoice.Check)", target, outcomeText(err), sdk.KindInvalidRequest)
@@ -69,13 +67,17 @@ func checkToolChoice(ctx context.Context, s *Session) error {
 }
 
 // validateRun checks one completed run: at least one event, text among
-// them, seq counting 1, 2, 3, ... without gaps, every event stamped with
-// the run's id and none of them terminal, then a Result with a done reason.
-// (pluginhost itself refuses a stream with no terminal or with two: that
-// comes back here as an error matching pluginhost.ErrProtocol.)
-func validateRun(req *wirepb.RunRequest, events []*wirepb.RunEvent, res *sdk.Result, err error) error {
-	run := fmt.Sprintf("run %s of %q", req.GetRunId(), req.GetTarget())
-	if err != nil {
+// them, then a Result with a done reason. The order of the stream is the
+// plugin host's to check, and Execute's: events whose seq does not count
+// 1, 2, 3, ... without gaps, an event stamped with another run's id, a
+// stream with no outcome or two come back here as an error matching
+// pluginhost.ErrProtocol.
+func validateRun(req *sdk.Request, events []sdk.Event, res *sdk.Result, err error) error {
+	run := fmt.Sprintf("run %s of %q", req.RunID, req.Target)
+	switch {
+	case errors.Is(err, pluginhost.ErrProtocol):
+		return fmt.Errorf("%s: %v", run, err)
+	case err != nil:
 		return fmt.Errorf("%s failed (kind %s): %v; want it to complete (is Options.Target a target that answers?)", run, sdk.KindOf(err), err)
 	}
 	if res == nil {
@@ -84,24 +86,7 @@ func validateRun(req *wirepb.RunRequest, events []*wirepb.RunEvent, res *sdk.Res
 	if len(events) == 0 {
 		return fmt.Errorf("%s completed without streaming any event; want the answer as text deltas", run)
 	}
-	text := false
-	for i, ev := range events {
-		if ev.GetSeq() != uint64(i+1) {
-			return fmt.Errorf("%s: event %d has seq %d; want %d (seq counts from 1 without gaps)", run, i+1, ev.GetSeq(), i+1)
-		}
-		if ev.GetRunId() != req.GetRunId() {
-			return fmt.Errorf("%s: event %d belongs to run %q", run, i+1, ev.GetRunId())
-		}
-		switch ev.GetType() {
-		case wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA:
-			text = text || ev.GetText() != ""
-		case wirepb.RunEventType_RUN_EVENT_TYPE_REASONING_DELTA,
-			wirepb.RunEventType_RUN_EVENT_TYPE_TOOL_CALL_DELTA,
-			wirepb.RunEventType_RUN_EVENT_TYPE_USAGE:
-		default:
-			return fmt.Errorf("%s: event %d is a %v; want only text, reasoning, tool-call and usage events before the one outcome", run, i+1, ev.GetType())
-		}
-	}
+	text := slices.ContainsFunc(events, func(ev sdk.Event) bool { return ev.Kind == sdk.TextDelta && ev.Text != "" })
 	if !text {
 		return fmt.Errorf("%s streamed %d event(s) but no text; want the answer as text deltas", run, len(events))
 	}
@@ -115,8 +100,7 @@ func checkCancel(ctx context.Context, s *Session) error {
 	if s.opts.SlowTarget == "" {
 		return Skipf("no slow target (Options.SlowTarget, --slow-target): name one that streams slowly enough to cancel after its first event")
 	}
-	p, err := s.Plugin(ctx)
-	if err != nil {
+	if _, err := s.running(ctx); err != nil {
 		return err
 	}
 	// Every goroutine there is now (the plugin's, its connections') may
@@ -134,14 +118,10 @@ func checkCancel(ctx context.Context, s *Session) error {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		term, err := p.Execute(runCtx, req, s.opts.Credential, func(*wirepb.RunEvent) error {
+		res, err := s.Stream(runCtx, req, func(sdk.Event) error {
 			once.Do(func() { close(first) })
 			return nil
 		})
-		var res *sdk.Result
-		if err == nil {
-			res, err = pluginhost.ResultOf(term)
-		}
 		done <- outcome{res, err}
 	}()
 	slow := fmt.Sprintf("Options.SlowTarget %q", s.opts.SlowTarget)
@@ -223,15 +203,14 @@ func checkErrorMapping(ctx context.Context, s *Session) error {
 	if s.opts.UnknownTarget == "" && len(s.opts.ErrorCases) == 0 {
 		return Skipf("no unknown target (Options.UnknownTarget, --unknown-target) and no Options.ErrorCases: name a target the server does not have")
 	}
-	p, err := s.Plugin(ctx)
-	if err != nil {
+	if _, err := s.running(ctx); err != nil {
 		return err
 	}
 	var problems []string
 	cases := len(s.opts.ErrorCases)
 	if t := s.opts.UnknownTarget; t != "" {
 		cases++
-		_, _, err := s.execute(ctx, p, s.newRun(t))
+		_, _, err := s.Execute(ctx, s.newRun(t))
 		if !errors.Is(err, sdk.ErrModelNotFound) {
 			problems = append(problems, fmt.Sprintf("a run of the unknown target %q %s; want kind %s", t, outcomeText(err), sdk.KindModelNotFound))
 		}
@@ -257,8 +236,7 @@ func (s *Session) errorCase(ctx context.Context, c ErrorCase) error {
 			return err
 		}
 	}
-	p, err := s.Plugin(ctx)
-	if err != nil {
+	if _, err := s.running(ctx); err != nil {
 		return err
 	}
 	if c.Setup != nil {
@@ -266,7 +244,7 @@ func (s *Session) errorCase(ctx context.Context, c ErrorCase) error {
 			defer teardown()
 		}
 	}
-	_, _, err = s.execute(ctx, p, s.newRun(target))
+	_, _, err := s.Execute(ctx, s.newRun(target))
 	if !errors.Is(err, &sdk.Error{Kind: c.Want}) {
 		return fmt.Errorf("error case %q: a run of %q %s; want kind %s", c.Name, target, outcomeText(err), c.Want)
 	}
@@ -282,8 +260,7 @@ func outcomeText(err error) string {
 }
 
 func checkConcurrency(ctx context.Context, s *Session) error {
-	p, err := s.Plugin(ctx)
-	if err != nil {
+	if _, err := s.running(ctx); err != nil {
 		return err
 	}
 	target, err := s.Target(ctx)
@@ -298,7 +275,7 @@ func checkConcurrency(ctx context.Context, s *Session) error {
 		req := s.newRun(target)
 		wg.Go(func() {
 			<-start
-			events, res, err := s.execute(ctx, p, req)
+			events, res, err := s.Execute(ctx, req)
 			errs[i] = validateRun(req, events, res, err)
 		})
 	}
@@ -318,7 +295,7 @@ func checkConcurrency(ctx context.Context, s *Session) error {
 }
 
 func checkRestart(ctx context.Context, s *Session) error {
-	old, err := s.Plugin(ctx)
+	old, err := s.running(ctx)
 	if err != nil {
 		return err
 	}
@@ -330,7 +307,7 @@ func checkRestart(ctx context.Context, s *Session) error {
 	default:
 		return errors.New("the plugin had not exited when Close returned")
 	}
-	p, err := s.Plugin(ctx)
+	p, err := s.running(ctx)
 	if err != nil {
 		return fmt.Errorf("after a restart: %w", err)
 	}
@@ -339,7 +316,7 @@ func checkRestart(ctx context.Context, s *Session) error {
 		return err
 	}
 	req := s.newRun(target)
-	events, res, err := s.execute(ctx, p, req)
+	events, res, err := s.Execute(ctx, req)
 	if err := validateRun(req, events, res, err); err != nil {
 		return fmt.Errorf("after a restart and Configure: %w", err)
 	}
@@ -353,8 +330,11 @@ func checkNoStdout(ctx context.Context, s *Session) error {
 	if s.subject.inProcess() {
 		return Skipf("an in-process adapter shares the test's stdout; run the kit on a built binary to check it")
 	}
-	if s.startErr != nil {
-		return fmt.Errorf("the plugin could not be started: %w", s.startErr)
+	s.mu.Lock()
+	startErr := s.startErr
+	s.mu.Unlock()
+	if startErr != nil {
+		return fmt.Errorf("the plugin could not be started: %w", startErr)
 	}
 	// Closing the plugin drains its output into the log, where the
 	// session records what came from stdout.

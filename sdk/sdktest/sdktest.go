@@ -1,7 +1,8 @@
 // Package sdktest is the adapter conformance kit: one table of checks that
 // every IOP adapter must pass, run through the real plugin path (the gRPC
-// protocol, the conversions and the host of package pluginhost) either on an
-// adapter value in the test's own process or on a built adapter binary.
+// plugin protocol, its conversions and the Node's own plugin host) either
+// on an adapter value in the test's own process or on a built adapter
+// binary.
 //
 // From an adapter's tests:
 //
@@ -24,14 +25,25 @@
 // The two kinds of subject see different things. In process, the cancel
 // check sees the adapter's own goroutines (a run that ignores its ctx shows
 // as a leak), but stdout is the test's own and is not checked. A binary is
-// checked as the Node runs it: its describe mode, its stdout (the plugin's
-// log lines that pluginhost marks stream=stdout), and on cancel the
+// checked as the Node runs it: its describe mode, its stdout (which the
+// plugin host reads line by line after the handshake), and on cancel the
 // goroutines of this process only, which include those of any fake server
 // the test runs (a plugin that keeps its upstream request open after a
 // cancel shows as the fake's handler still running).
 //
 // The cancel check counts the goroutines of the whole process, so run the
 // kit from a test that is not parallel with others.
+//
+// # Custom checks
+//
+// A Check is a function of a Session, whose methods drive the subject with
+// the sdk's own types through the same plugin path: Execute and Stream (a
+// run), Embed, Tunnel, ListTargets, Probe, Configure, Info, Capabilities
+// and Restart. Each converts its sdk values to the plugin protocol and
+// back at the kit's edge, so a check sees what the Node would see. Run an
+// adapter's own checks beside the kit's with RunChecks or VerifyChecks:
+//
+//	sdktest.RunChecks(t, subject, opts, append(sdktest.Checks(), myCheck)...)
 package sdktest
 
 import (
@@ -47,9 +59,9 @@ import (
 )
 
 // Subject is the adapter under check: an adapter value, run in this process
-// over the real gRPC path (pluginhost.StartInProcess), or a built binary,
-// started as a plugin process (pluginhost.Start). Set exactly one of
-// Adapter and Binary.
+// over the real gRPC path (the plugin protocol and its conversions, minus
+// the process), or a built binary, started as a plugin process as the Node
+// starts one. Set exactly one of Adapter and Binary.
 type Subject struct {
 	// Adapter returns a new adapter instance; it is called for every
 	// start (a restart gets a fresh one, as a new process would).
@@ -121,8 +133,8 @@ type Options struct {
 	// TunnelPath is the path of the harmless GET the capability check
 	// sends through the tunnel, when the adapter has one. Empty: "/".
 	TunnelPath string
-	// Credential, if set, is lent to every run and tunnel, for servers
-	// that want a key.
+	// Credential, if set, is lent to every run, embedding call and tunnel
+	// whose request has none, for servers that want a key.
 	Credential *sdk.Credential
 	// Timeout bounds each check. Zero: one minute.
 	Timeout time.Duration
@@ -229,17 +241,25 @@ type Result struct {
 	Elapsed time.Duration
 }
 
-// Run runs every check on the subject, each as a subtest named after it:
-// a failed check fails its subtest and the others still run. The subject's
-// plugin is closed when t's test ends.
+// Run runs every check of the kit (Checks) on the subject, each as a
+// subtest named after it: a failed check fails its subtest and the others
+// still run. The subject's plugin is closed when t's test ends.
 func Run(t *testing.T, subject Subject, o Options) {
+	t.Helper()
+	RunChecks(t, subject, o, Checks()...)
+}
+
+// RunChecks is Run with the checks given, in order, instead of the kit's:
+// an adapter's own checks, alone or appended to Checks(). They share one
+// session, as the kit's checks do.
+func RunChecks(t *testing.T, subject Subject, o Options, checks ...Check) {
 	t.Helper()
 	if err := subject.validate(); err != nil {
 		t.Fatal(err)
 	}
 	s := newSession(subject, o)
 	t.Cleanup(s.close)
-	for _, c := range Checks() {
+	for _, c := range checks {
 		t.Run(c.Name, func(t *testing.T) {
 			st, msg, notes := s.runCheck(t.Context(), c)
 			for _, n := range notes {
@@ -255,11 +275,16 @@ func Run(t *testing.T, subject Subject, o Options) {
 	}
 }
 
-// Verify runs every check on the subject, in order, and returns one Result
-// per check. A failing check does not stop the others. The subject's
-// plugin is closed before Verify returns.
+// Verify runs every check of the kit (Checks) on the subject, in order, and
+// returns one Result per check. A failing check does not stop the others.
+// The subject's plugin is closed before Verify returns.
 func Verify(ctx context.Context, subject Subject, o Options) []Result {
-	checks := Checks()
+	return VerifyChecks(ctx, subject, o, Checks()...)
+}
+
+// VerifyChecks is Verify with the checks given, in order, instead of the
+// kit's.
+func VerifyChecks(ctx context.Context, subject Subject, o Options, checks ...Check) []Result {
 	results := make([]Result, 0, len(checks))
 	if err := subject.validate(); err != nil {
 		for _, c := range checks {

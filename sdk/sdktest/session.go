@@ -8,25 +8,33 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/iop-dev/iop/internal/pluginhost"
-	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 )
 
 // Session is one subject under check: the plugin now running it, and what
 // the checks have seen of it. Checks run on it one at a time; a check may
-// use the plugin from several goroutines.
+// call it from several goroutines.
+//
+// Its calls (Execute, Embed, Tunnel, ...) go to the plugin now running the
+// subject, and start one first, configured with Options.Config, when there
+// is none or the last one's process has exited. A start that failed is not
+// tried again: every later call fails with its error.
 type Session struct {
 	subject Subject
 	opts    Options
 	stdout  *stdoutRecorder
 	logger  *slog.Logger // the plugin's log, for Binary subjects
-	runs    atomic.Int64 // numbers run and tunnel ids
+	ids     atomic.Int64 // numbers run, embedding call and tunnel ids
 
+	// mu guards the fields below: the plugin may be started (or
+	// replaced) by a call from any of a check's goroutines.
+	mu         sync.Mutex
 	plugin     *pluginhost.Plugin // nil until started, and after a close
 	configured bool               // plugin has taken Options.Config
 	startErr   error              // a start that failed: not tried again
@@ -80,15 +88,17 @@ func (s *Session) endCheck() []string {
 	return notes
 }
 
-// Plugin returns the running plugin, configured with Options.Config,
+// running returns the running plugin, configured with Options.Config,
 // starting and configuring one first if there is none (or the last one's
 // process has exited). A start that failed is not tried again.
-func (s *Session) Plugin(ctx context.Context) (*pluginhost.Plugin, error) {
+func (s *Session) running(ctx context.Context) (*pluginhost.Plugin, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.plugin != nil {
 		select {
 		case <-s.plugin.Exited():
 			s.Logf("the plugin had exited; started a new one")
-			_ = s.closePlugin(ctx)
+			_ = s.closeLocked(ctx)
 		default:
 		}
 	}
@@ -114,13 +124,16 @@ func (s *Session) Plugin(ctx context.Context) (*pluginhost.Plugin, error) {
 	return s.plugin, nil
 }
 
-// Restart closes the running plugin (returning the error of its Close) and
-// starts and configures a new one.
-func (s *Session) Restart(ctx context.Context) (*pluginhost.Plugin, error) {
+// Restart closes the running plugin, as the Node does before it stops
+// one, and starts and configures a new one (for an Adapter subject, a new
+// instance; for a Binary, a new process). It returns the error of the
+// adapter's Close, or of the new start.
+func (s *Session) Restart(ctx context.Context) error {
 	if err := s.closePlugin(ctx); err != nil {
-		return nil, fmt.Errorf("closing the plugin: %w", err)
+		return fmt.Errorf("closing the plugin: %w", err)
 	}
-	return s.Plugin(ctx)
+	_, err := s.running(ctx)
+	return err
 }
 
 // start starts the subject without configuring it.
@@ -139,6 +152,13 @@ func (s *Session) start(ctx context.Context) (*pluginhost.Plugin, error) {
 // closePlugin closes the running plugin, if any. Its log lines have all
 // been recorded when it returns.
 func (s *Session) closePlugin(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closeLocked(ctx)
+}
+
+// closeLocked is closePlugin; the caller holds s.mu.
+func (s *Session) closeLocked(ctx context.Context) error {
 	if s.plugin == nil {
 		return nil
 	}
@@ -155,49 +175,48 @@ func (s *Session) Target(ctx context.Context) (string, error) {
 	if s.opts.Target != "" {
 		return s.opts.Target, nil
 	}
-	if s.target != "" {
-		return s.target, nil
+	s.mu.Lock()
+	listed := s.target
+	s.mu.Unlock()
+	if listed != "" {
+		return listed, nil
 	}
-	p, err := s.Plugin(ctx)
+	caps, err := s.Capabilities(ctx)
 	if err != nil {
 		return "", err
 	}
-	if !p.Has(sdk.CapListTargets) {
+	if !slices.Contains(caps, sdk.CapListTargets) {
 		return "", errors.New("Options.Target is empty and the adapter cannot list targets: name a target")
 	}
-	targets, err := p.ListTargets(ctx)
+	targets, err := s.ListTargets(ctx)
 	if err != nil {
 		return "", fmt.Errorf("Options.Target is empty and ListTargets failed: %w", err)
 	}
 	if len(targets) == 0 || targets[0].Name == "" {
 		return "", errors.New("Options.Target is empty and ListTargets returned no target: name a target")
 	}
+	s.mu.Lock()
 	s.target = targets[0].Name
-	return s.target, nil
+	s.mu.Unlock()
+	return targets[0].Name, nil
 }
 
-// newRun returns a run request for target with a fresh run id.
-func (s *Session) newRun(target string) *wirepb.RunRequest {
-	return &wirepb.RunRequest{
-		RunId:     fmt.Sprintf("sdktest-run-%d", s.runs.Add(1)),
-		SessionId: "sdktest",
+// sessionID is the session id of the kit's requests.
+const sessionID = "sdktest"
+
+// newID returns a fresh id for a run, embedding call or tunnel (kind).
+func (s *Session) newID(kind string) string {
+	return fmt.Sprintf("sdktest-%s-%d", kind, s.ids.Add(1))
+}
+
+// newRun returns a chat run of target with a fresh run id.
+func (s *Session) newRun(target string) *sdk.Request {
+	return &sdk.Request{
+		RunID:     s.newID("run"),
+		SessionID: sessionID,
 		Target:    target,
-		Messages:  []*wirepb.ChatMessage{{Role: "user", Content: "Say hello in a few words."}},
+		Messages:  []sdk.Message{{Role: "user", Content: "Say hello in a few words."}},
 	}
-}
-
-// execute runs req on p and returns the events it streamed and its outcome.
-func (s *Session) execute(ctx context.Context, p *pluginhost.Plugin, req *wirepb.RunRequest) ([]*wirepb.RunEvent, *sdk.Result, error) {
-	var events []*wirepb.RunEvent
-	term, err := p.Execute(ctx, req, s.opts.Credential, func(ev *wirepb.RunEvent) error {
-		events = append(events, ev)
-		return nil
-	})
-	if err != nil {
-		return events, nil, err
-	}
-	res, err := pluginhost.ResultOf(term)
-	return events, res, err
 }
 
 // stdoutRecorder keeps the lines a plugin wrote to its stdout.
