@@ -53,22 +53,6 @@ func errorFromFailure(f *wirepb.Failure) *sdk.Error {
 	}
 }
 
-// UsageToWire returns the wire form of u (nil for nil), for the Node's own
-// terminals.
-func UsageToWire(u *sdk.Usage) *wirepb.Usage {
-	if u == nil {
-		return nil
-	}
-	return &wirepb.Usage{
-		PromptTokens:         u.PromptTokens,
-		CompletionTokens:     u.CompletionTokens,
-		TotalDurationNs:      int64(u.TotalDuration),
-		LoadDurationNs:       int64(u.LoadDuration),
-		PromptEvalDurationNs: int64(u.PromptEvalDuration),
-		EvalDurationNs:       int64(u.EvalDuration),
-	}
-}
-
 // usageFromWire returns the sdk form of u (nil for nil).
 func usageFromWire(u *wirepb.Usage) *sdk.Usage {
 	if u == nil {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
@@ -42,16 +41,6 @@ func TestFailureRoundTripKeepsTheKind(t *testing.T) {
 		if *out != *in {
 			t.Errorf("%v: round trip gave %+v", k, out)
 		}
-	}
-}
-
-func TestUsageRoundTrip(t *testing.T) {
-	u := &sdk.Usage{PromptTokens: 1, CompletionTokens: 2, TotalDuration: 3 * time.Second, LoadDuration: 4, PromptEvalDuration: 5, EvalDuration: 6}
-	if got := usageFromWire(UsageToWire(u)); *got != *u {
-		t.Errorf("round trip %+v", got)
-	}
-	if UsageToWire(nil) != nil || usageFromWire(nil) != nil {
-		t.Error("nil usage is not nil")
 	}
 }
 
