@@ -55,6 +55,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -73,6 +75,12 @@ type config struct {
 	longReps   int           // long streams (the median rate is kept)
 	prefill    time.Duration // workload 4
 	goneTries  int           // workload 7
+	only       string        // comma-separated workload numbers to run; "" runs all
+}
+
+// runs reports whether workload n is to run.
+func (c config) runs(n string) bool {
+	return c.only == "" || n == "warm-up" || slices.Contains(strings.Split(c.only, ","), n)
 }
 
 var (
@@ -87,11 +95,13 @@ var (
 func main() {
 	quick := flag.Bool("quick", false, "a CI-sized run: fewer repetitions, a 3 s prefill")
 	out := flag.String("out", "", "also write the results as JSON to this file")
+	only := flag.String("only", "", "run only these workloads, e.g. 2 or 1,3 (the warm-up always runs); for profiling one load")
 	flag.Parse()
 	cfg := fullConfig
 	if *quick {
 		cfg = quickConfig
 	}
+	cfg.only = *only
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := run(ctx, cfg, os.Stderr)
@@ -150,16 +160,19 @@ func run(ctx context.Context, cfg config, log io.Writer) (_ *results, err error)
 		res:    &results{Quick: cfg.quick, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Config: cfg.export()},
 	}
 	for _, w := range []struct {
-		name string
-		run  func(context.Context) error
+		n, name string
+		run     func(context.Context) error
 	}{
-		{"warm-up", b.warm},
-		{fmt.Sprintf("1: one stream, %d answers of %d tokens %v apart", cfg.singleReps, cfg.tokens, cfg.tokenDelay), b.single},
-		{fmt.Sprintf("2: %d concurrent streams, %d answers each", cfg.streams, cfg.streamReps), b.concurrent},
-		{fmt.Sprintf("3: one long stream of %d tokens, no delay, %d times", cfg.longTokens, cfg.longReps), b.long},
-		{fmt.Sprintf("4: a %v prefill", cfg.prefill), b.prefill},
-		{fmt.Sprintf("7: client gone mid-stream, %d tries", cfg.goneTries), b.gone},
+		{"warm-up", "warm-up", b.warm},
+		{"1", fmt.Sprintf("1: one stream, %d answers of %d tokens %v apart", cfg.singleReps, cfg.tokens, cfg.tokenDelay), b.single},
+		{"2", fmt.Sprintf("2: %d concurrent streams, %d answers each", cfg.streams, cfg.streamReps), b.concurrent},
+		{"3", fmt.Sprintf("3: one long stream of %d tokens, no delay, %d times", cfg.longTokens, cfg.longReps), b.long},
+		{"4", fmt.Sprintf("4: a %v prefill", cfg.prefill), b.prefill},
+		{"7", fmt.Sprintf("7: client gone mid-stream, %d tries", cfg.goneTries), b.gone},
 	} {
+		if !cfg.runs(w.n) {
+			continue
+		}
 		fmt.Fprintln(log, "workload", w.name)
 		start := time.Now()
 		if err := w.run(ctx); err != nil {
