@@ -301,3 +301,8 @@ func describeToWire(info Info, caps []string) *pluginpb.DescribeResponse {
 		ProtocolVersion: pluginpb.ProtocolVersion,
 	}
 }
+
+// tunnelRouteToWire is the wire form of a valid route.
+func tunnelRouteToWire(r *TunnelRoute) *pluginpb.TunnelRouteResponse {
+	return &pluginpb.TunnelRouteResponse{BaseUrl: r.BaseURL, Headers: pluginpb.HeadersToWire(r.Header), Bearer: r.Bearer}
+}

@@ -88,6 +88,23 @@ func (s *adapterServer) Probe(ctx context.Context, req *pluginpb.ProbeRequest) (
 	return healthToWire(h), nil
 }
 
+func (s *adapterServer) TunnelRoute(ctx context.Context, _ *pluginpb.TunnelRouteRequest) (*pluginpb.TunnelRouteResponse, error) {
+	r, ok := s.a.(TunnelRouter)
+	if !ok {
+		return &pluginpb.TunnelRouteResponse{Failure: failureToWire(unsupported(CapTunnelRoute))}, nil
+	}
+	route, err := guard(s, "TunnelRoute", func() (*TunnelRoute, error) { return r.TunnelRoute(ctx) })
+	if err == nil {
+		if verr := route.Validate(); verr != nil {
+			err = &Error{Kind: KindInternal, Message: "adapter's tunnel route: " + verr.Error()}
+		}
+	}
+	if err != nil {
+		return &pluginpb.TunnelRouteResponse{Failure: failureToWire(err)}, nil
+	}
+	return tunnelRouteToWire(route), nil
+}
+
 func (s *adapterServer) Close(ctx context.Context, _ *pluginpb.CloseRequest) (*pluginpb.CloseResponse, error) {
 	c, ok := s.a.(Closer)
 	if !ok {

@@ -30,6 +30,9 @@ const (
 	CapComplete = "complete"
 	// CapEmbed: embeddings (Embedder).
 	CapEmbed = "embed"
+	// CapTunnelRoute: the Node reaches the server itself for a raw tunnel
+	// (TunnelRouter).
+	CapTunnelRoute = "tunnel_route"
 )
 
 // Capabilities returns the capabilities a implements, derived from the
@@ -53,6 +56,9 @@ func Capabilities(a Adapter) []string {
 	}
 	if _, ok := a.(Embedder); ok {
 		caps = append(caps, CapEmbed)
+	}
+	if _, ok := a.(TunnelRouter); ok {
+		caps = append(caps, CapTunnelRoute)
 	}
 	return caps
 }

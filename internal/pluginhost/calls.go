@@ -30,6 +30,28 @@ func (p *Plugin) Configure(ctx context.Context, cfg sdk.Config) error {
 	return nil
 }
 
+// TunnelRoute asks how the Node reaches the adapter's server itself for a
+// raw tunnel (see sdk.TunnelRouter). Without the tunnel_route capability it
+// fails with sdk.ErrUnsupported. The route is valid (sdk.TunnelRoute's
+// Validate): the plugin side checks it before it is sent.
+func (p *Plugin) TunnelRoute(ctx context.Context) (*sdk.TunnelRoute, error) {
+	if err := p.usable(sdk.CapTunnelRoute); err != nil {
+		return nil, err
+	}
+	resp, err := p.rpc.TunnelRoute(ctx, &pluginpb.TunnelRouteRequest{})
+	if err != nil {
+		return nil, p.callErr(ctx, err)
+	}
+	if f := resp.GetFailure(); f != nil {
+		return nil, errorFromFailure(f)
+	}
+	route := tunnelRouteFromWire(resp)
+	if err := route.Validate(); err != nil {
+		return nil, p.protocolErr("tunnel route: %v", err)
+	}
+	return route, nil
+}
+
 // ListTargets lists the models the adapter's server offers. Without the
 // list_targets capability it fails with sdk.ErrUnsupported.
 func (p *Plugin) ListTargets(ctx context.Context) ([]sdk.Target, error) {

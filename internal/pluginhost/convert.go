@@ -3,12 +3,14 @@ package pluginhost
 import (
 	"errors"
 	"fmt"
+	"io"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/iop-dev/iop/internal/pluginpb"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
-	"google.golang.org/protobuf/proto"
 )
 
 // The host side's conversions between the plain sdk types and the wire
@@ -224,6 +226,21 @@ func TunnelRequestToWire(req *sdk.TunnelRequest) *wirepb.TunnelRequest {
 	}
 }
 
+// TunnelRequestFromWire is a tunnel request as an adapter sees it, for the
+// Node's own relay (sdk.RelayTunnel) of an adapter that gives a route.
+func TunnelRequestFromWire(req *wirepb.TunnelRequest, body io.Reader, cred *sdk.Credential) *sdk.TunnelRequest {
+	return &sdk.TunnelRequest{
+		TunnelID:   req.GetTunnelId(),
+		SessionID:  req.GetSessionId(),
+		Target:     req.GetTarget(),
+		Method:     req.GetMethod(),
+		Path:       req.GetPath(),
+		Header:     pluginpb.HeadersFromWire(req.GetHeaders()),
+		Body:       body,
+		Credential: cred,
+	}
+}
+
 // WriteTunnelFrame hands one frame that Plugin.Tunnel emitted to resp, as
 // an adapter's Tunneler wrote it: the response head to WriteHeader, a body
 // chunk to Write. For the terminal frame it returns the tunnel's outcome:
@@ -266,6 +283,11 @@ func targetsFromWire(targets []*wirepb.Target) []sdk.Target {
 		out = append(out, sdk.Target{Name: t.GetName()})
 	}
 	return out
+}
+
+// tunnelRouteFromWire is the route an adapter gave.
+func tunnelRouteFromWire(r *pluginpb.TunnelRouteResponse) *sdk.TunnelRoute {
+	return &sdk.TunnelRoute{BaseURL: r.GetBaseUrl(), Header: pluginpb.HeadersFromWire(r.GetHeaders()), Bearer: r.GetBearer()}
 }
 
 func healthFromWire(r *pluginpb.ProbeResponse) sdk.Health {

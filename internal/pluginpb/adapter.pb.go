@@ -843,6 +843,113 @@ func (*TunnelBodyEnd) Descriptor() ([]byte, []int) {
 	return file_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{13}
 }
 
+type TunnelRouteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TunnelRouteRequest) Reset() {
+	*x = TunnelRouteRequest{}
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TunnelRouteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TunnelRouteRequest) ProtoMessage() {}
+
+func (x *TunnelRouteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TunnelRouteRequest.ProtoReflect.Descriptor instead.
+func (*TunnelRouteRequest) Descriptor() ([]byte, []int) {
+	return file_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{14}
+}
+
+type TunnelRouteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server's base URL (http or https); a relayed path is appended.
+	BaseUrl string `protobuf:"bytes,1,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
+	// Set on every relayed request, over the client's values.
+	Headers []*wirepb.Header `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty"`
+	// Present a lent credential as "Authorization: Bearer SECRET".
+	Bearer        bool            `protobuf:"varint,3,opt,name=bearer,proto3" json:"bearer,omitempty"`
+	Failure       *wirepb.Failure `protobuf:"bytes,4,opt,name=failure,proto3" json:"failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TunnelRouteResponse) Reset() {
+	*x = TunnelRouteResponse{}
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TunnelRouteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TunnelRouteResponse) ProtoMessage() {}
+
+func (x *TunnelRouteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TunnelRouteResponse.ProtoReflect.Descriptor instead.
+func (*TunnelRouteResponse) Descriptor() ([]byte, []int) {
+	return file_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TunnelRouteResponse) GetBaseUrl() string {
+	if x != nil {
+		return x.BaseUrl
+	}
+	return ""
+}
+
+func (x *TunnelRouteResponse) GetHeaders() []*wirepb.Header {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *TunnelRouteResponse) GetBearer() bool {
+	if x != nil {
+		return x.Bearer
+	}
+	return false
+}
+
+func (x *TunnelRouteResponse) GetFailure() *wirepb.Failure {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
 type CloseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -851,7 +958,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_internal_pluginpb_adapter_proto_msgTypes[14]
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +970,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_pluginpb_adapter_proto_msgTypes[14]
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +983,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{14}
+	return file_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{16}
 }
 
 type CloseResponse struct {
@@ -888,7 +995,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_internal_pluginpb_adapter_proto_msgTypes[15]
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1007,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_pluginpb_adapter_proto_msgTypes[15]
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1020,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{15}
+	return file_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CloseResponse) GetFailure() *wirepb.Failure {
@@ -979,14 +1086,20 @@ const file_internal_pluginpb_adapter_proto_rawDesc = "" +
 	"\n" +
 	"credential\x18\x02 \x01(\v2\x1a.iop.adapter.v1.CredentialR\n" +
 	"credential\"\x0f\n" +
-	"\rTunnelBodyEnd\"\x0e\n" +
+	"\rTunnelBodyEnd\"\x14\n" +
+	"\x12TunnelRouteRequest\"\xa7\x01\n" +
+	"\x13TunnelRouteResponse\x12\x19\n" +
+	"\bbase_url\x18\x01 \x01(\tR\abaseUrl\x12-\n" +
+	"\aheaders\x18\x02 \x03(\v2\x13.iop.wire.v1.HeaderR\aheaders\x12\x16\n" +
+	"\x06bearer\x18\x03 \x01(\bR\x06bearer\x12.\n" +
+	"\afailure\x18\x04 \x01(\v2\x14.iop.wire.v1.FailureR\afailure\"\x0e\n" +
 	"\fCloseRequest\"?\n" +
 	"\rCloseResponse\x12.\n" +
 	"\afailure\x18\x01 \x01(\v2\x14.iop.wire.v1.FailureR\afailure*e\n" +
 	"\fHealthStatus\x12\x19\n" +
 	"\x15HEALTH_STATUS_UNKNOWN\x10\x00\x12\x1b\n" +
 	"\x17HEALTH_STATUS_AVAILABLE\x10\x01\x12\x1d\n" +
-	"\x19HEALTH_STATUS_UNAVAILABLE\x10\x022\xd9\x04\n" +
+	"\x19HEALTH_STATUS_UNAVAILABLE\x10\x022\xb1\x05\n" +
 	"\aAdapter\x12M\n" +
 	"\bDescribe\x12\x1f.iop.adapter.v1.DescribeRequest\x1a .iop.adapter.v1.DescribeResponse\x12P\n" +
 	"\tConfigure\x12 .iop.adapter.v1.ConfigureRequest\x1a!.iop.adapter.v1.ConfigureResponse\x12B\n" +
@@ -995,7 +1108,8 @@ const file_internal_pluginpb_adapter_proto_rawDesc = "" +
 	"\x05Probe\x12\x1c.iop.adapter.v1.ProbeRequest\x1a\x1d.iop.adapter.v1.ProbeResponse\x12F\n" +
 	"\x06Tunnel\x12\x1e.iop.adapter.v1.TunnelUpstream\x1a\x18.iop.wire.v1.TunnelFrame(\x010\x01\x12D\n" +
 	"\x05Close\x12\x1c.iop.adapter.v1.CloseRequest\x1a\x1d.iop.adapter.v1.CloseResponse\x12=\n" +
-	"\x05Embed\x12\x19.iop.adapter.v1.EmbedCall\x1a\x17.iop.wire.v1.EmbedFrame0\x01B*Z(github.com/iop-dev/iop/internal/pluginpbb\x06proto3"
+	"\x05Embed\x12\x19.iop.adapter.v1.EmbedCall\x1a\x17.iop.wire.v1.EmbedFrame0\x01\x12V\n" +
+	"\vTunnelRoute\x12\".iop.adapter.v1.TunnelRouteRequest\x1a#.iop.adapter.v1.TunnelRouteResponseB*Z(github.com/iop-dev/iop/internal/pluginpbb\x06proto3"
 
 var (
 	file_internal_pluginpb_adapter_proto_rawDescOnce sync.Once
@@ -1010,7 +1124,7 @@ func file_internal_pluginpb_adapter_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_pluginpb_adapter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_pluginpb_adapter_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_internal_pluginpb_adapter_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_internal_pluginpb_adapter_proto_goTypes = []any{
 	(HealthStatus)(0),            // 0: iop.adapter.v1.HealthStatus
 	(*Credential)(nil),           // 1: iop.adapter.v1.Credential
@@ -1027,55 +1141,62 @@ var file_internal_pluginpb_adapter_proto_goTypes = []any{
 	(*TunnelUpstream)(nil),       // 12: iop.adapter.v1.TunnelUpstream
 	(*TunnelOpen)(nil),           // 13: iop.adapter.v1.TunnelOpen
 	(*TunnelBodyEnd)(nil),        // 14: iop.adapter.v1.TunnelBodyEnd
-	(*CloseRequest)(nil),         // 15: iop.adapter.v1.CloseRequest
-	(*CloseResponse)(nil),        // 16: iop.adapter.v1.CloseResponse
-	nil,                          // 17: iop.adapter.v1.DescribeResponse.ConfigFieldsEntry
-	(*wirepb.Failure)(nil),       // 18: iop.wire.v1.Failure
-	(*wirepb.EmbedRequest)(nil),  // 19: iop.wire.v1.EmbedRequest
-	(*wirepb.RunRequest)(nil),    // 20: iop.wire.v1.RunRequest
-	(*wirepb.Target)(nil),        // 21: iop.wire.v1.Target
-	(*wirepb.TunnelRequest)(nil), // 22: iop.wire.v1.TunnelRequest
-	(*wirepb.RunEvent)(nil),      // 23: iop.wire.v1.RunEvent
-	(*wirepb.TunnelFrame)(nil),   // 24: iop.wire.v1.TunnelFrame
-	(*wirepb.EmbedFrame)(nil),    // 25: iop.wire.v1.EmbedFrame
+	(*TunnelRouteRequest)(nil),   // 15: iop.adapter.v1.TunnelRouteRequest
+	(*TunnelRouteResponse)(nil),  // 16: iop.adapter.v1.TunnelRouteResponse
+	(*CloseRequest)(nil),         // 17: iop.adapter.v1.CloseRequest
+	(*CloseResponse)(nil),        // 18: iop.adapter.v1.CloseResponse
+	nil,                          // 19: iop.adapter.v1.DescribeResponse.ConfigFieldsEntry
+	(*wirepb.Failure)(nil),       // 20: iop.wire.v1.Failure
+	(*wirepb.EmbedRequest)(nil),  // 21: iop.wire.v1.EmbedRequest
+	(*wirepb.RunRequest)(nil),    // 22: iop.wire.v1.RunRequest
+	(*wirepb.Target)(nil),        // 23: iop.wire.v1.Target
+	(*wirepb.TunnelRequest)(nil), // 24: iop.wire.v1.TunnelRequest
+	(*wirepb.Header)(nil),        // 25: iop.wire.v1.Header
+	(*wirepb.RunEvent)(nil),      // 26: iop.wire.v1.RunEvent
+	(*wirepb.TunnelFrame)(nil),   // 27: iop.wire.v1.TunnelFrame
+	(*wirepb.EmbedFrame)(nil),    // 28: iop.wire.v1.EmbedFrame
 }
 var file_internal_pluginpb_adapter_proto_depIdxs = []int32{
-	17, // 0: iop.adapter.v1.DescribeResponse.config_fields:type_name -> iop.adapter.v1.DescribeResponse.ConfigFieldsEntry
-	18, // 1: iop.adapter.v1.ConfigureResponse.failure:type_name -> iop.wire.v1.Failure
-	19, // 2: iop.adapter.v1.EmbedCall.request:type_name -> iop.wire.v1.EmbedRequest
+	19, // 0: iop.adapter.v1.DescribeResponse.config_fields:type_name -> iop.adapter.v1.DescribeResponse.ConfigFieldsEntry
+	20, // 1: iop.adapter.v1.ConfigureResponse.failure:type_name -> iop.wire.v1.Failure
+	21, // 2: iop.adapter.v1.EmbedCall.request:type_name -> iop.wire.v1.EmbedRequest
 	1,  // 3: iop.adapter.v1.EmbedCall.credential:type_name -> iop.adapter.v1.Credential
-	20, // 4: iop.adapter.v1.ExecuteRequest.run:type_name -> iop.wire.v1.RunRequest
+	22, // 4: iop.adapter.v1.ExecuteRequest.run:type_name -> iop.wire.v1.RunRequest
 	1,  // 5: iop.adapter.v1.ExecuteRequest.credential:type_name -> iop.adapter.v1.Credential
-	21, // 6: iop.adapter.v1.ListTargetsResponse.targets:type_name -> iop.wire.v1.Target
-	18, // 7: iop.adapter.v1.ListTargetsResponse.failure:type_name -> iop.wire.v1.Failure
+	23, // 6: iop.adapter.v1.ListTargetsResponse.targets:type_name -> iop.wire.v1.Target
+	20, // 7: iop.adapter.v1.ListTargetsResponse.failure:type_name -> iop.wire.v1.Failure
 	0,  // 8: iop.adapter.v1.ProbeResponse.status:type_name -> iop.adapter.v1.HealthStatus
-	18, // 9: iop.adapter.v1.ProbeResponse.failure:type_name -> iop.wire.v1.Failure
+	20, // 9: iop.adapter.v1.ProbeResponse.failure:type_name -> iop.wire.v1.Failure
 	13, // 10: iop.adapter.v1.TunnelUpstream.open:type_name -> iop.adapter.v1.TunnelOpen
 	14, // 11: iop.adapter.v1.TunnelUpstream.end:type_name -> iop.adapter.v1.TunnelBodyEnd
-	22, // 12: iop.adapter.v1.TunnelOpen.request:type_name -> iop.wire.v1.TunnelRequest
+	24, // 12: iop.adapter.v1.TunnelOpen.request:type_name -> iop.wire.v1.TunnelRequest
 	1,  // 13: iop.adapter.v1.TunnelOpen.credential:type_name -> iop.adapter.v1.Credential
-	18, // 14: iop.adapter.v1.CloseResponse.failure:type_name -> iop.wire.v1.Failure
-	2,  // 15: iop.adapter.v1.Adapter.Describe:input_type -> iop.adapter.v1.DescribeRequest
-	4,  // 16: iop.adapter.v1.Adapter.Configure:input_type -> iop.adapter.v1.ConfigureRequest
-	7,  // 17: iop.adapter.v1.Adapter.Execute:input_type -> iop.adapter.v1.ExecuteRequest
-	8,  // 18: iop.adapter.v1.Adapter.ListTargets:input_type -> iop.adapter.v1.ListTargetsRequest
-	10, // 19: iop.adapter.v1.Adapter.Probe:input_type -> iop.adapter.v1.ProbeRequest
-	12, // 20: iop.adapter.v1.Adapter.Tunnel:input_type -> iop.adapter.v1.TunnelUpstream
-	15, // 21: iop.adapter.v1.Adapter.Close:input_type -> iop.adapter.v1.CloseRequest
-	6,  // 22: iop.adapter.v1.Adapter.Embed:input_type -> iop.adapter.v1.EmbedCall
-	3,  // 23: iop.adapter.v1.Adapter.Describe:output_type -> iop.adapter.v1.DescribeResponse
-	5,  // 24: iop.adapter.v1.Adapter.Configure:output_type -> iop.adapter.v1.ConfigureResponse
-	23, // 25: iop.adapter.v1.Adapter.Execute:output_type -> iop.wire.v1.RunEvent
-	9,  // 26: iop.adapter.v1.Adapter.ListTargets:output_type -> iop.adapter.v1.ListTargetsResponse
-	11, // 27: iop.adapter.v1.Adapter.Probe:output_type -> iop.adapter.v1.ProbeResponse
-	24, // 28: iop.adapter.v1.Adapter.Tunnel:output_type -> iop.wire.v1.TunnelFrame
-	16, // 29: iop.adapter.v1.Adapter.Close:output_type -> iop.adapter.v1.CloseResponse
-	25, // 30: iop.adapter.v1.Adapter.Embed:output_type -> iop.wire.v1.EmbedFrame
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	25, // 14: iop.adapter.v1.TunnelRouteResponse.headers:type_name -> iop.wire.v1.Header
+	20, // 15: iop.adapter.v1.TunnelRouteResponse.failure:type_name -> iop.wire.v1.Failure
+	20, // 16: iop.adapter.v1.CloseResponse.failure:type_name -> iop.wire.v1.Failure
+	2,  // 17: iop.adapter.v1.Adapter.Describe:input_type -> iop.adapter.v1.DescribeRequest
+	4,  // 18: iop.adapter.v1.Adapter.Configure:input_type -> iop.adapter.v1.ConfigureRequest
+	7,  // 19: iop.adapter.v1.Adapter.Execute:input_type -> iop.adapter.v1.ExecuteRequest
+	8,  // 20: iop.adapter.v1.Adapter.ListTargets:input_type -> iop.adapter.v1.ListTargetsRequest
+	10, // 21: iop.adapter.v1.Adapter.Probe:input_type -> iop.adapter.v1.ProbeRequest
+	12, // 22: iop.adapter.v1.Adapter.Tunnel:input_type -> iop.adapter.v1.TunnelUpstream
+	17, // 23: iop.adapter.v1.Adapter.Close:input_type -> iop.adapter.v1.CloseRequest
+	6,  // 24: iop.adapter.v1.Adapter.Embed:input_type -> iop.adapter.v1.EmbedCall
+	15, // 25: iop.adapter.v1.Adapter.TunnelRoute:input_type -> iop.adapter.v1.TunnelRouteRequest
+	3,  // 26: iop.adapter.v1.Adapter.Describe:output_type -> iop.adapter.v1.DescribeResponse
+	5,  // 27: iop.adapter.v1.Adapter.Configure:output_type -> iop.adapter.v1.ConfigureResponse
+	26, // 28: iop.adapter.v1.Adapter.Execute:output_type -> iop.wire.v1.RunEvent
+	9,  // 29: iop.adapter.v1.Adapter.ListTargets:output_type -> iop.adapter.v1.ListTargetsResponse
+	11, // 30: iop.adapter.v1.Adapter.Probe:output_type -> iop.adapter.v1.ProbeResponse
+	27, // 31: iop.adapter.v1.Adapter.Tunnel:output_type -> iop.wire.v1.TunnelFrame
+	18, // 32: iop.adapter.v1.Adapter.Close:output_type -> iop.adapter.v1.CloseResponse
+	28, // 33: iop.adapter.v1.Adapter.Embed:output_type -> iop.wire.v1.EmbedFrame
+	16, // 34: iop.adapter.v1.Adapter.TunnelRoute:output_type -> iop.adapter.v1.TunnelRouteResponse
+	26, // [26:35] is the sub-list for method output_type
+	17, // [17:26] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_internal_pluginpb_adapter_proto_init() }
@@ -1094,7 +1215,7 @@ func file_internal_pluginpb_adapter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_pluginpb_adapter_proto_rawDesc), len(file_internal_pluginpb_adapter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -41,6 +41,7 @@ const (
 	Adapter_Tunnel_FullMethodName      = "/iop.adapter.v1.Adapter/Tunnel"
 	Adapter_Close_FullMethodName       = "/iop.adapter.v1.Adapter/Close"
 	Adapter_Embed_FullMethodName       = "/iop.adapter.v1.Adapter/Embed"
+	Adapter_TunnelRoute_FullMethodName = "/iop.adapter.v1.Adapter/TunnelRoute"
 )
 
 // AdapterClient is the client API for Adapter service.
@@ -73,6 +74,10 @@ type AdapterClient interface {
 	// and ends the stream: the frames the Node relays to the Edge as they
 	// are. A plugin built before Embed answers Unimplemented.
 	Embed(ctx context.Context, in *EmbedCall, opts ...grpc.CallOption) (grpc.ServerStreamingClient[wirepb.EmbedFrame], error)
+	// TunnelRoute says how the Node reaches the server itself for a raw
+	// tunnel (capability tunnel_route): the Node then relays the bytes, and
+	// Tunnel is not called. Asked after every Configure.
+	TunnelRoute(ctx context.Context, in *TunnelRouteRequest, opts ...grpc.CallOption) (*TunnelRouteResponse, error)
 }
 
 type adapterClient struct {
@@ -184,6 +189,16 @@ func (c *adapterClient) Embed(ctx context.Context, in *EmbedCall, opts ...grpc.C
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Adapter_EmbedClient = grpc.ServerStreamingClient[wirepb.EmbedFrame]
 
+func (c *adapterClient) TunnelRoute(ctx context.Context, in *TunnelRouteRequest, opts ...grpc.CallOption) (*TunnelRouteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TunnelRouteResponse)
+	err := c.cc.Invoke(ctx, Adapter_TunnelRoute_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdapterServer is the server API for Adapter service.
 // All implementations must embed UnimplementedAdapterServer
 // for forward compatibility.
@@ -214,6 +229,10 @@ type AdapterServer interface {
 	// and ends the stream: the frames the Node relays to the Edge as they
 	// are. A plugin built before Embed answers Unimplemented.
 	Embed(*EmbedCall, grpc.ServerStreamingServer[wirepb.EmbedFrame]) error
+	// TunnelRoute says how the Node reaches the server itself for a raw
+	// tunnel (capability tunnel_route): the Node then relays the bytes, and
+	// Tunnel is not called. Asked after every Configure.
+	TunnelRoute(context.Context, *TunnelRouteRequest) (*TunnelRouteResponse, error)
 	mustEmbedUnimplementedAdapterServer()
 }
 
@@ -247,6 +266,9 @@ func (UnimplementedAdapterServer) Close(context.Context, *CloseRequest) (*CloseR
 }
 func (UnimplementedAdapterServer) Embed(*EmbedCall, grpc.ServerStreamingServer[wirepb.EmbedFrame]) error {
 	return status.Error(codes.Unimplemented, "method Embed not implemented")
+}
+func (UnimplementedAdapterServer) TunnelRoute(context.Context, *TunnelRouteRequest) (*TunnelRouteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TunnelRoute not implemented")
 }
 func (UnimplementedAdapterServer) mustEmbedUnimplementedAdapterServer() {}
 func (UnimplementedAdapterServer) testEmbeddedByValue()                 {}
@@ -388,6 +410,24 @@ func _Adapter_Embed_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Adapter_EmbedServer = grpc.ServerStreamingServer[wirepb.EmbedFrame]
 
+func _Adapter_TunnelRoute_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TunnelRouteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdapterServer).TunnelRoute(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Adapter_TunnelRoute_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdapterServer).TunnelRoute(ctx, req.(*TunnelRouteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Adapter_ServiceDesc is the grpc.ServiceDesc for Adapter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -414,6 +454,10 @@ var Adapter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Close",
 			Handler:    _Adapter_Close_Handler,
+		},
+		{
+			MethodName: "TunnelRoute",
+			Handler:    _Adapter_TunnelRoute_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -16,7 +16,7 @@ func TestInfoAndCapabilities(t *testing.T) {
 	if info.Name != "ollama" || info.Version == "" || len(info.ConfigFields) != 3 {
 		t.Fatalf("info %+v", info)
 	}
-	want := []string{sdk.CapListTargets, sdk.CapTunnel, sdk.CapProbe, sdk.CapClose, sdk.CapComplete, sdk.CapEmbed}
+	want := []string{sdk.CapListTargets, sdk.CapTunnel, sdk.CapProbe, sdk.CapClose, sdk.CapComplete, sdk.CapEmbed, sdk.CapTunnelRoute}
 	if got := sdk.Capabilities(a); !slices.Equal(got, want) {
 		t.Fatalf("capabilities %v", got)
 	}

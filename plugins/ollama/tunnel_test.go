@@ -179,26 +179,20 @@ func (c *cancelOnWrite) Write(p []byte) (int, error) {
 	return c.tunnelRecorder.Write(p)
 }
 
-func TestTunnelPathsStayOnTheServer(t *testing.T) {
-	s, err := parseConfig(Config{BaseURL: "http://ollama.internal:8080/prefix/"})
-	if err != nil {
+// The route is the configured base URL and headers, with a lent
+// credential presented as a bearer key (sdk.RelayTunnel applies it).
+func TestTunnelRouteIsTheConfiguredServer(t *testing.T) {
+	a := New()
+	if err := a.Configure(context.Background(), sdk.Config(`{"base_url":"http://ollama.internal:8080/prefix/","headers":{"X-Team":"a"}}`)); err != nil {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]string{
-		"/api/tags":            "http://ollama.internal:8080/prefix/api/tags",
-		"/api/show?verbose=1":  "http://ollama.internal:8080/prefix/api/show?verbose=1",
-		"/api/blobs/sha256%3A": "http://ollama.internal:8080/prefix/api/blobs/sha256%3A",
-	} {
-		if got, err := tunnelURL(s, path); err != nil || got != want {
-			t.Errorf("%s → %s %v", path, got, err)
-		}
+	r, err := a.TunnelRoute(context.Background())
+	if err != nil || r.Validate() != nil {
+		t.Fatalf("route %+v: %v / %v", r, err, r.Validate())
 	}
-	for _, bad := range []string{"http://evil/api", "//evil/api", "api/tags", "/api/../../admin", ""} {
-		if _, err := tunnelURL(s, bad); !errors.Is(err, sdk.ErrInvalidRequest) {
-			t.Errorf("%q accepted", bad)
-		}
+	if r.BaseURL != "http://ollama.internal:8080/prefix" || r.Header.Get("X-Team") != "a" || !r.Bearer {
+		t.Errorf("route %+v", r)
 	}
-	a := New()
 	if err := a.Tunnel(context.Background(), &sdk.TunnelRequest{Method: "CONNECT", Path: "/", Header: http.Header{}, Body: http.NoBody}, &tunnelRecorder{}); !errors.Is(err, sdk.ErrInvalidRequest) {
 		t.Errorf("CONNECT: %v", err)
 	}

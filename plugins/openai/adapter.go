@@ -48,6 +48,7 @@ var (
 	_ sdk.Closer       = (*Adapter)(nil)
 	_ sdk.Completer    = (*Adapter)(nil)
 	_ sdk.Embedder     = (*Adapter)(nil)
+	_ sdk.TunnelRouter = (*Adapter)(nil)
 )
 
 // Config is the adapter's configuration, decoded strictly from the

@@ -171,6 +171,17 @@ func (s *Session) Tunnel(ctx context.Context, req *sdk.TunnelRequest, resp sdk.T
 	})
 }
 
+// TunnelRoute asks the subject how the Node reaches its server itself for
+// a raw tunnel (capability tunnel_route). The route is valid when it
+// comes back without an error.
+func (s *Session) TunnelRoute(ctx context.Context) (*sdk.TunnelRoute, error) {
+	p, err := s.running(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return p.TunnelRoute(ctx)
+}
+
 // credential is c, or Options.Credential when c is nil.
 func (s *Session) credential(c *sdk.Credential) *sdk.Credential {
 	if c == nil {

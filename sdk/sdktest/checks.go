@@ -233,6 +233,17 @@ func checkCapabilities(ctx context.Context, s *Session) error {
 			problems = append(problems, fmt.Sprintf("does not report %s, but Tunnel did not fail as unsupported: %v", sdk.CapTunnel, errText(err)))
 		}
 	}
+	route, err := s.TunnelRoute(ctx)
+	switch {
+	case reports(sdk.CapTunnelRoute) && err != nil:
+		problems = append(problems, fmt.Sprintf("reports %s, but TunnelRoute failed: %v", sdk.CapTunnelRoute, err))
+	case reports(sdk.CapTunnelRoute):
+		if err := s.routeOnce(ctx, target, route); err != nil {
+			problems = append(problems, fmt.Sprintf("reports %s, but %v", sdk.CapTunnelRoute, err))
+		}
+	case !errors.Is(err, sdk.ErrUnsupported):
+		problems = append(problems, fmt.Sprintf("does not report %s, but TunnelRoute did not fail as unsupported: %v", sdk.CapTunnelRoute, errText(err)))
+	}
 	// Close is checked by the restart check, which closes the plugin.
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
@@ -273,6 +284,26 @@ func (s *Session) tunnelOnce(ctx context.Context, target string) error {
 	return nil
 }
 
+// routeOnce sends the GET of tunnelOnce along the adapter's route, as the
+// Node does (sdk.RelayTunnel): the server must answer it.
+func (s *Session) routeOnce(ctx context.Context, target string, route *sdk.TunnelRoute) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req := s.tunnelRequest(target)
+	req.Credential = s.opts.Credential
+	resp := &tunnelRecorder{}
+	client := &http.Client{
+		Transport:     &http.Transport{DisableCompression: true},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	defer client.CloseIdleConnections()
+	if err := sdk.RelayTunnel(ctx, client, route, req, resp); err != nil {
+		return fmt.Errorf("a GET of %s along its route (%s) failed (kind %s): %v", req.Path, route.BaseURL, sdk.KindOf(err), err)
+	}
+	s.Logf("route %s: GET %s: status %d", route.BaseURL, req.Path, resp.status)
+	return nil
+}
+
 // tunnelRecorder is the TunnelResponse of the kit's tunnels: it keeps the
 // status and counts the body's writes.
 type tunnelRecorder struct {
@@ -292,7 +323,7 @@ func (r *tunnelRecorder) Write(p []byte) (int, error) {
 
 func knownCapability(c string) bool {
 	switch c {
-	case sdk.CapListTargets, sdk.CapTunnel, sdk.CapProbe, sdk.CapClose, sdk.CapComplete, sdk.CapEmbed:
+	case sdk.CapListTargets, sdk.CapTunnel, sdk.CapProbe, sdk.CapClose, sdk.CapComplete, sdk.CapEmbed, sdk.CapTunnelRoute:
 		return true
 	}
 	return false

@@ -33,6 +33,9 @@ type admitted struct {
 	release func() // gives the capacity slot back
 	cred    *sdk.Credential
 	stall   time.Duration
+	// route, for a tunnel to an adapter that gives one, is how the Node
+	// reaches the server itself; nil: the plugin relays.
+	route *sdk.TunnelRoute
 }
 
 // admit takes a provider call through the Node's checks, in their order:
@@ -64,12 +67,16 @@ func (h *Handler) admit(sess *quicwire.Session, a admission) (*admitted, *wirepb
 	} else {
 		plugin, release, err = prov.Acquire()
 	}
+	var route *sdk.TunnelRoute
+	if err == nil && a.capability == sdk.CapTunnel {
+		route = prov.tunnelRoute() // a route serves tunnels without the plugin's Tunnel
+	}
 	switch {
 	case errors.Is(err, ErrCapacityExhausted):
 		return refuse(wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED, "%v", err)
 	case err != nil:
 		return refuse(wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "%v", err)
-	case a.capability != "" && !slices.Contains(plugin.Capabilities(), a.capability):
+	case a.capability != "" && route == nil && !slices.Contains(plugin.Capabilities(), a.capability):
 		release()
 		return refuse(wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED, "provider %s (adapter %s) does not %s", prov.Name(), prov.cfg.Adapter, capabilityWork(a.capability))
 	}
@@ -78,7 +85,7 @@ func (h *Handler) admit(sess *quicwire.Session, a admission) (*admitted, *wirepb
 		release()
 		return nil, refused
 	}
-	return &admitted{prov: prov, plugin: plugin, release: release, cred: cred, stall: stall}, nil
+	return &admitted{prov: prov, plugin: plugin, release: release, cred: cred, stall: stall, route: route}, nil
 }
 
 // capabilityWork says what a capability lets an adapter do, for refusals.

@@ -146,6 +146,9 @@ func (p *fakePlugin) Probe(ctx context.Context, target string) (sdk.Health, erro
 func (p *fakePlugin) Tunnel(context.Context, *wirepb.TunnelRequest, *sdk.Credential, io.Reader, func(*wirepb.TunnelFrame) error) error {
 	return sdk.ErrUnsupported
 }
+func (p *fakePlugin) TunnelRoute(context.Context) (*sdk.TunnelRoute, error) {
+	return nil, sdk.ErrUnsupported
+}
 func (p *fakePlugin) Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *sdk.Credential, emit func(*wirepb.EmbedVectors) error) (*wirepb.RunEvent, error) {
 	p.calls.Add(1)
 	p.credMu.Lock()

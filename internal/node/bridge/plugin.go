@@ -20,6 +20,9 @@ type Plugin interface {
 	ListTargets(ctx context.Context) ([]sdk.Target, error)
 	Probe(ctx context.Context, target string) (sdk.Health, error)
 	Tunnel(ctx context.Context, req *wirepb.TunnelRequest, cred *sdk.Credential, body io.Reader, emit func(*wirepb.TunnelFrame) error) error
+	// TunnelRoute says how the Node reaches the adapter's server itself
+	// for a raw tunnel (capability tunnel_route; see sdk.TunnelRouter).
+	TunnelRoute(ctx context.Context) (*sdk.TunnelRoute, error)
 	// Embed relays the adapter's frames of vectors to emit and returns
 	// its terminal as Execute does (see pluginhost.Plugin.Embed).
 	Embed(ctx context.Context, req *wirepb.EmbedRequest, cred *sdk.Credential, emit func(*wirepb.EmbedVectors) error) (*wirepb.RunEvent, error)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -86,10 +87,16 @@ type Provider struct {
 	// changed is called (without locks held) after every state change.
 	changed func()
 
+	// relay is the Node's own HTTP client for raw tunnels to the server of
+	// an adapter that gives a route: its connections stay warm across
+	// plugin restarts. Immutable.
+	relay *http.Client
+
 	mu        sync.Mutex
 	state     wirepb.ProviderState
 	detail    string
 	plugin    Plugin
+	route     *sdk.TunnelRoute // the running plugin's; nil: tunnels go through the plugin
 	targets   []string
 	caps      []string
 	attempted chan struct{} // closed after the first start attempt ended
@@ -109,6 +116,7 @@ func NewProvider(cfg ProviderConfig, sup Supervision, log *slog.Logger, changed 
 	return &Provider{
 		cfg:       cfg,
 		sup:       sup,
+		relay:     newRelayClient(cfg.Capacity),
 		log:       log.With("provider", cfg.Name, "adapter", cfg.Adapter),
 		slots:     make(chan struct{}, cfg.Capacity),
 		changed:   changed,
@@ -218,6 +226,7 @@ func (p *Provider) Supervise(ctx context.Context) {
 		p.superCtx = nil // no recovery prober starts after this
 		p.mu.Unlock()
 		p.recovering.Wait()
+		p.relay.CloseIdleConnections()
 	}()
 	failures := 0
 	for ctx.Err() == nil {
@@ -291,12 +300,44 @@ func (p *Provider) start(ctx context.Context) (pl Plugin, listErr, err error) {
 		return nil, nil, fmt.Errorf("configure: %w", err)
 	}
 	caps := pl.Capabilities()
+	var route *sdk.TunnelRoute
+	if slices.Contains(caps, sdk.CapTunnelRoute) {
+		// Without a route the plugin's own Tunnel still relays (slower).
+		if route, err = pl.TunnelRoute(sctx); err != nil {
+			p.log.Warn("adapter reports a tunnel route but gave none; raw tunnels go through the plugin", "err", err)
+			route = nil
+		}
+	}
 	targets := slices.Clone(p.cfg.Targets)
 	if p.discovers(caps) {
 		targets, listErr = p.listTargets(sctx, pl)
 	}
 	p.mu.Lock()
-	p.caps, p.targets = caps, targets
+	p.caps, p.targets, p.route = caps, targets, route
 	p.mu.Unlock()
 	return pl, listErr, nil
+}
+
+// tunnelRoute is the running plugin's route, nil when tunnels go through
+// the plugin.
+func (p *Provider) tunnelRoute() *sdk.TunnelRoute {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.route
+}
+
+// newRelayClient is the client of the Node's own tunnel relay: bodies
+// byte for byte (no transparent gzip), redirects left to the client, no
+// overall timeout (the stall watchdog decides when a silent server has
+// stalled), and up to capacity connections kept warm.
+func newRelayClient(capacity int) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DisableCompression = true
+	t.MaxIdleConnsPerHost = max(capacity, 16)
+	return &http.Client{
+		Transport: t,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
 }

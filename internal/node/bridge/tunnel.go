@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/iop-dev/iop/internal/pluginhost"
+	"github.com/iop-dev/iop/internal/pluginpb"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
@@ -162,8 +165,14 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *quicwire.Session, req *
 	}
 
 	start := time.Now()
-	callErr := make(chan error, 1) // what the plugin call returned, once it has
+	callErr := make(chan error, 1) // what the relay returned, once it has
 	o := g.serve(log, a.release, func() (Outcome, error) {
+		if a.route != nil {
+			// The Node moves the bytes itself: no plugin on the byte path.
+			err := sdk.RelayTunnel(g.ctx, a.prov.relay, a.route, pluginhost.TunnelRequestFromWire(req, body, a.cred), &frameWriter{emit: emit})
+			callErr <- err
+			return Outcome{Cause: CauseCompleted}, err
+		}
 		err := a.plugin.Tunnel(g.ctx, req, a.cred, body, emit)
 		callErr <- err
 		if t := out.claimed(); t != nil {
@@ -183,6 +192,28 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *quicwire.Session, req *
 	default: // a stalled call that has not returned
 	}
 	log.Info("tunnel ended", attrs...)
+}
+
+// frameWriter is the sdk.TunnelResponse of the Node's own relay: the
+// response head and each body read become frames, through emit (the
+// watchdog's fence and tunnelOut's order), exactly as a plugin's frames do.
+type frameWriter struct {
+	emit func(*wirepb.TunnelFrame) error
+}
+
+// WriteHeader sends the response head.
+func (w *frameWriter) WriteHeader(status int, header http.Header) error {
+	return w.emit(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Head{Head: &wirepb.TunnelResponseHead{
+		Status: int32(status), Headers: pluginpb.HeadersToWire(header)}}})
+}
+
+// Write sends p as one body frame (the stream copies it before Write
+// returns). RelayTunnel's reads are smaller than a frame's bound.
+func (w *frameWriter) Write(p []byte) (int, error) {
+	if err := w.emit(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Body{Body: p}}); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // tunnelBody is the request body the plugin reads: the Edge's body frames,

@@ -1,0 +1,96 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// A relayed path stays on the server: it is joined under the base URL's
+// path, and anything that could steer it elsewhere is refused.
+func TestRouteURLStaysOnTheServer(t *testing.T) {
+	for path, want := range map[string]string{
+		"/api/tags":            "http://ollama.internal:8080/prefix/api/tags",
+		"/api/show?verbose=1":  "http://ollama.internal:8080/prefix/api/show?verbose=1",
+		"/api/blobs/sha256%3A": "http://ollama.internal:8080/prefix/api/blobs/sha256%3A",
+	} {
+		for _, base := range []string{"http://ollama.internal:8080/prefix", "http://ollama.internal:8080/prefix/"} {
+			if got, err := routeURL(base, path); err != nil || got != want {
+				t.Errorf("%s + %s → %s %v, want %s", base, path, got, err, want)
+			}
+		}
+	}
+	for _, bad := range []string{"http://evil/api", "//evil/api", "api/tags", "/api/../../admin", ""} {
+		if _, err := routeURL("http://h", bad); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestTunnelRouteValidate(t *testing.T) {
+	for _, r := range []*TunnelRoute{
+		nil,
+		{BaseURL: "ftp://h"},
+		{BaseURL: "http://"},
+		{BaseURL: "http://u:p@h"},
+		{BaseURL: "http://h?x=1"},
+		{BaseURL: "http://h", Header: http.Header{"Bad Name": {"v"}}},
+		{BaseURL: "http://h", Header: http.Header{"X-A": {"a\r\nInjected: 1"}}},
+	} {
+		if r.Validate() == nil {
+			t.Errorf("route %+v accepted", r)
+		}
+	}
+	if err := (&TunnelRoute{BaseURL: "https://h:8443/v1", Header: http.Header{"X-Org": {"o"}}}).Validate(); err != nil {
+		t.Errorf("a good route refused: %v", err)
+	}
+}
+
+type recordedResponse struct {
+	status int
+	body   strings.Builder
+}
+
+func (r *recordedResponse) WriteHeader(status int, _ http.Header) error {
+	r.status = status
+	return nil
+}
+
+func (r *recordedResponse) Write(p []byte) (int, error) { return r.body.Write(p) }
+
+// A lent credential goes only where the route says, as a bearer key; a
+// route that presents none refuses it rather than drop it silently.
+func TestRelayTunnelCredential(t *testing.T) {
+	var auth string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth = r.Header.Get("Authorization")
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	req := func(c *Credential) *TunnelRequest {
+		return &TunnelRequest{Method: "GET", Path: "/", Header: http.Header{"Authorization": {"Bearer client"}}, Body: http.NoBody, Credential: c}
+	}
+	resp := &recordedResponse{}
+	if err := RelayTunnel(context.Background(), srv.Client(), &TunnelRoute{BaseURL: srv.URL, Bearer: true}, req(&Credential{Kind: "bearer", Secret: "upstream"}), resp); err != nil || auth != "Bearer upstream" || resp.body.String() != "ok" {
+		t.Errorf("bearer: err %v, server saw %q, body %q", err, auth, resp.body.String())
+	}
+	if err := RelayTunnel(context.Background(), srv.Client(), &TunnelRoute{BaseURL: srv.URL}, req(nil), &recordedResponse{}); err != nil || auth != "" {
+		t.Errorf("no credential: err %v, the client's key reached the server: %q", err, auth)
+	}
+	for _, c := range []struct {
+		route *TunnelRoute
+		cred  *Credential
+	}{
+		{&TunnelRoute{BaseURL: srv.URL}, &Credential{Secret: "s"}},
+		{&TunnelRoute{BaseURL: srv.URL, Bearer: true}, &Credential{Kind: "basic", Secret: "s"}},
+		{&TunnelRoute{BaseURL: srv.URL, Bearer: true}, &Credential{Secret: "s\r\nX: 1"}},
+	} {
+		if err := RelayTunnel(context.Background(), srv.Client(), c.route, req(c.cred), &recordedResponse{}); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("route %+v with %+v: %v, want invalid_request", c.route, c.cred, err)
+		}
+	}
+}
