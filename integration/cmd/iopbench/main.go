@@ -1,53 +1,110 @@
 // Command iopbench measures what IOP adds to a model server's answers, the
 // same way, in the same run, straight to the provider ("direct") and
-// through IOP ("iop"), and prints the figures beside the performance targets
-// of issue 4:
+// through IOP, for each of the Edge's two chat APIs, and prints the figures
+// beside the performance targets of issue 14:
 //
-//	go run ./integration/cmd/iopbench            # the full run, a few minutes
-//	go run ./integration/cmd/iopbench -quick     # CI-sized
+//	go run ./integration/cmd/iopbench            # the full run, about 10 minutes
+//	go run ./integration/cmd/iopbench -quick     # CI-sized, about 2 minutes
 //	go run ./integration/cmd/iopbench -out r.json
+//	go run ./integration/cmd/iopbench -only 2 -apis openai -profile /tmp/prof
 //
-// It builds edged and noded, starts a fake Ollama (internal/fakes/fakeollama) in
-// this process on 127.0.0.1, then `edged run` and `noded run` as processes
-// with loopback configs (anonymous API, one Node whose ollama provider has
-// capacity 64 and points at the fake), and waits until the Node is ready.
-// The iop side is POST /api/chat on the Edge: Edge → QUIC stream → Node →
-// gRPC → ollama plugin process → fake, and back through the raw provider
-// tunnel; the direct side is the same request to the fake. The workloads:
+// It builds edged and noded, starts a fake Ollama (internal/fakes/fakeollama)
+// in this process on 127.0.0.1 (whose records give the provider's view),
+// then `edged run` and `noded run` as processes with loopback configs
+// (anonymous API, one Node whose ollama provider has capacity 64 and points
+// at the fake), and waits until the Node is ready. Each workload's requests go through IOP with each API:
+//
+//   - ollama (tunnel): POST /api/chat on the Edge, relayed as is through the
+//     raw provider tunnel of the Node's ollama provider (Edge → QUIC stream
+//     → Node → fake, with or without the plugin process on the byte path),
+//     and the fake's NDJSON lines back byte for byte;
+//   - openai (normalized): POST /v1/chat/completions with "stream": true, a
+//     normalized run: the plugin turns it into an Ollama /api/chat call, and
+//     the Edge writes its events as SSE chunks. Its tokens are counted from
+//     the chunks' content deltas (one per token), and its time to first
+//     byte ends at the first content delta.
+//
+// The direct side is always Ollama's /api/chat on the fake, measured just
+// before each API's iop half, so that the two see the machine alike. The
+// workloads:
 //
 //  1. one stream at a time, 200 tokens 5 ms apart, 50 times: time to first
-//     byte (request sent → first token line; p50, p99) and streamed tokens
-//     per second (all tokens / wall time). Two figures help to read them:
-//     the request leg (request sent → the fake has it, from the fake's
-//     records) and the provider's answer time (the fake's own start to
-//     end, which a busy machine stretches);
+//     byte (request sent → first token; p50, p99) and streamed tokens per
+//     second (all tokens / wall time). Two figures help to read them: the
+//     request leg (request sent → the fake has it, from the fake's records)
+//     and the provider's answer time (the fake's own start to end, which a
+//     busy machine stretches);
 //  2. the same with 64 concurrent streams, closed loop, their starts spread
-//     over one answer's length so that 64 are always in flight;
-//  3. one long stream of 20,000 tokens written as fast as the fake can:
-//     tokens per second, and the largest gap between two consecutive lines
-//     at the client (tokens are flushed one by one, not batched);
-//  4. a long prefill (20 s, standing in for a ten-minute one): the answer
-//     ends with its normal terminal, the Node stays ready on the same
-//     generation, and the time to first byte added;
+//     over one answer's length so that 64 are always in flight. Also the
+//     CPU per relayed token (5) and the peak resident set of the IOP
+//     processes during this load alone (6); with -profile DIR, a perf
+//     profile of each IOP process during it (below);
+//  3. one long stream of 20,000 tokens written as fast as the fake can
+//     (3 times): tokens per second, and the largest gap between two
+//     consecutive tokens at the client;
+//  4. a long prefill (20 s, standing in for a ten-minute one), every side at
+//     once: the answer ends with its normal terminal, the Node stays ready
+//     on the same generation, and the time to first byte added;
 //  5. CPU per relayed token: utime+stime from /proc/PID/stat (every thread,
-//     also exited ones) of edged, noded and each plugin child, summed over
-//     the iop halves of workloads 1–3, divided by the tokens relayed;
-//  6. peak memory: VmHWM from /proc/PID/status of edged, noded, each plugin
-//     and the bench itself (client and fake);
+//     also exited ones) of edged, noded and each plugin child, over the iop
+//     half of each of workloads 1–3, divided by the tokens relayed; by
+//     process, and summed (the target is workload 2's sum);
+//  6. peak memory: VmHWM from /proc/PID/status. For workload 2's iop halves
+//     each IOP process's peak is reset first (writing "5" to
+//     /proc/PID/clear_refs) and read after, summed over the processes; and
+//     the peak over the whole run of each process and of the bench itself
+//     (client and fake);
 //  7. client gone: a stream cancelled after three tokens; the time until the
-//     fake records that its client went away (p50 over 20 tries).
+//     fake records that its client went away (p50 and max over 20 tries);
+//  8. scale, runs in silent prefill: 10,000 runs at once on one Node link,
+//     each waiting out a 30 s prefill, then 4 tokens and the terminal. Every
+//     one must complete normally; the report gives completed and failed
+//     (with the first error messages verbatim), the most requests the fake
+//     held at once and how long it took to have them all (the prefill must
+//     outlast that ramp for all to be in flight together), the peak resident
+//     set of edged, noded and the plugins (reset before, read after), the
+//     CPU per run, and the Node's heartbeat round trip as the Edge's admin
+//     API shows it (GET /admin/v1/nodes every 500 ms, last_heartbeat_rtt_ms
+//     of the heartbeats answered during the workload: max and p99; the
+//     Edge heartbeats every 30 s, so a full run sees one or two), and
+//     whether the Node stayed ready, not suspect, on its generation;
+//  9. scale, streams: 1,000 streams at once, a token every 100 ms for 60 s:
+//     nothing lost, every stream gets every token of its answer in order and
+//     its terminal; tokens expected and received, failures, the largest gap
+//     between tokens, CPU per token by process, peak resident set summed,
+//     and the heartbeat as in 8.
+//
+// Workloads 8 and 9 run after the others, through each API (normalized
+// runs first), each on a fresh stack sized for it: as many ollama providers
+// on the one Node as capacity needs (at most 4,096 each, every one its own
+// plugin process), the Edge's limits.max_connections and queue above the
+// concurrency, and the fake as its own process (fakeollama/cmd), so that
+// this one holds only the client's end of each connection. This process
+// raises RLIMIT_NOFILE, the hard limit too when it may (the daemons and the
+// fake inherit it), and says so in the notes when it could not. They have
+// no direct side. -quick runs them at 1,000 runs and 200 streams for 10 s;
+// -scale-runs, -scale-prefill, -scale-streams, -scale-duration and
+// -scale-gap set their sizes.
+//
+// With -profile DIR, perf (`perf record -g -p PID`, the cpu-clock event)
+// records each IOP process for up to 10 s of workload 2's iop half through
+// each API, into DIR/<api>-<process>.perf.data, and the top 25 of
+// `perf report --no-children --sort sym` go to DIR/<api>-<process>.txt.
+// Its overhead is in that run's figures of workload 2.
 //
 // All processes share this machine (the targets assume 2 cores): the bench's
 // client and fake compete with IOP for the CPU, on both sides alike. The
 // figures are measured, never asserted: iopbench exits 0 whatever they are,
-// and non-zero only when something broke. Every process it started is
-// stopped on exit, also on SIGINT.
+// and non-zero only when something broke (a daemon exited, the stack did not
+// start). Failed requests are figures, reported with their errors and the
+// end of the daemons' logs. Every process it started is stopped on exit,
+// also on SIGINT.
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -57,7 +114,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -65,6 +121,7 @@ import (
 // config sizes the workloads.
 type config struct {
 	quick      bool
+	apis       []apiSpec     // the Edge's APIs measured, in order
 	capacity   int           // the provider's capacity; also the Edge's queue depth
 	tokens     int           // per answer, workloads 1 and 2
 	tokenDelay time.Duration // between two tokens, workloads 1, 2, 4 and 7
@@ -75,7 +132,15 @@ type config struct {
 	longReps   int           // long streams (the median rate is kept)
 	prefill    time.Duration // workload 4
 	goneTries  int           // workload 7
-	only       string        // comma-separated workload numbers to run; "" runs all
+
+	scaleRuns     int           // workload 8: runs at once
+	scalePrefill  time.Duration // workload 8: the fake's prefill
+	scaleStreams  int           // workload 9: streams at once
+	scaleDuration time.Duration // workload 9: each stream's length
+	scaleGap      time.Duration // workload 9: between two tokens
+
+	only    string // comma-separated workload numbers to run; "" runs all
+	profile string // directory for perf profiles of workload 2; "" takes none
 }
 
 // runs reports whether workload n is to run.
@@ -83,28 +148,66 @@ func (c config) runs(n string) bool {
 	return c.only == "" || n == "warm-up" || slices.Contains(strings.Split(c.only, ","), n)
 }
 
+// mainWorkloads are those of the main stack.
+var mainWorkloads = []string{"1", "2", "3", "4", "7"}
+
 var (
-	fullConfig = config{capacity: 64, tokens: 200, tokenDelay: 5 * time.Millisecond,
+	fullConfig = config{apis: allAPIs, capacity: 64, tokens: 200, tokenDelay: 5 * time.Millisecond,
 		singleReps: 50, streams: 64, streamReps: 10, longTokens: 20000, longReps: 3,
-		prefill: 20 * time.Second, goneTries: 20}
-	quickConfig = config{quick: true, capacity: 64, tokens: 200, tokenDelay: 5 * time.Millisecond,
+		prefill: 20 * time.Second, goneTries: 20,
+		scaleRuns: 10000, scalePrefill: 30 * time.Second,
+		scaleStreams: 1000, scaleDuration: time.Minute, scaleGap: 100 * time.Millisecond}
+	quickConfig = config{quick: true, apis: allAPIs, capacity: 64, tokens: 200, tokenDelay: 5 * time.Millisecond,
 		singleReps: 10, streams: 64, streamReps: 2, longTokens: 20000, longReps: 1,
-		prefill: 3 * time.Second, goneTries: 5}
+		prefill: 3 * time.Second, goneTries: 5,
+		scaleRuns: 1000, scalePrefill: 5 * time.Second,
+		scaleStreams: 200, scaleDuration: 10 * time.Second, scaleGap: 100 * time.Millisecond}
 )
 
 func main() {
-	quick := flag.Bool("quick", false, "a CI-sized run: fewer repetitions, a 3 s prefill")
+	quick := flag.Bool("quick", false, "a CI-sized run: fewer repetitions, a 3 s prefill, scale workloads at 1,000 runs and 200 streams")
 	out := flag.String("out", "", "also write the results as JSON to this file")
-	only := flag.String("only", "", "run only these workloads, e.g. 2 or 1,3 (the warm-up always runs); for profiling one load")
+	only := flag.String("only", "", "run only these workloads, e.g. 2 or 1,3 or 8,9 (the warm-up always runs); for profiling one load")
+	apis := flag.String("apis", "ollama,openai", "the Edge's APIs to measure, in order: ollama (the raw tunnel), openai (normalized runs)")
+	profile := flag.String("profile", "", "record perf profiles of edged, noded and each plugin during workload 2's iop halves into this directory")
+	scaleRuns := flag.Int("scale-runs", 0, "workload 8: runs at once (default 10000; 1000 with -quick)")
+	scalePrefill := flag.Duration("scale-prefill", 0, "workload 8: the provider's silent prefill, longer than the ramp (default 30s; 5s with -quick)")
+	scaleStreams := flag.Int("scale-streams", 0, "workload 9: streams at once (default 1000; 200 with -quick)")
+	scaleDuration := flag.Duration("scale-duration", 0, "workload 9: each stream's length (default 1m; 10s with -quick)")
+	scaleGap := flag.Duration("scale-gap", 0, "workload 9: between two tokens (default 100ms)")
 	flag.Parse()
 	cfg := fullConfig
 	if *quick {
 		cfg = quickConfig
 	}
-	cfg.only = *only
+	cfg.only, cfg.profile = *only, *profile
+	cfg.apis = nil
+	for key := range strings.SplitSeq(*apis, ",") {
+		a, ok := apiByKey(strings.TrimSpace(key))
+		if !ok {
+			fmt.Fprintf(os.Stderr, "iopbench: -apis: no API %q (ollama, openai)\n", key)
+			os.Exit(2)
+		}
+		cfg.apis = append(cfg.apis, a)
+	}
+	setIf(&cfg.scaleRuns, *scaleRuns)
+	setIf(&cfg.scalePrefill, *scalePrefill)
+	setIf(&cfg.scaleStreams, *scaleStreams)
+	setIf(&cfg.scaleDuration, *scaleDuration)
+	setIf(&cfg.scaleGap, *scaleGap)
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := run(ctx, cfg, os.Stderr)
+	if res != nil {
+		res.print(os.Stdout)
+		if *out != "" {
+			b, _ := json.MarshalIndent(res, "", "  ")
+			if werr := os.WriteFile(*out, append(b, '\n'), 0o644); werr != nil {
+				err = errors.Join(err, werr)
+			}
+		}
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(os.Stderr, "iopbench: interrupted; every process it started is stopped")
@@ -113,33 +216,65 @@ func main() {
 		fmt.Fprintln(os.Stderr, "iopbench:", err)
 		os.Exit(1)
 	}
-	res.print(os.Stdout)
-	if *out != "" {
-		b, _ := json.MarshalIndent(res, "", "  ")
-		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "iopbench:", err)
-			os.Exit(1)
-		}
+}
+
+// setIf sets *v to flag when the flag was given (not zero).
+func setIf[T comparable](v *T, flag T) {
+	var zero T
+	if flag != zero {
+		*v = flag
 	}
 }
 
-// run builds and starts the stack, runs every workload on both sides, and
-// stops everything it started. Progress goes to log.
-func run(ctx context.Context, cfg config, log io.Writer) (_ *results, err error) {
+// run builds the daemons, runs the main stack's workloads then the scale
+// workloads, and stops everything it started. Progress goes to log. The
+// results are nil only when nothing could be measured; with an error
+// beside them, they are what was measured before the stack broke.
+func run(ctx context.Context, cfg config, log io.Writer) (*results, error) {
+	res := &results{Quick: cfg.quick, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Config: cfg.export()}
 	dir, err := os.MkdirTemp("", "iopbench-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	// The scale workloads hold a client connection per request here (their
+	// fake runs as its own process, which inherits the limit, as the
+	// daemons do).
+	wantFDs := uint64(cfg.scaleConcurrency() + 4096)
+	fdLimit, err := raiseFDLimit(wantFDs)
+	if err != nil {
+		res.note("could not raise RLIMIT_NOFILE to %d: %v; it is %d, so the scale workloads may fail for lack of file descriptors",
+			wantFDs, err, fdLimit)
+	}
 	fmt.Fprintln(log, "building edged and noded…")
-	edged, noded, err := buildBinaries(ctx, dir)
+	scale := cfg.runs("8") || cfg.runs("9")
+	bins, err := buildBinaries(ctx, dir, scale)
 	if err != nil {
 		return nil, err
 	}
+	if slices.ContainsFunc(mainWorkloads, cfg.runs) {
+		if err := runMain(ctx, cfg, dir, bins, res, log); err != nil {
+			return nil, err
+		}
+	}
+	if scale {
+		if err := runScale(ctx, cfg, dir, bins, res, fdLimit, log); err != nil {
+			res.evaluate()
+			return res, err
+		}
+	}
+	res.evaluate()
+	return res, nil
+}
+
+// runMain starts the main stack, runs workloads 1–4 and 7 on it through
+// every API, and stops it.
+func runMain(ctx context.Context, cfg config, dir string, bins binaries, res *results, log io.Writer) (err error) {
 	fmt.Fprintln(log, "starting the fake Ollama, edged and noded…")
-	s, err := startStack(ctx, dir, edged, noded, cfg.capacity, fakeModels(cfg))
+	s, err := startStack(ctx, dir, bins, stackOptions{name: "main", models: fakeModels(cfg),
+		providers: 1, capacity: cfg.capacity, queueDepth: cfg.capacity, deadline: 10 * time.Minute, idle: 2 * time.Minute})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer s.close()
 	defer func() {
@@ -151,14 +286,10 @@ func run(ctx context.Context, cfg config, log io.Writer) (_ *results, err error)
 		MaxIdleConnsPerHost: 2 * cfg.capacity, DisableCompression: true,
 	}}
 	defer c.CloseIdleConnections()
-	if err := s.probe(ctx, c, modelProbe); err != nil {
-		return nil, err
+	if err := s.probe(ctx, c, modelProbe, cfg.apis); err != nil {
+		return err
 	}
-	b := &bench{cfg: cfg, s: s, c: c,
-		direct: side{name: "direct", base: s.fake.URL()},
-		iop:    side{name: "iop", base: s.base},
-		res:    &results{Quick: cfg.quick, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Config: cfg.export()},
-	}
+	b := newBench(cfg, s, c, res, log)
 	for _, w := range []struct {
 		n, name string
 		run     func(context.Context) error
@@ -176,142 +307,14 @@ func run(ctx context.Context, cfg config, log io.Writer) (_ *results, err error)
 		fmt.Fprintln(log, "workload", w.name)
 		start := time.Now()
 		if err := w.run(ctx); err != nil {
-			return nil, fmt.Errorf("workload %s: %w", w.name, err)
+			return fmt.Errorf("workload %s: %w", w.name, err)
 		}
 		if err := s.checkAlive(); err != nil {
-			return nil, err
+			return err
 		}
 		s.fake.Reset() // the fake keeps every request; free them
 		fmt.Fprintf(log, "  done in %v\n", time.Since(start).Round(time.Millisecond))
 	}
 	b.memory()
-	b.res.evaluate()
-	return b.res, nil
-}
-
-// bench runs the workloads against one stack and fills res.
-type bench struct {
-	cfg         config
-	s           *stack
-	c           *http.Client
-	direct, iop side
-	res         *results
-}
-
-// onIOP runs fn (the iop half of a workload), and charges the CPU the IOP
-// processes used meanwhile to workload w (1–3) with the tokens fn relayed.
-func (b *bench) onIOP(w int, fn func() (tokens int, err error)) error {
-	procs := b.s.iopProcs()
-	before := sampleCPU(procs)
-	tokens, err := fn()
-	used := cpuSince(before, procs)
-	if err != nil {
-		return err
-	}
-	cw := cpuWorkload{Workload: w, Tokens: tokens, ByProcess: map[string]time.Duration{}}
-	for _, p := range procs {
-		cw.ByProcess[p.name] += used[p.pid]
-		cw.Total += used[p.pid]
-	}
-	b.res.CPU.Workloads = append(b.res.CPU.Workloads, cw)
 	return nil
-}
-
-func (b *bench) warm(ctx context.Context) error {
-	for _, sd := range []side{b.direct, b.iop} {
-		if err := warm(ctx, b.c, sd, b.cfg.streams); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (b *bench) single(ctx context.Context) error {
-	var err error
-	if b.res.Single.Direct, err = streams(ctx, b.c, b.s.fake, b.direct, modelStream, 1, b.cfg.singleReps, 0); err != nil {
-		return err
-	}
-	return b.onIOP(1, func() (int, error) {
-		b.res.Single.IOP, err = streams(ctx, b.c, b.s.fake, b.iop, modelStream, 1, b.cfg.singleReps, 0)
-		return b.res.Single.IOP.Tokens, err
-	})
-}
-
-func (b *bench) concurrent(ctx context.Context) error {
-	spread := time.Duration(b.cfg.tokens) * b.cfg.tokenDelay
-	var err error
-	if b.res.Concurrent.Direct, err = streams(ctx, b.c, b.s.fake, b.direct, modelStream, b.cfg.streams, b.cfg.streamReps, spread); err != nil {
-		return err
-	}
-	return b.onIOP(2, func() (int, error) {
-		b.res.Concurrent.IOP, err = streams(ctx, b.c, b.s.fake, b.iop, modelStream, b.cfg.streams, b.cfg.streamReps, spread)
-		return b.res.Concurrent.IOP.Tokens, err
-	})
-}
-
-func (b *bench) long(ctx context.Context) error {
-	var err error
-	if b.res.Long.Direct, _, err = long(ctx, b.c, b.direct, modelLong, b.cfg.longReps); err != nil {
-		return err
-	}
-	return b.onIOP(3, func() (int, error) {
-		var tokens int
-		b.res.Long.IOP, tokens, err = long(ctx, b.c, b.iop, modelLong, b.cfg.longReps)
-		return tokens, err
-	})
-}
-
-// prefill runs both sides at once (the prefill is idle time), and checks
-// that the Node kept its ready generation throughout.
-func (b *bench) prefill(ctx context.Context) error {
-	before, err := b.s.nodeState(ctx)
-	if err != nil {
-		return err
-	}
-	var errs onceErr
-	var wg sync.WaitGroup
-	for _, sd := range []side{b.direct, b.iop} {
-		wg.Go(func() {
-			r, err := stream(ctx, b.c, sd, modelPrefill, "prefill "+sd.name)
-			errs.set(err)
-			f := prefillFigures{TTFB: r.ttfb, Done: r.done && err == nil}
-			if sd.name == "direct" {
-				b.res.Prefill.Direct = f
-			} else {
-				b.res.Prefill.IOP = f
-			}
-		})
-	}
-	wg.Wait()
-	if err := cmp.Or(ctx.Err(), errs.get()); err != nil {
-		return err
-	}
-	after, err := b.s.nodeState(ctx)
-	if err != nil {
-		return err
-	}
-	b.res.Prefill.Duration = b.cfg.prefill
-	b.res.Prefill.NodeKeptGeneration = after.State == "ready" && after.Generation == before.Generation
-	return nil
-}
-
-func (b *bench) gone(ctx context.Context) error {
-	var err error
-	if b.res.ClientGone.Direct, err = clientGone(ctx, b.c, b.s.fake, b.direct, b.cfg.goneTries); err != nil {
-		return err
-	}
-	b.res.ClientGone.IOP, err = clientGone(ctx, b.c, b.s.fake, b.iop, b.cfg.goneTries)
-	return err
-}
-
-// memory reads the peak resident set of every process, at the end.
-func (b *bench) memory() {
-	for _, p := range b.s.iopProcs() {
-		if rss, err := peakRSS(fmt.Sprint(p.pid)); err == nil {
-			b.res.Memory = append(b.res.Memory, memFigure{Process: p.name, PeakRSS: rss})
-		}
-	}
-	if rss, err := peakRSS("self"); err == nil {
-		b.res.Memory = append(b.res.Memory, memFigure{Process: "iopbench (client and fake)", PeakRSS: rss})
-	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -10,15 +12,17 @@ import (
 )
 
 // The command end to end with tiny workloads: it builds and starts the
-// real daemons, measures every workload on both sides, fills every figure
-// and prints the tables, and leaves no process behind.
-func TestBenchRunsEveryWorkloadOnBothSides(t *testing.T) {
+// real daemons, measures every workload on both sides through both APIs,
+// runs the scale workloads on their own stack, fills every figure and
+// prints the tables, and leaves no process behind.
+func TestBenchRunsEveryWorkloadThroughBothAPIs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds edged and noded and runs them: not with -short")
 	}
-	cfg := config{quick: true, capacity: 8, tokens: 20, tokenDelay: 2 * time.Millisecond,
+	cfg := config{quick: true, apis: allAPIs, capacity: 8, tokens: 20, tokenDelay: 2 * time.Millisecond,
 		singleReps: 3, streams: 4, streamReps: 2, longTokens: 500, longReps: 1,
-		prefill: 300 * time.Millisecond, goneTries: 2}
+		prefill: 300 * time.Millisecond, goneTries: 2,
+		scaleRuns: 40, scalePrefill: time.Second, scaleStreams: 20, scaleDuration: time.Second, scaleGap: 100 * time.Millisecond}
 	var log bytes.Buffer
 	res, err := run(t.Context(), cfg, &log)
 	if err != nil {
@@ -28,30 +32,41 @@ func TestBenchRunsEveryWorkloadOnBothSides(t *testing.T) {
 		t.Errorf("processes left running: %v", kids)
 	}
 
-	for name, f := range map[string]pair[streamsFigures]{"single": res.Single, "concurrent": res.Concurrent} {
-		for _, s := range []streamsFigures{f.Direct, f.IOP} {
-			if s.Failed != 0 || s.Tokens != s.Answers*cfg.tokens || s.TTFBP50 <= 0 || s.TokensPerSec <= 0 ||
-				s.RequestLegP50 <= 0 || s.ProviderAnswerP50 <= 0 {
-				t.Errorf("%s: %+v", name, s)
+	if len(res.APIs) != 2 {
+		t.Fatalf("%d APIs measured, want 2", len(res.APIs))
+	}
+	for _, a := range res.APIs {
+		for name, f := range map[string]*pair[streamsFigures]{"single": a.Single, "concurrent": a.Concurrent} {
+			for _, s := range []streamsFigures{f.Direct, f.IOP} {
+				if s.Failed != 0 || s.Tokens != s.Answers*cfg.tokens || s.TTFBP50 <= 0 || s.TokensPerSec <= 0 ||
+					s.RequestLegP50 <= 0 || s.ProviderAnswerP50 <= 0 {
+					t.Errorf("%s %s: %+v", a.API, name, s)
+				}
 			}
 		}
-	}
-	if res.Concurrent.IOP.Answers != cfg.streams*cfg.streamReps {
-		t.Errorf("%d concurrent answers, want %d", res.Concurrent.IOP.Answers, cfg.streams*cfg.streamReps)
-	}
-	for _, l := range []longFigures{res.Long.Direct, res.Long.IOP} {
-		if l.Tokens != cfg.longTokens || l.TokensPerSec <= 0 || l.MaxGap <= 0 {
-			t.Errorf("long stream: %+v", l)
+		if a.Concurrent.IOP.Answers != cfg.streams*cfg.streamReps {
+			t.Errorf("%s: %d concurrent answers, want %d", a.API, a.Concurrent.IOP.Answers, cfg.streams*cfg.streamReps)
+		}
+		for _, l := range []longFigures{a.Long.Direct, a.Long.IOP} {
+			if l.Tokens != cfg.longTokens || l.TokensPerSec <= 0 || l.MaxGap <= 0 {
+				t.Errorf("%s long stream: %+v", a.API, l)
+			}
+		}
+		if !a.Prefill.Direct.Done || !a.Prefill.IOP.Done || a.Prefill.IOP.TTFB < cfg.prefill {
+			t.Errorf("%s prefill: %+v", a.API, a.Prefill)
+		}
+		if a.ClientGone.IOP.Tries != cfg.goneTries || a.ClientGone.IOP.P50 <= 0 {
+			t.Errorf("%s client gone: %+v", a.API, a.ClientGone)
+		}
+		if len(a.CPU) != 3 || a.cpu(2).perToken() <= 0 {
+			t.Errorf("%s cpu: %+v", a.API, a.CPU)
+		}
+		if m := a.ConcurrentRSS; m == nil || !m.Reset || len(m.Processes) != 3 || m.Total <= 0 {
+			t.Errorf("%s peak RSS at workload 2: %+v", a.API, m)
 		}
 	}
-	if !res.Prefill.Direct.Done || !res.Prefill.IOP.Done || res.Prefill.IOP.TTFB < cfg.prefill || !res.Prefill.NodeKeptGeneration {
+	if !res.Prefill.NodeKeptGeneration {
 		t.Errorf("prefill: %+v", res.Prefill)
-	}
-	if res.ClientGone.IOP.Tries != cfg.goneTries || res.ClientGone.IOP.P50 <= 0 {
-		t.Errorf("client gone: %+v", res.ClientGone)
-	}
-	if len(res.CPU.Workloads) != 3 || res.CPU.PerToken <= 0 {
-		t.Errorf("cpu: %+v", res.CPU)
 	}
 	procs := map[string]bool{}
 	for _, m := range res.Memory {
@@ -62,13 +77,33 @@ func TestBenchRunsEveryWorkloadOnBothSides(t *testing.T) {
 			t.Errorf("no peak memory for %s: %+v", p, res.Memory)
 		}
 	}
-	if len(res.Targets) != 9 {
-		t.Errorf("%d verdicts, want 9", len(res.Targets))
+
+	s := res.Scale
+	if s == nil || len(s.Runs) != 2 || len(s.Streams) != 2 {
+		t.Fatalf("scale: %+v", s)
+	}
+	for _, f := range s.Runs {
+		if f.Completed != cfg.scaleRuns || f.Failed != 0 || f.PeakInFlight != cfg.scaleRuns || f.RSS.Total <= 0 ||
+			!f.Heartbeat.StayedReady || f.Heartbeat.Polls == 0 {
+			t.Errorf("scale runs %s: %+v", f.API, f)
+		}
+	}
+	for _, f := range s.Streams {
+		if f.Complete != cfg.scaleStreams || f.TokensReceived != f.TokensExpected || f.TokensExpected != cfg.scaleStreams*10 ||
+			f.CPU.Total <= 0 {
+			t.Errorf("scale streams %s: %+v", f.API, f)
+		}
 	}
 
+	// Per API: 1 stream, 64 streams ×6, long stream, prefill, client gone;
+	// per API and scale workload: 8 ×3, 9 ×1.
+	if want := 2*10 + 2*4; len(res.Targets) != want {
+		t.Errorf("%d verdicts, want %d", len(res.Targets), want)
+	}
 	var out bytes.Buffer
 	res.print(&out)
-	for _, want := range []string{"1 stream: TTFB p50", "CPU per relayed token", "Targets (issue 4)", "Peak memory"} {
+	for _, want := range []string{"1 stream: TTFB p50", "CPU per relayed token", "Targets (issue 14)", "Peak RSS at 4 streams",
+		"openai (normalized): POST /v1/chat/completions", "ollama (tunnel): POST /api/chat", "8: 40 runs at once", "9: 20 streams at once"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report lacks %q:\n%s", want, out.String())
 		}
@@ -77,4 +112,47 @@ func TestBenchRunsEveryWorkloadOnBothSides(t *testing.T) {
 		t.Error(err)
 	}
 	t.Logf("\n%s", out.String())
+}
+
+// The OpenAI parser counts a token per word of the content deltas, ends at
+// [DONE] after a finish_reason, skips keep-alives and the role chunk, and
+// fails on an error event or a [DONE] with no finish_reason.
+func TestSSEParser(t *testing.T) {
+	cases := []struct {
+		name   string
+		body   string
+		tokens int
+		text   string
+		err    string
+	}{
+		{"one delta per token", ": keep-alive\n\n" +
+			`data: {"choices":[{"delta":{"role":"assistant","content":""}}]}` + "\n\n" +
+			`data: {"choices":[{"delta":{"content":"alpha"}}]}` + "\n\n" +
+			`data: {"choices":[{"delta":{"content":" bravo"}}]}` + "\n\n" +
+			`data: {"choices":[{"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n", 2, "alpha bravo", ""},
+		{"coalesced deltas", `data: {"choices":[{"delta":{"content":"alpha bravo charlie"}}]}` + "\n\n" +
+			`data: {"choices":[{"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n", 3, "alpha bravo charlie", ""},
+		{"error event", `data: {"choices":[{"delta":{"content":"alpha"}}]}` + "\n\n" +
+			`data: {"error":{"message":"boom"}}` + "\n\ndata: [DONE]\n\n", 1, "", "error event"},
+		{"no finish reason", `data: {"choices":[{"delta":{"content":"alpha"}}]}` + "\n\ndata: [DONE]\n\n", 1, "", "without a chunk carrying a finish_reason"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				_, _ = w.Write([]byte(tc.body))
+			}))
+			defer srv.Close()
+			s := side{name: "t", api: apiOpenAI, base: srv.URL}
+			r, err := stream(t.Context(), srv.Client(), s, "m", "p", true)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || !r.done || r.tokens != tc.tokens || string(r.text) != tc.text || r.ttfb <= 0 {
+				t.Fatalf("%+v %v", r, err)
+			}
+		})
+	}
 }

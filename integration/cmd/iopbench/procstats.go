@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -74,6 +75,50 @@ func peakRSS(pid string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%s/status has no VmHWM", pid)
+}
+
+// resetPeak resets the peak resident set (VmHWM) of pid to its current
+// resident set, by writing "5" to /proc/PID/clear_refs (Linux 4.0 and
+// later), so that a later peakRSS is the peak of what ran in between.
+func resetPeak(pid int) error {
+	return os.WriteFile(filepath.Join("/proc", strconv.Itoa(pid), "clear_refs"), []byte("5"), 0)
+}
+
+// raiseFDLimit raises RLIMIT_NOFILE of this process (and so of the
+// daemons it starts, which inherit it) to at least want, the hard limit
+// too when it is below (as root, up to /proc/sys/fs/nr_open). It returns
+// the soft limit it ends with.
+func raiseFDLimit(want uint64) (uint64, error) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, err
+	}
+	if l.Cur >= want {
+		return l.Cur, nil
+	}
+	if l.Max < want {
+		hard := want
+		if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+			if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
+				hard = min(max(want, l.Max), n)
+			}
+		}
+		raised := syscall.Rlimit{Cur: hard, Max: hard}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised); err == nil {
+			l = raised
+		}
+	}
+	if l.Cur < l.Max {
+		up := syscall.Rlimit{Cur: l.Max, Max: l.Max}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &up); err != nil {
+			return l.Cur, err
+		}
+		l = up
+	}
+	if l.Cur < want {
+		return l.Cur, fmt.Errorf("the hard limit is %d and could not be raised", l.Max)
+	}
+	return l.Cur, nil
 }
 
 // statFields returns the fields of /proc/PID/stat after the command name

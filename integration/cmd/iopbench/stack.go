@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -21,21 +19,54 @@ import (
 	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 )
 
-// nodeID and providerName name the one Node and its Ollama provider.
+// nodeID names the one Node; its providers are providerName, then
+// providerName-2, -3, … when one provider's capacity is not enough.
 const (
 	nodeID       = "bench-node"
 	providerName = "ollama"
 )
 
-// stack is the system under measurement: the fake Ollama in this process,
-// and edged and noded (with its plugin children) as processes, connected
-// over loopback QUIC as in configs/edge-dev.yaml and node-dev.yaml.
+// stack is the system under measurement: a fake Ollama, and edged and
+// noded (with its plugin children) as processes, connected over loopback
+// QUIC as in configs/edge-dev.yaml and node-dev.yaml.
 type stack struct {
-	dir  string // temporary: binaries, configs, daemon logs
-	fake *fakeollama.Server
-	base string // the Edge's HTTP API, http://127.0.0.1:PORT
-	edge *daemon
-	node *daemon
+	dir string // its daemons' configs and logs
+	// fake is the fake Ollama in this process, whose records the main
+	// workloads read; nil when fakeProc runs it as its own process.
+	fake      *fakeollama.Server
+	fakeProc  *daemon
+	fakeURL   string
+	models    []fakeollama.Model
+	base      string // the Edge's HTTP API, http://127.0.0.1:PORT
+	edge      *daemon
+	node      *daemon
+	providers int
+}
+
+// binaries are the programs the bench builds.
+type binaries struct {
+	edged, noded string
+	fake         string // the fake Ollama as its own program; "" when not built
+}
+
+// stackOptions shape a stack's configs.
+type stackOptions struct {
+	name      string // its subdirectory of the run's directory
+	models    []fakeollama.Model
+	providers int // ollama providers on the one Node, every one on the fake
+	capacity  int // of each provider
+	// maxConns is the Edge's limits.max_connections; 0 leaves its default.
+	maxConns int
+	// queueDepth is the default profile's max_queue_depth.
+	queueDepth int
+	// deadline and idle are the default profile's deadline and
+	// idle_timeout: far above any workload.
+	deadline, idle time.Duration
+	// fakeProcess runs the fake as its own process, with file
+	// descriptors of its own: then this process holds only the client's
+	// end of each connection, which a scale workload needs when
+	// RLIMIT_NOFILE cannot be raised.
+	fakeProcess bool
 }
 
 // daemon is an IOP process started by the bench.
@@ -47,31 +78,48 @@ type daemon struct {
 	err  error // set before done is closed
 }
 
-// buildBinaries builds edged and noded into dir. The current directory must
-// be inside the module.
-func buildBinaries(ctx context.Context, dir string) (edged, noded string, err error) {
-	edged, noded = filepath.Join(dir, "edged"), filepath.Join(dir, "noded")
-	for _, b := range []struct{ out, pkg string }{
-		{edged, "github.com/iop-dev/iop/edged"}, {noded, "github.com/iop-dev/iop/noded"},
-	} {
+// buildBinaries builds edged and noded, and the fake's own program when
+// withFake, into dir. The current directory must be inside the module.
+func buildBinaries(ctx context.Context, dir string, withFake bool) (binaries, error) {
+	bins := binaries{edged: filepath.Join(dir, "edged"), noded: filepath.Join(dir, "noded")}
+	builds := []struct{ out, pkg string }{
+		{bins.edged, "github.com/iop-dev/iop/edged"}, {bins.noded, "github.com/iop-dev/iop/noded"},
+	}
+	if withFake {
+		bins.fake = filepath.Join(dir, "fakeollama")
+		builds = append(builds, struct{ out, pkg string }{bins.fake, "github.com/iop-dev/iop/internal/fakes/fakeollama/cmd/fakeollama"})
+	}
+	for _, b := range builds {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", b.out, b.pkg)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", "", fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
+			return binaries{}, fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
 		}
 	}
-	return edged, noded, nil
+	return bins, nil
 }
 
-// startStack starts the fake with models, then edged and noded from
-// loopback configs, and waits until the Node is ready with its provider
-// online and serving every model. capacity is the provider's capacity.
-func startStack(ctx context.Context, dir, edgedBin, nodedBin string, capacity int, models []fakeollama.Model) (_ *stack, err error) {
-	s := &stack{dir: dir, fake: fakeollama.New(models...)}
+// startStack starts a fake serving o.models, then edged and noded from
+// loopback configs in dir/o.name, and waits until the Node is ready with
+// every provider online and serving every model.
+func startStack(ctx context.Context, dir string, bins binaries, o stackOptions) (_ *stack, err error) {
+	dir = filepath.Join(dir, o.name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	s := &stack{dir: dir, models: o.models, providers: o.providers}
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
+	if o.fakeProcess {
+		if err := s.startFakeProcess(ctx, bins.fake); err != nil {
+			return nil, err
+		}
+	} else {
+		s.fake = fakeollama.New(o.models...)
+		s.fakeURL = s.fake.URL()
+	}
 	quicPort, err := freePort("udp")
 	if err != nil {
 		return nil, err
@@ -81,42 +129,114 @@ func startStack(ctx context.Context, dir, edgedBin, nodedBin string, capacity in
 		return nil, err
 	}
 	s.base = fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+	limits := ""
+	if o.maxConns > 0 {
+		limits = fmt.Sprintf("limits: {max_connections: %d}\n", o.maxConns)
+	}
 	// The default profile's timers, written out: a deadline and an idle
 	// timeout far above any workload, and a queue as deep as the capacity.
 	edgeConf := fmt.Sprintf(`edge_id: bench-edge
 listen: {quic: "127.0.0.1:%d", http: "127.0.0.1:%d"}
 identity: {mode: loopback}
 api: {allow_anonymous: true}
-profiles:
-  - {name: default, deadline: 10m, queue_timeout: 30s, max_queue_depth: %d, idle_timeout: 2m}
-`, quicPort, httpPort, capacity)
+%sprofiles:
+  - {name: default, deadline: %s, queue_timeout: 30s, max_queue_depth: %d, idle_timeout: %s}
+`, quicPort, httpPort, limits, o.deadline, o.queueDepth, o.idle)
 	nodeConf := fmt.Sprintf(`node_id: %s
 edge: {address: "127.0.0.1:%d"}
 identity: {mode: loopback}
 drain_timeout: 2s
 reconnect: {initial_backoff: 50ms, max_backoff: 500ms}
 providers:
-  - {name: %s, adapter: ollama, capacity: %d, config: {base_url: %q}}
-`, nodeID, quicPort, providerName, capacity, s.fake.URL())
+`, nodeID, quicPort)
+	for i := range o.providers {
+		nodeConf += fmt.Sprintf("  - {name: %s, adapter: ollama, capacity: %d, config: {base_url: %q}}\n",
+			providerID(i), o.capacity, s.fakeURL)
+	}
 	for name, body := range map[string]string{"edge.yaml": edgeConf, "node.yaml": nodeConf} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
 			return nil, err
 		}
 	}
-	if s.edge, err = startDaemon(dir, "edged", edgedBin, "run", "--config", filepath.Join(dir, "edge.yaml")); err != nil {
+	if s.edge, err = startDaemon(dir, "edged", bins.edged, "run", "--config", filepath.Join(dir, "edge.yaml")); err != nil {
 		return nil, err
 	}
-	if s.node, err = startDaemon(dir, "noded", nodedBin, "run", "--config", filepath.Join(dir, "node.yaml")); err != nil {
+	if s.node, err = startDaemon(dir, "noded", bins.noded, "run", "--config", filepath.Join(dir, "node.yaml")); err != nil {
 		return nil, err
 	}
-	want := make([]string, len(models))
-	for i, m := range models {
+	want := make([]string, len(o.models))
+	for i, m := range o.models {
 		want[i] = m.Name
 	}
 	if _, err := s.waitReady(ctx, want); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// startFakeProcess runs the fake as its own process, serving s.models,
+// and waits until it listens.
+func (s *stack) startFakeProcess(ctx context.Context, bin string) error {
+	if bin == "" {
+		return errors.New("the fake's program was not built")
+	}
+	b, err := json.Marshal(s.models)
+	if err != nil {
+		return err
+	}
+	models := filepath.Join(s.dir, "models.json")
+	if err := os.WriteFile(models, b, 0o600); err != nil {
+		return err
+	}
+	if s.fakeProc, err = startDaemon(s.dir, "fakeollama", bin, "-addr", "127.0.0.1:0", "-models", models); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		out, _ := os.ReadFile(s.fakeProc.log)
+		for line := range strings.SplitSeq(string(out), "\n") {
+			if u, ok := strings.CutPrefix(line, "listening on "); ok {
+				s.fakeURL = strings.TrimSpace(u)
+				return nil
+			}
+		}
+		if s.fakeProc.exited() {
+			return fmt.Errorf("fakeollama exited (%v): %s", s.fakeProc.err, out)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for fakeollama to listen: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// fakeRequests returns the fake's records.
+func (s *stack) fakeRequests(ctx context.Context) ([]fakeollama.Request, error) {
+	if s.fake != nil {
+		return s.fake.Requests(), nil
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.fakeURL+"/_fake/requests", nil)
+	c := &http.Client{Timeout: time.Minute}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var reqs []fakeollama.Request
+	if err := json.NewDecoder(resp.Body).Decode(&reqs); err != nil {
+		return nil, fmt.Errorf("GET /_fake/requests: %w", err)
+	}
+	return reqs, nil
+}
+
+// providerID names the Node's i-th provider.
+func providerID(i int) string {
+	if i == 0 {
+		return providerName
+	}
+	return fmt.Sprintf("%s-%d", providerName, i+1)
 }
 
 func startDaemon(dir, name, path string, args ...string) (*daemon, error) {
@@ -172,6 +292,20 @@ func (d *daemon) tail() string {
 	return string(b)
 }
 
+// tailLines is the last n lines of the daemon's log, each cut to 300
+// bytes.
+func (d *daemon) tailLines(n int) []string {
+	b, _ := os.ReadFile(d.log)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	lines = lines[max(len(lines)-n, 0):]
+	for i, l := range lines {
+		if len(l) > 300 {
+			lines[i] = l[:300] + "…"
+		}
+	}
+	return lines
+}
+
 // close stops the Node first (it takes its plugins with it), then the Edge
 // and the fake. Plugins still alive after the Node are killed by pid.
 func (s *stack) close() {
@@ -189,24 +323,31 @@ func (s *stack) close() {
 	if s.fake != nil {
 		s.fake.Close()
 	}
+	s.fakeProc.stop(5 * time.Second)
 }
 
 // checkAlive reports a daemon that exited: the run is broken.
 func (s *stack) checkAlive() error {
-	for _, d := range []*daemon{s.edge, s.node} {
-		if d.exited() {
+	for _, d := range []*daemon{s.edge, s.node, s.fakeProc} {
+		if d != nil && d.exited() {
 			return fmt.Errorf("%s exited (%v); its log ends:\n%s", d.name, d.err, d.tail())
 		}
 	}
 	return nil
 }
 
-// nodeView is the part of the Edge's /admin/v1/nodes the bench reads.
+// nodeView is the part of the Edge's /admin/v1/nodes the bench reads
+// (internal/edge/nodes.NodeView).
 type nodeView struct {
 	ID         string `json:"id"`
 	Generation uint64 `json:"generation"`
 	State      string `json:"state"`
-	Providers  []struct {
+	// LastHeartbeatRTTMillis is the round trip of the last heartbeat the
+	// Edge sent that the Node answered; absent before the first.
+	LastHeartbeatRTTMillis *float64   `json:"last_heartbeat_rtt_ms"`
+	LastHeartbeatAt        *time.Time `json:"last_heartbeat_at"`
+	Suspect                bool       `json:"suspect"`
+	Providers              []struct {
 		Name    string   `json:"name"`
 		State   string   `json:"state"`
 		Targets []string `json:"targets"`
@@ -216,11 +357,14 @@ type nodeView struct {
 // nodeState returns the bench Node as the Edge sees it.
 func (s *stack) nodeState(ctx context.Context) (nodeView, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.base+"/admin/v1/nodes", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := adminClient.Do(req)
 	if err != nil {
 		return nodeView{}, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nodeView{}, fmt.Errorf("GET /admin/v1/nodes: %s", resp.Status)
+	}
 	var body struct {
 		Nodes []nodeView `json:"nodes"`
 	}
@@ -235,8 +379,12 @@ func (s *stack) nodeState(ctx context.Context) (nodeView, error) {
 	return nodeView{}, fmt.Errorf("node %s not registered", nodeID)
 }
 
-// waitReady polls the admin API until the Node is ready with its provider
-// online and listing every model in want.
+// adminClient reads the Edge's admin API on connections of its own, so
+// that a poll never waits behind a workload's.
+var adminClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
+
+// waitReady polls the admin API until the Node is ready with every
+// provider online and listing every model in want.
 func (s *stack) waitReady(ctx context.Context, want []string) (nodeView, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -245,8 +393,11 @@ func (s *stack) waitReady(ctx context.Context, want []string) (nodeView, error) 
 		n, err := s.nodeState(ctx)
 		if err == nil {
 			err = fmt.Errorf("node %s is %s, providers %+v", nodeID, n.State, n.Providers)
-			if n.State == "ready" && len(n.Providers) == 1 && n.Providers[0].State == "online" &&
-				containsAll(n.Providers[0].Targets, want) {
+			ready := n.State == "ready" && len(n.Providers) == s.providers
+			for _, p := range n.Providers {
+				ready = ready && p.State == "online" && containsAll(p.Targets, want)
+			}
+			if ready {
 				return n, nil
 			}
 		}
@@ -271,20 +422,17 @@ func containsAll(have, want []string) bool {
 	return true
 }
 
-// probe sends one short answer through the Edge's Ollama API: the path
-// works end to end before anything is measured.
-func (s *stack) probe(ctx context.Context, c *http.Client, model string) error {
-	body := `{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"probe"}]}`
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/api/chat", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return fmt.Errorf("probing the Edge's /api/chat: %w", err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"done":true`)) {
-		return fmt.Errorf("probing the Edge's /api/chat: %d %s", resp.StatusCode, b)
+// probe sends one short answer through each of the Edge's APIs in apis:
+// every path works end to end before anything is measured.
+func (s *stack) probe(ctx context.Context, c *http.Client, model string, apis []apiSpec) error {
+	for _, a := range apis {
+		r, err := stream(ctx, c, side{name: a.Label, api: a, base: s.base}, model, "probe", false)
+		if err == nil && r.tokens != 1 {
+			err = fmt.Errorf("%s: %d tokens, want 1", a.Label, r.tokens)
+		}
+		if err != nil {
+			return fmt.Errorf("probing the Edge's %s: %w", a.Path, err)
+		}
 	}
 	return nil
 }

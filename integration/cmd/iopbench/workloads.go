@@ -1,26 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 )
-
-// side is one way a workload's requests go: straight to the fake Ollama
-// ("direct") or through the Edge ("iop").
-type side struct {
-	name string
-	base string // POST base+"/api/chat"
-}
 
 // The models the fake serves, one per workload.
 const (
@@ -40,116 +30,6 @@ func fakeModels(cfg config) []fakeollama.Model {
 		// 100 s at 5 ms a token: it never ends before the client goes.
 		{Name: modelGone, TokenCount: 20000, TokenDelay: cfg.tokenDelay, Seed: 4},
 	}
-}
-
-// streamResult is what the client saw of one streamed answer.
-type streamResult struct {
-	ttfb   time.Duration // request sent → first token line
-	total  time.Duration // request sent → terminal line
-	tokens int
-	maxGap time.Duration // the largest gap between two consecutive lines
-	done   bool          // the answer ended with its normal terminal
-}
-
-// open sends a streaming chat request for model; prompt marks it in the
-// fake's records.
-func open(ctx context.Context, c *http.Client, s side, model, prompt string) (*http.Response, error) {
-	body := `{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"` + prompt + `"}]}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/api/chat", strings.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.name, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var b bytes.Buffer
-		_, _ = b.ReadFrom(resp.Body)
-		resp.Body.Close()
-		return nil, fmt.Errorf("%s: %s %s", s.name, resp.Status, bytes.TrimSpace(b.Bytes()))
-	}
-	return resp, nil
-}
-
-// read reads the stream of resp, sent at start, until its terminal, or
-// until limit tokens when limit > 0. Lines are classified by substring, not
-// decoded, so that the client's own CPU stays small beside the relay's.
-func read(resp *http.Response, s side, start time.Time, limit int) (streamResult, error) {
-	var r streamResult
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	last := start
-	for sc.Scan() {
-		now := time.Now()
-		line := sc.Bytes()
-		if len(line) == 0 {
-			continue
-		}
-		if r.tokens > 0 {
-			r.maxGap = max(r.maxGap, now.Sub(last))
-		}
-		last = now
-		token, terminal, err := classify(line)
-		if err != nil {
-			return r, fmt.Errorf("%s: %w", s.name, err)
-		}
-		if token {
-			if r.tokens == 0 {
-				r.ttfb = now.Sub(start)
-			}
-			r.tokens++
-			if limit > 0 && r.tokens >= limit {
-				return r, nil
-			}
-		}
-		if terminal {
-			r.total, r.done = now.Sub(start), true
-			return r, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return r, fmt.Errorf("%s: reading the stream: %w", s.name, err)
-	}
-	return r, fmt.Errorf("%s: the stream ended after %d tokens without its terminal", s.name, r.tokens)
-}
-
-var (
-	doneFalse = []byte(`"done":false`)
-	doneTrue  = []byte(`"done":true`)
-	errorKey  = []byte(`"error"`)
-)
-
-// classify says whether an NDJSON line of /api/chat carries a token or is
-// the terminal ("done":true); an {"error"} line is an error.
-func classify(line []byte) (token, terminal bool, err error) {
-	switch {
-	case bytes.Contains(line, doneFalse):
-		return true, false, nil
-	case bytes.Contains(line, doneTrue):
-		return false, true, nil
-	case bytes.Contains(line, errorKey):
-		return false, false, fmt.Errorf("error line %s", line)
-	}
-	return false, false, nil
-}
-
-// stream runs one whole streamed answer.
-func stream(ctx context.Context, c *http.Client, s side, model, prompt string) (streamResult, error) {
-	start := time.Now()
-	resp, err := open(ctx, c, s, model, prompt)
-	if err != nil {
-		return streamResult{}, err
-	}
-	defer resp.Body.Close()
-	r, err := read(resp, s, start, 0)
-	if err == nil {
-		// Read to EOF: the Edge ends the response when the tunnel's
-		// terminal is in, and only then is the capacity slot free.
-		_, err = io.Copy(io.Discard, resp.Body)
-	}
-	return r, err
 }
 
 // streamsFigures are workloads 1 and 2 on one side.
@@ -185,6 +65,7 @@ type sent struct {
 // rather than all starting (and ending) in the same millisecond. A stream
 // that fails is counted, not fatal: a refusal below capacity is a finding.
 func streams(ctx context.Context, c *http.Client, fake *fakeollama.Server, s side, model string, workers, reps int, spread time.Duration) (streamsFigures, error) {
+	fake.Reset() // the records of this half alone, for providerView
 	f := streamsFigures{Streams: workers}
 	var (
 		mu    sync.Mutex
@@ -206,7 +87,7 @@ func streams(ctx context.Context, c *http.Client, fake *fakeollama.Server, s sid
 				}
 				prompt := fmt.Sprintf("%s worker %d answer %d", s.name, w, i)
 				at := time.Now()
-				r, err := stream(ctx, c, s, model, prompt)
+				r, err := stream(ctx, c, s, model, prompt, false)
 				mu.Lock()
 				f.Answers++
 				f.Tokens += r.tokens
@@ -273,7 +154,7 @@ func warm(ctx context.Context, c *http.Client, s side, n int) error {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			if _, err := stream(ctx, c, s, modelProbe, fmt.Sprint("warm ", i)); err != nil {
+			if _, err := stream(ctx, c, s, modelProbe, fmt.Sprint("warm ", s.api.Key, " ", i), false); err != nil {
 				errs.set(err)
 			}
 		})
@@ -299,7 +180,7 @@ func long(ctx context.Context, c *http.Client, s side, model string, reps int) (
 	var rates []float64
 	tokens := 0
 	for i := range reps {
-		r, err := stream(ctx, c, s, model, fmt.Sprint("long ", i))
+		r, err := stream(ctx, c, s, model, fmt.Sprint("long ", i), false)
 		if err != nil {
 			return f, tokens, err
 		}
@@ -353,7 +234,7 @@ func goneOnce(ctx context.Context, c *http.Client, fake *fakeollama.Server, s si
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if _, err := read(resp, s, time.Now(), 3); err != nil {
+	if _, err := read(resp, s, time.Now(), 3, false); err != nil {
 		return 0, err
 	}
 	var id int64
