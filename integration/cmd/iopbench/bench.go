@@ -35,7 +35,7 @@ func newBench(cfg config, s *stack, c *http.Client, res *results, log io.Writer)
 	b := &bench{cfg: cfg, s: s, c: c, res: res, log: log, peaks: map[string]int64{},
 		direct: side{name: "direct", api: apiOllama, base: s.fakeURL}}
 	for _, a := range cfg.apis {
-		r := &apiResults{API: a.Key, Label: a.Label, Path: a.Path}
+		r := &apiResults{API: a.Key, Label: a.Label, Path: a.Path, Way: a.Way}
 		res.APIs = append(res.APIs, r)
 		b.apis = append(b.apis, apiRun{side: side{name: a.Label, api: a, base: s.base}, r: r})
 	}

@@ -16,6 +16,7 @@ type apiSpec struct {
 	Key   string // "ollama" or "openai": the -apis flag, file names, JSON
 	Label string // how the report names it
 	Path  string // the streaming chat endpoint
+	Way   string // how the Edge serves it, for the report
 	SSE   bool   // server-sent events (OpenAI) rather than NDJSON lines (Ollama)
 }
 
@@ -23,12 +24,14 @@ var (
 	// apiOllama is Ollama's /api/chat, which the Edge relays through the
 	// raw provider tunnel: the plugin forwards the body to the provider
 	// and its NDJSON answer back, byte for byte.
-	apiOllama = apiSpec{Key: "ollama", Label: "ollama (tunnel)", Path: "/api/chat"}
+	apiOllama = apiSpec{Key: "ollama", Label: "ollama (tunnel)", Path: "/api/chat",
+		Way: "relayed as is through the ollama provider's raw tunnel"}
 	// apiOpenAI is OpenAI's /v1/chat/completions with "stream": true: a
 	// normalized run, which the Node's ollama adapter turns into an Ollama
 	// /api/chat call, and whose events the Edge writes as SSE chunks.
-	apiOpenAI = apiSpec{Key: "openai", Label: "openai (normalized)", Path: "/v1/chat/completions", SSE: true}
-	allAPIs   = []apiSpec{apiOllama, apiOpenAI}
+	apiOpenAI = apiSpec{Key: "openai", Label: "openai (normalized)", Path: "/v1/chat/completions", SSE: true,
+		Way: `"stream": true, a normalized run: Edge → QUIC → Node → ollama plugin → fake's /api/chat`}
+	allAPIs = []apiSpec{apiOllama, apiOpenAI}
 )
 
 // apiByKey returns the API named key.

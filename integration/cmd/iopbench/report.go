@@ -22,7 +22,7 @@ func (r *results) print(w io.Writer) {
 	fmt.Fprintf(w, "direct: POST /api/chat to the fake Ollama, measured just before each API's iop half\n")
 	n := r.Config.Streams
 	for _, a := range r.APIs {
-		fmt.Fprintf(w, "\n%s: POST %s on the Edge (Edge → QUIC → Node → plugin → fake)\n", a.Label, a.Path)
+		fmt.Fprintf(w, "\n%s: POST %s on the Edge, %s\n", a.Label, a.Path, a.Way)
 		r.printAPI(w, a, n)
 	}
 

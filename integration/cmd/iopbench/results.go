@@ -39,6 +39,7 @@ type apiResults struct {
 	API        string                `json:"api"`
 	Label      string                `json:"label"`
 	Path       string                `json:"path"`
+	Way        string                `json:"way"`
 	Single     *pair[streamsFigures] `json:"single_stream,omitempty"`
 	Concurrent *pair[streamsFigures] `json:"concurrent_streams,omitempty"`
 	// ConcurrentRSS is the peak resident set of the IOP processes during
