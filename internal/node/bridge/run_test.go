@@ -13,7 +13,7 @@ import (
 
 // onlineSet returns a set with one online provider "p" (target "m") whose
 // plugin is pl.
-func onlineSet(t *testing.T, capacity int, pl Plugin) (*Set, *Handler) {
+func onlineSet(t testing.TB, capacity int, pl Plugin) (*Set, *Handler) {
 	t.Helper()
 	set := NewSet()
 	prov := NewProvider(ProviderConfig{Name: "p", Adapter: "fake", Targets: []string{"m"}, Capacity: capacity,
