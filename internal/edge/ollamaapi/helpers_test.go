@@ -397,7 +397,7 @@ var testStall = &wirepb.StallObservation{StallTimeoutMs: 2000, SinceLastProgress
 const stallText = "the provider stopped responding: no progress for 2s (stall timeout 2s); provider health available, classification request_stalled"
 
 // testAuth accepts testKey only.
-func testAuth(t *testing.T) *auth.Authenticator {
+func testAuth(t testing.TB) *auth.Authenticator {
 	t.Helper()
 	c := edgeconfig.Default()
 	c.Principals = []edgeconfig.Principal{{Name: "tester", Routes: []string{edgeconfig.AllRoutes}}}

@@ -1,0 +1,130 @@
+package ollamaapi
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/metrics"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// The Edge's hop of a raw tunnel, per token: a body read from the Node's
+// stream (here a Tunnel that yields one token's line per Read, as the
+// Node's frames come), through the Ollama API handler (the final-line
+// watch, the exchange's idle timer and write deadline), written and
+// flushed to a real HTTP client over loopback TCP. The QUIC receive is
+// quicwire's hop (BenchmarkStreamFrames there).
+//
+// "sparse" yields the next line once the client has read the last (one
+// write and flush per token, as when tokens come milliseconds apart);
+// "burst" yields them back to back.
+//
+//	go test -run '^$' -bench TunnelEdgeHop -benchmem ./internal/edge/ollamaapi
+func BenchmarkTunnelEdgeHop(b *testing.B) {
+	for _, sparse := range []bool{true, false} {
+		name := "burst"
+		if sparse {
+			name = "sparse"
+		}
+		b.Run(name, func(b *testing.B) { benchEdgeHop(b, sparse) })
+	}
+}
+
+const (
+	benchLine = `{"model":"m1","created_at":"2026-12-01T00:00:00Z","message":{"role":"assistant","content":"tok "},"done":false}` + "\n"
+	benchDone = `{"model":"m1","created_at":"2026-12-01T00:00:00Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop"}` + "\n"
+)
+
+func benchEdgeHop(b *testing.B, sparse bool) {
+	tun := &benchTunnel{n: b.N, read: make(chan struct{}, 1), sparse: sparse}
+	tun.ctx, tun.cancel = context.WithCancelCause(context.Background())
+	r := &benchRunner{fakeRunner: &fakeRunner{}, tunnel: tun}
+	srv := httptest.NewServer(Handler(r, testAuth(b), metrics.New(nil, nil), nil, nil))
+	defer srv.Close()
+
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/chat", strings.NewReader(chatBody))
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	b.ReportAllocs()
+	b.ResetTimer()
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	lines := 0
+	for sc.Scan() {
+		lines++
+		if sparse {
+			select { // never blocks: the tunnel takes each before the next line
+			case tun.read <- struct{}{}:
+			default:
+			}
+		}
+	}
+	b.StopTimer()
+	if lines != b.N {
+		b.Fatalf("the client read %d lines of %d: %v", lines, b.N, sc.Err())
+	}
+}
+
+// benchRunner starts benchTunnels.
+type benchRunner struct {
+	*fakeRunner
+	tunnel *benchTunnel
+}
+
+func (r *benchRunner) StartTunnel(ctx context.Context, _ auth.Principal, _ string, _ *wirepb.TunnelRequest, body gateway.TunnelBody, admitted func()) (Tunnel, error) {
+	if _, err := body("m1"); err != nil {
+		return nil, err
+	}
+	if admitted != nil {
+		admitted()
+	}
+	return r.tunnel, nil
+}
+
+// benchTunnel yields n lines, the last one the final (done) line, then
+// io.EOF.
+type benchTunnel struct {
+	n       int
+	yielded int
+	sparse  bool
+	read    chan struct{} // the client read a line (sparse)
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+}
+
+func (t *benchTunnel) ID() string { return "tun-bench" }
+func (t *benchTunnel) Head() *wirepb.TunnelResponseHead {
+	return &wirepb.TunnelResponseHead{Status: 200, Headers: []*wirepb.Header{{Name: "Content-Type", Value: "application/x-ndjson"}}}
+}
+func (t *benchTunnel) Context() context.Context { return t.ctx }
+func (t *benchTunnel) Cancel(cause error)       { t.cancel(cause) }
+func (t *benchTunnel) Close()                   { t.cancel(context.Canceled) }
+
+func (t *benchTunnel) Read(p []byte) (int, error) {
+	if t.n == 0 {
+		return 0, io.EOF
+	}
+	if t.sparse && t.yielded > 0 { // the next line once the client read the last
+		select {
+		case <-t.read:
+		case <-t.ctx.Done():
+			return 0, context.Cause(t.ctx)
+		}
+	}
+	t.n--
+	t.yielded++
+	if t.n == 0 {
+		return copy(p, benchDone), nil
+	}
+	return copy(p, benchLine), nil
+}
