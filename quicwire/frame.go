@@ -154,17 +154,26 @@ func NewFrameWriter(w io.Writer, limit int) *FrameWriter {
 // Write marshals m and writes it as one frame with a single Write call. A
 // message over the limit is not written and returns an error wrapping
 // ErrFrameTooLarge: the sender must split it (body chunks) or refuse it.
-func (fw *FrameWriter) Write(m proto.Message) error {
-	size := proto.Size(m)
-	if size > fw.limit {
-		return fmt.Errorf("quicwire: outgoing %T of %d bytes: %w (limit %d)", m, size, ErrFrameTooLarge, fw.limit)
+func (fw *FrameWriter) Write(m proto.Message) error { return fw.WriteFrames(m) }
+
+// WriteFrames marshals ms and writes them, one frame each, with a single
+// Write call, so that frames meant to travel together (a stream's header
+// and a small request body) go out in one packet. If any message is over
+// the limit, nothing is written.
+func (fw *FrameWriter) WriteFrames(ms ...proto.Message) error {
+	buf := fw.buf[:0]
+	for _, m := range ms {
+		size := proto.Size(m)
+		if size > fw.limit {
+			return fmt.Errorf("quicwire: outgoing %T of %d bytes: %w (limit %d)", m, size, ErrFrameTooLarge, fw.limit)
+		}
+		buf = binary.AppendUvarint(buf, uint64(size))
+		var err error
+		if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf, m); err != nil {
+			return fmt.Errorf("quicwire: marshal %T: %w", m, err)
+		}
 	}
-	buf := binary.AppendUvarint(fw.buf[:0], uint64(size))
-	buf, err := proto.MarshalOptions{}.MarshalAppend(buf, m)
-	if err != nil {
-		return fmt.Errorf("quicwire: marshal %T: %w", m, err)
-	}
-	_, err = fw.w.Write(buf)
+	_, err := fw.w.Write(buf)
 	if cap(buf) <= 64<<10 {
 		fw.buf = buf
 	}

@@ -514,6 +514,40 @@ func TestWriterIssuesExactlyOneWritePerFrame(t *testing.T) {
 	}
 }
 
+// WriteFrames puts a stream's header and a small body in one Write, so
+// they leave in one packet; a message over the limit anywhere in the batch
+// writes nothing at all.
+func TestWriteFramesIsOneWriteOrNothing(t *testing.T) {
+	w := &frameCountingWriter{}
+	fw := quicwire.NewFrameWriter(w, quicwire.MaxStreamFrameSize)
+	hdr := runHeaderFrame()
+	body := &wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Body{Body: patterned(300)}}
+	if err := fw.WriteFrames(hdr, body); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.writes) != 1 {
+		t.Fatalf("%d Write calls for two frames, want 1", len(w.writes))
+	}
+	fr := quicwire.NewFrameReader(bytes.NewReader(w.writes[0]), quicwire.MaxStreamFrameSize, "test")
+	for _, want := range []proto.Message{hdr, body} {
+		got := newOf(want)
+		if err := fr.Read(got); err != nil || !proto.Equal(got, want) {
+			t.Fatalf("read %v (%v), want %v", got, err, want)
+		}
+	}
+	if err := fr.Read(newOf(body)); err != io.EOF {
+		t.Fatalf("after both frames: %v, want io.EOF", err)
+	}
+
+	huge := &wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Body{Body: make([]byte, quicwire.MaxStreamFrameSize)}}
+	if err := fw.WriteFrames(hdr, huge); !errors.Is(err, quicwire.ErrFrameTooLarge) {
+		t.Fatalf("got %v, want ErrFrameTooLarge", err)
+	}
+	if len(w.writes) != 1 {
+		t.Fatalf("a batch with an oversized frame wrote %d more chunks; want nothing", len(w.writes)-1)
+	}
+}
+
 func TestWriterReturnsTheTransportError(t *testing.T) {
 	errBoom := errors.New("stream reset")
 	w := &frameCountingWriter{err: errBoom}

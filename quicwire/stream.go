@@ -63,8 +63,13 @@ func (s *Stream) Recv(m proto.Message) error {
 
 // Send writes m as one frame. A message over the stream's limit is refused
 // before anything is written (errors.Is ErrFrameTooLarge).
-func (s *Stream) Send(m proto.Message) error {
-	if err := s.w.Write(m); err != nil {
+func (s *Stream) Send(m proto.Message) error { return s.SendFrames(m) }
+
+// SendFrames writes ms, one frame each, in a single write: they leave
+// together (see FrameWriter.WriteFrames). If any is over the limit,
+// nothing is written.
+func (s *Stream) SendFrames(ms ...proto.Message) error {
+	if err := s.w.WriteFrames(ms...); err != nil {
 		if errors.Is(err, ErrFrameTooLarge) {
 			return err
 		}

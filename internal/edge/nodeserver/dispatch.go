@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/iop-dev/iop/internal/edge/nodes"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -71,7 +73,10 @@ var ErrStreamWait = errors.New("no stream free on the node's connection")
 // with that generation. When the Node's stream limit is reached it waits
 // for a free stream, until ctx is done or for at most Options.StreamWait,
 // and then fails with ErrStreamWait.
-func (s *Server) Dispatch(ctx context.Context, nodeID string, hdr *wirepb.StreamHeader) (*Dispatched, error) {
+//
+// Frames in then follow the header in the same write, so a request and a
+// body that fits leave in one packet.
+func (s *Server) Dispatch(ctx context.Context, nodeID string, hdr *wirepb.StreamHeader, then ...proto.Message) (*Dispatched, error) {
 	conn, err := s.reg.Dispatchable(nodeID)
 	if err != nil {
 		return nil, err
@@ -92,7 +97,7 @@ func (s *Server) Dispatch(ctx context.Context, nodeID string, hdr *wirepb.Stream
 	hdr.Generation = conn.Generation()
 	conn.StreamOpened()
 	d := &Dispatched{Stream: quicwire.NewStream(st, quicwire.HeaderKind(hdr)), Conn: conn, srv: s}
-	if err := d.Send(hdr); err != nil {
+	if err := d.SendFrames(append([]proto.Message{hdr}, then...)...); err != nil {
 		d.Cancel(quicwire.StreamCancelled)
 		return nil, fmt.Errorf("dispatch to %s: %w", nodeID, err)
 	}

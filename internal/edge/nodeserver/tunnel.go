@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -80,7 +82,9 @@ type TunnelStream struct {
 }
 
 // Tunnel relays one HTTP request to a provider's own API through node
-// nodeID (R3). The request body is sent in frames of at most
+// nodeID (R3). A body that says its length (a bytes.Reader, say) and fits
+// one frame goes in the same write as the request, with the FIN right
+// after; any other body is sent in frames of at most
 // quicwire.MaxBodyChunkSize, by its own goroutine, then the Edge's half is
 // finished (FIN); nil means no body. A body read error cancels the tunnel.
 // That goroutine ends when the body is sent, or at its first Read or Send
@@ -90,13 +94,27 @@ type TunnelStream struct {
 // Cancelling ctx cancels the tunnel on the Node (R10), which cancels the
 // provider's request; it ends that tunnel only.
 func (s *Server) Tunnel(ctx context.Context, nodeID string, req *wirepb.TunnelRequest, body io.Reader) (*TunnelStream, error) {
-	d, err := s.Dispatch(ctx, nodeID, &wirepb.StreamHeader{Kind: &wirepb.StreamHeader_Tunnel{Tunnel: req}})
+	hdr := &wirepb.StreamHeader{Kind: &wirepb.StreamHeader_Tunnel{Tunnel: req}}
+	var (
+		first []proto.Message
+		err   error
+	)
+	whole := body == nil
+	if b, ok := body.(lenReader); ok && b.Len() <= quicwire.MaxBodyChunkSize {
+		// A body that fits one frame travels with the header, and the FIN
+		// right after: one write, no sender goroutine.
+		if first, err = smallBody(b); err != nil {
+			return nil, err
+		}
+		whole = true
+	}
+	d, err := s.Dispatch(ctx, nodeID, hdr, first...)
 	if err != nil {
 		return nil, err
 	}
 	t := &TunnelStream{d: d, req: req, ctx: ctx}
 	t.stop = context.AfterFunc(ctx, func() { d.Cancel(quicwire.StreamCancelled) })
-	if body == nil {
+	if whole {
 		if d.CloseSend() == nil {
 			t.finSent.Store(true)
 		}
@@ -104,6 +122,27 @@ func (s *Server) Tunnel(ctx context.Context, nodeID string, req *wirepb.TunnelRe
 		go t.sendBody(body)
 	}
 	return t, nil
+}
+
+// lenReader is a body that knows how much of it is left (bytes.Reader,
+// strings.Reader, bytes.Buffer).
+type lenReader interface {
+	io.Reader
+	Len() int
+}
+
+// smallBody reads all of b (no more than one frame's worth) into the body
+// frame it travels in; an empty body is no frame.
+func smallBody(b lenReader) ([]proto.Message, error) {
+	n := b.Len()
+	if n == 0 {
+		return nil, nil
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(b, buf); err != nil {
+		return nil, fmt.Errorf("tunnel: reading the request body: %w", err)
+	}
+	return []proto.Message{&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Body{Body: buf}}}, nil
 }
 
 // sendBody streams the request body to the Node, chunk by chunk as the
