@@ -122,3 +122,98 @@ func (s *Scheduler) Candidates() []Candidate {
 	}
 	return out
 }
+
+// ModelView is one model as the status page shows it: where it is served
+// now, how much of that capacity is free, and its queue.
+type ModelView struct {
+	// Model is a target the candidates serve, or a model requests wait for
+	// that names none of them (a route's name, or one no Node serves now).
+	Model string `json:"model"`
+	// Serving are the candidates that serve it now, by node and provider.
+	Serving []ServingView `json:"serving"`
+	// Capacity and InFlight sum the providers in Serving: a provider's
+	// capacity is shared by all its targets, so its slots held for other
+	// models count here too. Free is what is left of it.
+	Capacity int `json:"capacity"`
+	InFlight int `json:"in_flight"`
+	Free     int `json:"free"`
+	// QueueDepth is how many requests wait for it; OldestWaitMillis is how
+	// long the first in line has waited (0 when none waits).
+	QueueDepth       int     `json:"queue_depth"`
+	OldestWaitMillis float64 `json:"oldest_wait_ms"`
+}
+
+// ServingView is one provider of one Node generation serving a model.
+type ServingView struct {
+	NodeID     string `json:"node"`
+	Generation uint64 `json:"generation"`
+	Provider   string `json:"provider"`
+	Adapter    string `json:"adapter"`
+	Capacity   int    `json:"capacity"`
+	InFlight   int    `json:"in_flight"`
+}
+
+// Models returns every model served now or waited for, sorted by name. A
+// queue is shown under the target it names (Ollama's implicit ":latest"
+// included) when there is exactly one such target, and on its own
+// otherwise.
+func (s *Scheduler) Models() []ModelView {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reevaluateLocked()
+	now := s.now()
+	byName := make(map[string]*ModelView)
+	get := func(name string) *ModelView {
+		m := byName[name]
+		if m == nil {
+			m = &ModelView{Model: name, Serving: []ServingView{}}
+			byName[name] = m
+		}
+		return m
+	}
+	for _, c := range s.cands {
+		m := get(c.Target)
+		n := s.inflight[c.key()]
+		m.Serving = append(m.Serving, ServingView{NodeID: c.NodeID, Generation: c.Generation, Provider: c.Provider,
+			Adapter: c.Adapter, Capacity: c.Capacity, InFlight: n})
+		m.Capacity += c.Capacity
+		m.InFlight += n
+		m.Free += max(0, c.Capacity-n)
+	}
+	// s.waiting is in arrival order: the first waiter seen for a model is
+	// its oldest.
+	for _, w := range s.waiting {
+		name := w.req.Model
+		if _, ok := byName[name]; !ok {
+			if target, ok := onlyTarget(byName, name); ok {
+				name = target
+			}
+		}
+		m := get(name)
+		if m.QueueDepth == 0 {
+			m.OldestWaitMillis = float64(now.Sub(w.since)) / float64(time.Millisecond)
+		}
+		m.QueueDepth++
+	}
+	out := make([]ModelView, 0, len(byName))
+	for _, m := range byName {
+		out = append(out, *m)
+	}
+	slices.SortFunc(out, func(a, b ModelView) int { return strings.Compare(a.Model, b.Model) })
+	return out
+}
+
+// onlyTarget returns the one model of byName that serves what a client
+// named model asked for, if exactly one does.
+func onlyTarget(byName map[string]*ModelView, model string) (string, bool) {
+	found := ""
+	for target := range byName {
+		if SameModel(target, model) {
+			if found != "" {
+				return "", false
+			}
+			found = target
+		}
+	}
+	return found, found != ""
+}
