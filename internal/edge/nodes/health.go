@@ -41,7 +41,16 @@ type targetHealth struct {
 	stalls    uint64 // consecutive request_stalled observations
 	lastClass string
 	lastAt    time.Time
+	// source is what made it unhealthy: a stall observation's probe, or
+	// the Node's own report (an exact-target probe it ran).
+	source string
 }
+
+// Sources of an unhealthy verdict, as the admin API names them.
+const (
+	SourceStallObservation = "stall_observation"
+	SourceNodeReport       = "node_report"
+)
 
 func (c *Conn) healthLocked(k targetKey) *targetHealth {
 	if c.health == nil {
@@ -77,7 +86,7 @@ func (r *Registry) ObserveStall(c *Conn, o *wirepb.StallObservation) error {
 	h.lastClass, h.lastAt = o.GetLivenessClassification(), r.now()
 	switch o.GetLivenessClassification() {
 	case quicwire.LivenessProviderUnhealthy:
-		h.unhealthy, h.seq = true, seq
+		h.unhealthy, h.seq, h.source = true, seq, SourceStallObservation
 	case quicwire.LivenessRequestStalled:
 		h.stalls++
 	default:
@@ -114,7 +123,10 @@ func (c *Conn) applyReportedHealthLocked(providers []*wirepb.Provider, seq uint6
 				continue // the update was read before the observation
 			}
 			h = c.healthLocked(k)
-			h.unhealthy, h.seq = down, seq
+			h.unhealthy, h.seq, h.source = down, seq, ""
+			if down {
+				h.source = SourceNodeReport
+			}
 		}
 	}
 }

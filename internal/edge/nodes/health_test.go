@@ -120,3 +120,48 @@ func TestReportedUnavailableTargetAtRegistration(t *testing.T) {
 		t.Fatal("a target reported unavailable at registration is selectable")
 	}
 }
+
+// The admin view shows why a target is out of selection: the stall
+// observation that took it out (its classification, sequence and time),
+// then the Node's own report that keeps it out; and the stalls counted
+// against a target still in selection.
+func TestTheViewShowsTheEvidenceAgainstATarget(t *testing.T) {
+	r := nodes.New(nodes.Options{})
+	c, _ := register(r, "n1")
+	if err := r.MarkReady(c, c.Generation(), onlineProvider("")); err != nil {
+		t.Fatal(err)
+	}
+	evidence := func() map[string]nodes.TargetEvidence {
+		t.Helper()
+		v := r.Snapshot()
+		if len(v) != 1 || len(v[0].Providers) != 1 {
+			t.Fatalf("snapshot = %+v, want one node with one provider", v)
+		}
+		return v[0].Providers[0].Evidence
+	}
+	if ev := evidence(); len(ev) != 0 {
+		t.Fatalf("evidence before any observation = %+v, want none", ev)
+	}
+	if err := r.ObserveStall(c, observation(c, 3, quicwire.LivenessProviderUnhealthy)); err != nil {
+		t.Fatal(err)
+	}
+	ev := evidence()["m"]
+	if !ev.Unhealthy || ev.Source != nodes.SourceStallObservation || ev.ObservationSeq != 3 ||
+		ev.LastClassification != quicwire.LivenessProviderUnhealthy || ev.LastObservedAt == nil {
+		t.Errorf("after provider_unhealthy: %+v, want unhealthy from stall observation 3 with its time", ev)
+	}
+	if _, ok := evidence()["other"]; ok {
+		t.Error("evidence against a target nothing was observed about")
+	}
+	r.UpdateProviders(c, onlineProvider(quicwire.TargetHealthUnavailable), 4)
+	if ev := evidence()["m"]; !ev.Unhealthy || ev.Source != nodes.SourceNodeReport || ev.ObservationSeq != 4 {
+		t.Errorf("after the Node's unavailable report: %+v, want unhealthy by node report 4", ev)
+	}
+	r.UpdateProviders(c, onlineProvider(""), 5)
+	if err := r.ObserveStall(c, observation(c, 6, quicwire.LivenessRequestStalled)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := evidence()["m"]; ev.Unhealthy || ev.Source != "" || ev.Stalls != 1 || ev.LastClassification != quicwire.LivenessRequestStalled {
+		t.Errorf("back, then one request_stalled: %+v, want healthy with 1 stall", ev)
+	}
+}

@@ -49,6 +49,25 @@ type ProviderView struct {
 	// Stalls counts each target's consecutive request_stalled
 	// observations; a completed run resets it.
 	Stalls map[string]uint64 `json:"stalls,omitempty"`
+	// Evidence is what the overlay holds about each target it has an
+	// entry for: why an unhealthy one is out of selection, and the last
+	// stall observation.
+	Evidence map[string]TargetEvidence `json:"evidence,omitempty"`
+}
+
+// TargetEvidence is the health overlay's entry for one target (R6, R7).
+type TargetEvidence struct {
+	Unhealthy bool `json:"unhealthy"`
+	// Source is what made it unhealthy: SourceStallObservation or
+	// SourceNodeReport; empty while it is not.
+	Source string `json:"source,omitempty"`
+	// ObservationSeq is the health_observation_seq the verdict stands on.
+	ObservationSeq uint64 `json:"observation_seq,omitempty"`
+	// LastClassification and LastObservedAt are the last stall
+	// observation's liveness classification and when the Edge took it.
+	LastClassification string     `json:"last_classification,omitempty"`
+	LastObservedAt     *time.Time `json:"last_observed_at,omitempty"`
+	Stalls             uint64     `json:"stalls,omitempty"`
 }
 
 // Snapshot returns every known Node, sorted by id. Fenced Nodes that have
@@ -136,6 +155,21 @@ func providerViews(ps []*wirepb.Provider, health map[targetKey]*targetHealth) []
 				}
 				v.Stalls[t.GetName()] = h.stalls
 			}
+			ev := TargetEvidence{Unhealthy: h.unhealthy, Source: h.source, LastClassification: h.lastClass, Stalls: h.stalls}
+			if h.unhealthy {
+				ev.ObservationSeq = h.seq
+			}
+			if !h.lastAt.IsZero() {
+				at := h.lastAt
+				ev.LastObservedAt = &at
+			}
+			if !h.unhealthy && h.stalls == 0 && h.lastClass == "" {
+				continue // an entry cleared: nothing to show
+			}
+			if v.Evidence == nil {
+				v.Evidence = make(map[string]TargetEvidence)
+			}
+			v.Evidence[t.GetName()] = ev
 		}
 		out = append(out, v)
 	}
