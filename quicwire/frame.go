@@ -65,8 +65,14 @@ type FrameReader struct {
 // NewFrameReader returns a reader of frames of at most limit bytes from r.
 // stream names the stream in errors.
 func NewFrameReader(r io.Reader, limit int, stream string) *FrameReader {
-	return &FrameReader{r: bufio.NewReaderSize(r, 4096), limit: limit, stream: stream}
+	return &FrameReader{r: bufio.NewReaderSize(r, readAhead), limit: limit, stream: stream}
 }
+
+// readAhead is the reader's buffer. Every open stream holds one, on both
+// ends, so it is sized for the frames that are many (a token's event or
+// body line, a heartbeat) rather than for throughput: a larger frame is
+// read past the buffer, straight into the frame's own buffer.
+const readAhead = 1 << 10
 
 // Read reads the next frame into m. At a clean end of stream (between
 // frames) it returns io.EOF. A malformed frame returns a *ProtocolError.
