@@ -2,8 +2,9 @@
 // list, liveness and readiness, and the credential state with the
 // operations that change it (revoke, reload, disable, enable).
 //
-// The read endpoints (nodes, queues, credentials, and the Edge's /metrics
-// through ReadAccess) follow the config's api.admin_reads (Options.OpenReads):
+// The read endpoints (nodes, queues, runs, credentials, and the Edge's
+// /metrics through ReadAccess) follow the config's api.admin_reads
+// (Options.OpenReads):
 // open to anyone, or only to an admin principal, since they show the fleet
 // (Node ids and identities, addresses, labels, versions, providers,
 // credential names). /healthz and /readyz are always open, for probes. The
@@ -18,7 +19,9 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/credentials"
+	"github.com/iop-dev/iop/internal/edge/live"
 	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/sched"
 )
 
 // Readiness reports whether the Edge can do its job; nil means ready.
@@ -32,6 +35,17 @@ type Queues func() any
 type Options struct {
 	// Queues serves /admin/v1/queues; nil serves an empty list.
 	Queues Queues
+	// Models adds "models" to /admin/v1/queues: each model with where it
+	// is served, its free capacity and its queue (sched.Scheduler.Models);
+	// nil leaves it out.
+	Models func() any
+	// Load is the slots held on each provider of each Node generation
+	// (sched.Scheduler.InFlight): /admin/v1/nodes shows each provider's
+	// in_flight from it; nil shows 0.
+	Load func() []sched.LoadView
+	// Runs serves /admin/v1/runs, the work in flight and how recent work
+	// ended (the status page's); nil leaves it answering 404.
+	Runs *live.Tracker
 	// Credentials serves the credential endpoints (credentials.go); nil
 	// leaves them answering 404.
 	Credentials *credentials.Store
@@ -59,11 +73,17 @@ func newHandler(opts Options) *handler {
 // Handler returns the admin endpoints:
 //
 //	GET /admin/v1/nodes  every known Node: id, generation, state, last
-//	                     heartbeat round trip, providers and their targets
+//	                     heartbeat round trip, providers and their targets,
+//	                     the evidence against unhealthy targets, and (with
+//	                     Options.Load) each provider's slots in use
 //	GET /healthz         200 while the process serves HTTP
 //	GET /readyz          200 when ready() is nil, 503 with the reason otherwise
 //	GET /admin/v1/queues the queues: depth, each waiting request's position
-//	                     and wait, and the slots in use per candidate
+//	                     and wait; with Options.Models, each model's
+//	                     Nodes, free capacity, queue depth and oldest wait
+//	GET /admin/v1/runs   with Options.Runs, the work in flight (phase,
+//	                     Node, time to first token, tokens) and recent
+//	                     terminals by reason, per minute
 //
 // and, with Options.Credentials, the credential endpoints of
 // credentials.go. Without it they answer 404.
@@ -77,15 +97,25 @@ func Handler(reg *nodes.Registry, ready Readiness, opts Options) http.Handler {
 		if queues != nil {
 			q = queues()
 		}
+		var m any
+		if opts.Models != nil {
+			m = opts.Models()
+		}
 		writeJSON(w, http.StatusOK, struct {
 			Queues any `json:"queues"`
-		}{q})
+			Models any `json:"models,omitempty"`
+		}{q, m})
 	}))
 	mux.HandleFunc("GET /admin/v1/nodes", h.read(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, struct {
-			Nodes []nodes.NodeView `json:"nodes"`
-		}{reg.Snapshot()})
+			Nodes []nodeView `json:"nodes"`
+		}{withLoad(reg.Snapshot(), opts.Load)})
 	}))
+	if opts.Runs != nil {
+		mux.HandleFunc("GET /admin/v1/runs", h.read(func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, opts.Runs.Snapshot())
+		}))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, status{Status: "ok"})
 	})
@@ -138,4 +168,42 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// nodeView is a Node of the registry with its providers' slots in use.
+// Its Providers hide the embedded view's in JSON (the shallower field
+// wins).
+type nodeView struct {
+	nodes.NodeView
+	Providers []providerView `json:"providers"`
+}
+
+// providerView is a provider with the slots the scheduler holds on it.
+type providerView struct {
+	nodes.ProviderView
+	InFlight int `json:"in_flight"`
+}
+
+// withLoad joins the registry's Nodes with the scheduler's slots, by
+// Node, generation and provider.
+func withLoad(ns []nodes.NodeView, load func() []sched.LoadView) []nodeView {
+	type key struct {
+		node     string
+		gen      uint64
+		provider string
+	}
+	held := map[key]int{}
+	if load != nil {
+		for _, l := range load() {
+			held[key{l.NodeID, l.Generation, l.Provider}] += l.InFlight
+		}
+	}
+	out := make([]nodeView, len(ns))
+	for i, n := range ns {
+		out[i] = nodeView{NodeView: n, Providers: make([]providerView, len(n.Providers))}
+		for j, p := range n.Providers {
+			out[i].Providers[j] = providerView{ProviderView: p, InFlight: held[key{n.ID, n.Generation, p.Name}]}
+		}
+	}
+	return out
 }

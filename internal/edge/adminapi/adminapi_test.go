@@ -15,6 +15,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/adminapi"
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/edge/live"
 	"github.com/iop-dev/iop/internal/edge/nodes"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -125,13 +126,13 @@ func TestReadsNeedAnAdminUnlessOpen(t *testing.T) {
 	}
 	metricsRead := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("iop_edge_requests_total 1\n")) })
 	for _, open := range []bool{false, true} {
-		opts := adminapi.Options{Authenticator: authn, OpenReads: open}
+		opts := adminapi.Options{Authenticator: authn, OpenReads: open, Runs: live.New(live.Options{})}
 		h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, opts)
 		mux := http.NewServeMux()
 		mux.Handle("/admin/", h)
 		mux.Handle("/healthz", h)
 		mux.Handle("/metrics", adminapi.ReadAccess(metricsRead, opts))
-		for _, path := range []string{"/admin/v1/nodes", "/admin/v1/queues", "/metrics"} {
+		for _, path := range []string{"/admin/v1/nodes", "/admin/v1/queues", "/admin/v1/runs", "/metrics"} {
 			for _, c := range []struct {
 				key  string
 				want int

@@ -1,0 +1,98 @@
+package adminapi_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/iop-dev/iop/internal/edge/adminapi"
+	"github.com/iop-dev/iop/internal/edge/live"
+	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/sched"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// What the status page reads beyond the registry: each provider's slots
+// in use (the scheduler's, joined by Node generation and provider).
+func TestNodesShowEachProvidersSlotsInUse(t *testing.T) {
+	reg := nodes.New(nodes.Options{GenerationBase: 100})
+	c := reg.Register(nodes.ConnInfo{NodeID: "n1", Providers: []*wirepb.Provider{
+		{Name: "ollama", Adapter: "ollama", Capacity: 4, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE, Targets: []*wirepb.Target{{Name: "m"}}},
+		{Name: "sim", Adapter: "simulator", Capacity: 2, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE},
+	}})
+	if err := reg.MarkReady(c, c.Generation(), nil); err != nil {
+		t.Fatal(err)
+	}
+	load := func() []sched.LoadView {
+		return []sched.LoadView{
+			{NodeID: "n1", Generation: c.Generation(), Provider: "ollama", Capacity: 4, InFlight: 3, Candidate: true},
+			// Slots still held on an older generation count for nothing here.
+			{NodeID: "n1", Generation: c.Generation() - 1, Provider: "sim", InFlight: 1},
+		}
+	}
+	_, body := get(t, adminapi.Handler(reg, func() error { return nil }, adminapi.Options{OpenReads: true, Load: load}), "/admin/v1/nodes")
+	ps := body["nodes"].([]any)[0].(map[string]any)["providers"].([]any)
+	if len(ps) != 2 {
+		t.Fatalf("providers = %v", ps)
+	}
+	ollama, sim := ps[0].(map[string]any), ps[1].(map[string]any)
+	if ollama["name"] != "ollama" || ollama["in_flight"] != float64(3) || ollama["capacity"] != float64(4) || ollama["adapter"] != "ollama" {
+		t.Errorf("ollama = %v, want 3 of 4 in flight", ollama)
+	}
+	if sim["name"] != "sim" || sim["in_flight"] != float64(0) {
+		t.Errorf("sim = %v, want 0 in flight (the held slot is another generation's)", sim)
+	}
+}
+
+func TestQueuesShowTheModelsWhenGiven(t *testing.T) {
+	reg := nodes.New(nodes.Options{})
+	models := func() any {
+		return []sched.ModelView{{Model: "m", Capacity: 4, Free: 1, QueueDepth: 2, OldestWaitMillis: 1500}}
+	}
+	_, body := get(t, adminapi.Handler(reg, func() error { return nil }, adminapi.Options{OpenReads: true, Models: models}), "/admin/v1/queues")
+	ms, ok := body["models"].([]any)
+	if !ok || len(ms) != 1 {
+		t.Fatalf("queues without models: %v", body)
+	}
+	if m := ms[0].(map[string]any); m["model"] != "m" || m["free"] != float64(1) || m["queue_depth"] != float64(2) || m["oldest_wait_ms"] != 1500.0 {
+		t.Errorf("model = %v", m)
+	}
+	_, body = get(t, adminapi.Handler(reg, func() error { return nil }, adminapi.Options{OpenReads: true}), "/admin/v1/queues")
+	if _, ok := body["models"]; ok {
+		t.Errorf("models without Options.Models: %v", body)
+	}
+}
+
+func TestRunsShowTheWorkInFlightAndHowRecentWorkEnded(t *testing.T) {
+	tr := live.New(live.Options{})
+	e := tr.Start(live.Work{Kind: live.Run, ID: "run-1", API: "openai_chat", Model: "m", Principal: "alice"})
+	e.Dispatched("n1", "ollama", "m:latest")
+	tr.Start(live.Work{Kind: live.Tunnel, ID: "tun-1", Model: "m"}).End("lease_rejected")
+	h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, adminapi.Options{OpenReads: true, Runs: tr})
+
+	rec, body := get(t, h, "/admin/v1/runs")
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /admin/v1/runs = %d", rec.Code)
+	}
+	lv := body["live"].([]any)
+	if len(lv) != 1 {
+		t.Fatalf("live = %v, want run-1", lv)
+	}
+	if r := lv[0].(map[string]any); r["id"] != "run-1" || r["phase"] != "prefill" || r["node"] != "n1" || r["api"] != "openai_chat" || r["principal"] != "alice" {
+		t.Errorf("run-1 = %v, want in prefill on n1", r)
+	}
+	recent := body["recent"].([]any)
+	if len(recent) != 1 || recent[0].(map[string]any)["reason"] != "lease_rejected" {
+		t.Errorf("recent = %v, want tun-1 lease_rejected", recent)
+	}
+	if totals := body["terminals"].(map[string]any)["totals"].(map[string]any); totals["lease_rejected"] != float64(1) {
+		t.Errorf("totals = %v", totals)
+	}
+
+	without := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, adminapi.Options{OpenReads: true})
+	rec = httptest.NewRecorder()
+	without.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/admin/v1/runs", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Errorf("runs without a tracker = %d, want 404", rec.Code)
+	}
+}
