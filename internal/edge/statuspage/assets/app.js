@@ -1,0 +1,281 @@
+// The status page: polls this Edge's admin reads and draws them. Nothing
+// is loaded from anywhere else. Every value shown is set as text, never as
+// markup: model, Node and principal names come from outside the Edge.
+'use strict';
+(() => {
+  const params = new URLSearchParams(location.search);
+  // ?interval=MS polls faster or slower (at least 200 ms); 1 s by default.
+  const interval = Math.max(200, Number(params.get('interval')) || 1000);
+  const KEY = 'iop-admin-key';
+  let key = sessionStorage.getItem(KEY) || '';
+  let timer = 0;
+  let skew = 0; // the Edge's clock minus this browser's, in ms
+
+  const $ = (id) => document.getElementById(id);
+
+  // el makes an element: props may hold class, text, title and data (an
+  // object of data-* attributes); children are nodes or strings.
+  function el(tag, props, ...children) {
+    const e = document.createElement(tag);
+    if (props) {
+      if (props.class) e.className = props.class;
+      if (props.text !== undefined) e.textContent = String(props.text);
+      if (props.title) e.title = props.title;
+      if (props.data) for (const [k, v] of Object.entries(props.data)) e.dataset[k] = String(v);
+    }
+    for (const c of children) {
+      if (c === null || c === undefined || c === false) continue;
+      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return e;
+  }
+  const badge = (cls, text) => el('span', { class: 'badge ' + cls, text: text || cls });
+  const td = (props, ...children) => el('td', props, ...children);
+
+  function fmtDur(ms) {
+    if (ms === null || ms === undefined || isNaN(ms)) return '–';
+    if (ms < 1000) return Math.round(ms) + ' ms';
+    const s = ms / 1000;
+    if (s < 60) return s.toFixed(1) + ' s';
+    const m = Math.floor(s / 60);
+    if (m < 60) return m + 'm ' + Math.floor(s % 60) + 's';
+    return Math.floor(m / 60) + 'h ' + (m % 60) + 'm';
+  }
+  const since = (ts) => (ts ? Date.now() + skew - Date.parse(ts) : null);
+  const ago = (ts) => (ts ? fmtDur(since(ts)) + ' ago' : '–');
+
+  function meter(used, total) {
+    const m = el('span', { class: 'meter' + (total > 0 && used >= total ? ' full' : '') });
+    const track = el('span', { class: 'track' });
+    const fill = el('span', { class: 'fill' });
+    fill.style.width = (total > 0 ? Math.min(100, (100 * used) / total) : 0) + '%';
+    track.append(fill);
+    m.append(track, used + ' / ' + total);
+    return m;
+  }
+
+  // reasonClass groups a terminal reason for its color.
+  function reasonClass(r) {
+    if (r === 'completed') return 'completed';
+    if (r === 'cancelled' || r === 'idle_timeout') return 'cancelled';
+    if (r === 'other') return 'other';
+    return 'failed';
+  }
+
+  function fill(id, rows, cols, emptyText) {
+    const body = $(id).tBodies[0];
+    if (rows.length === 0) rows = [el('tr', null, td({ class: 'empty', text: emptyText }))];
+    if (rows[0].cells.length === 1 && cols) rows[0].cells[0].colSpan = cols;
+    body.replaceChildren(...rows);
+  }
+
+  function renderNodes(nodes) {
+    const rows = nodes.map((n) => {
+      const state = el('td', null, badge(n.state));
+      if (n.suspect) state.append(' ', badge('suspect'));
+      if (n.fence_reason) state.append(el('div', { class: 'small muted', text: n.fence_reason + (n.fenced_at ? ' · ' + ago(n.fenced_at) : '') }));
+      if (n.suspect && n.silent_since) state.append(el('div', { class: 'small muted', text: 'silent ' + fmtDur(since(n.silent_since)) }));
+      const providers = td({ class: 'wrap' });
+      for (const p of n.providers || []) {
+        const div = el('div', { class: 'provider', data: { provider: p.name, state: p.state } },
+          el('div', { class: 'head' }, el('strong', { text: p.name }), badge(p.state), el('span', { class: 'chip', text: p.adapter || '?' }),
+            meter(p.in_flight || 0, p.capacity || 0)));
+        if ((p.targets || []).length) div.append(el('div', { class: 'targets', text: 'targets: ' + p.targets.join(', ') }));
+        for (const t of p.unhealthy_targets || []) {
+          const ev = (p.evidence || {})[t] || {};
+          const why = [];
+          why.push(ev.source === 'node_report' ? "the Node's own probe found it unavailable" : 'a stall probe found it unavailable');
+          if (ev.last_classification) why.push('last stall: ' + ev.last_classification + (ev.last_observed_at ? ' ' + ago(ev.last_observed_at) : ''));
+          if (ev.observation_seq) why.push('observation #' + ev.observation_seq);
+          div.append(el('div', { class: 'evidence', data: { target: t } }, badge('unhealthy'), ' ' + t + ': ' + why.join(' · ')));
+        }
+        for (const [t, count] of Object.entries(p.stalls || {})) {
+          if ((p.unhealthy_targets || []).includes(t)) continue;
+          div.append(el('div', { class: 'targets', text: t + ': ' + count + ' consecutive stall' + (count === 1 ? '' : 's') }));
+        }
+        providers.append(div);
+      }
+      if (!(n.providers || []).length) providers.append(el('span', { class: 'muted', text: 'no providers' }));
+      return el('tr', { data: { node: n.id, state: n.state, suspect: !!n.suspect, generation: n.generation } },
+        td(null, el('strong', { text: n.id }), el('div', { class: 'small muted mono', text: n.identity || '' }),
+          n.version ? el('div', { class: 'small muted', text: 'v' + n.version }) : null),
+        state,
+        td({ class: 'mono', text: n.generation }),
+        td({ class: 'num', text: n.last_heartbeat_rtt_ms === undefined ? '–' : n.last_heartbeat_rtt_ms.toFixed(2) + ' ms' }),
+        td({ text: n.state === 'fenced' ? 'gone' : ago(n.connected_at), title: n.connected_at }),
+        providers);
+    });
+    fill('nodes', rows, 6, 'No Node has connected yet.');
+  }
+
+  function renderModels(models) {
+    const rows = (models || []).map((m) => {
+      const serving = td({ class: 'wrap' });
+      for (const s of m.serving || []) serving.append(el('span', { class: 'chip', text: s.node + ' / ' + s.provider + ' (' + s.in_flight + '/' + s.capacity + ')' }));
+      if (!(m.serving || []).length) serving.append(el('span', { class: 'muted', text: 'no Node now' }));
+      return el('tr', { data: { model: m.model } },
+        td({ class: 'mono', text: m.model }), serving,
+        td(null, meter(m.free, m.capacity)),
+        td({ class: 'num', text: m.queue_depth }),
+        td({ class: 'num', text: m.queue_depth ? fmtDur(m.oldest_wait_ms) : '–' }));
+    });
+    fill('models', rows, 5, 'No model is served now.');
+  }
+
+  function renderLive(live) {
+    const rows = live.map((r) => el('tr', { data: { id: r.id, kind: r.kind, phase: r.phase, model: r.model, node: r.node || '' } },
+      td({ class: 'id', title: r.kind + (r.attempts > 1 ? ', attempt ' + r.attempts : '') }, r.id, el('div', { class: 'small muted', text: r.kind })),
+      td({ text: r.api || '–' }),
+      td({ class: 'mono', text: r.model }),
+      td({ text: r.principal || '–' }),
+      td({ text: r.node ? r.node + ' / ' + r.provider : '–' }),
+      td(null, badge(r.phase)),
+      td({ class: 'num', text: fmtDur(r.age_ms) }),
+      td({ class: 'num', text: r.ttft_ms === undefined ? '–' : fmtDur(r.ttft_ms) }),
+      td({ class: 'num', text: r.tokens }),
+      td({ class: 'num', text: r.tokens_per_second ? r.tokens_per_second.toFixed(1) : '–' })));
+    fill('live', rows, 10, 'Nothing in flight.');
+  }
+
+  function renderTerminals(t) {
+    const minutes = t.minutes || [];
+    $('window').textContent = 'last ' + t.window_minutes + ' minutes';
+    $('windowhead').textContent = t.window_minutes + ' min';
+    const sum = (reason, n) => minutes.slice(-n).reduce((a, m) => a + (m.counts[reason] || 0), 0);
+    const reasons = Object.keys(t.totals || {}).sort((a, b) =>
+      (a === 'completed' ? -1 : b === 'completed' ? 1 : 0) || t.totals[b] - t.totals[a] || a.localeCompare(b));
+    const rows = reasons.map((reason) => {
+      const spark = el('div', { class: 'spark', title: 'per minute, oldest first' });
+      const peak = Math.max(1, ...minutes.map((m) => m.counts[reason] || 0));
+      for (const m of minutes) {
+        const c = m.counts[reason] || 0;
+        const bar = el('i', { class: c ? '' : 'zero', title: new Date(m.start).toLocaleTimeString() + ': ' + c });
+        bar.style.height = (c ? Math.max(12, (100 * c) / peak) : 6) + '%';
+        spark.append(bar);
+      }
+      return el('tr', { data: { reason: reason, total: t.totals[reason] } },
+        td(null, badge(reasonClass(reason), reason)),
+        td({ class: 'num', text: sum(reason, 1) }),
+        td({ class: 'num', text: sum(reason, 5) }),
+        td({ class: 'num', text: t.totals[reason] }),
+        td(null, spark));
+    });
+    fill('terminals', rows, 5, 'Nothing ended in the window.');
+  }
+
+  function renderRecent(recent) {
+    const rows = recent.map((r) => el('tr', { data: { id: r.id, reason: r.reason } },
+      td({ class: 'id', text: r.id }),
+      td({ class: 'mono', text: r.model }),
+      td({ text: r.node || '–' }),
+      td(null, badge(reasonClass(r.reason), r.reason)),
+      td({ class: 'num', text: r.ttft_ms === undefined ? '–' : fmtDur(r.ttft_ms) }),
+      td({ class: 'num', text: r.tokens }),
+      td({ class: 'num', text: fmtDur(r.age_ms) })));
+    fill('recent', rows, 7, 'Nothing has ended yet.');
+  }
+
+  function renderTiles(nodes, queues, runs) {
+    const ready = nodes.filter((n) => n.state === 'ready' && !n.suspect).length;
+    const phases = { queued: 0, prefill: 0, streaming: 0 };
+    for (const r of runs.live) phases[r.phase] = (phases[r.phase] || 0) + 1;
+    const waiting = (queues.queues || []).reduce((a, q) => a + q.depth, 0);
+    const totals = runs.terminals.totals || {};
+    let done = 0, notDone = 0;
+    for (const [r, c] of Object.entries(totals)) {
+      if (r === 'completed') done += c; else notDone += c;
+    }
+    const tile = (id, n, label) => el('div', { class: 'tile', data: { tile: id } }, el('div', { class: 'n', text: n }), el('div', { class: 'l', text: label }));
+    $('tiles').replaceChildren(
+      tile('nodes', ready + ' / ' + nodes.length, 'Nodes ready'),
+      tile('live', runs.live.length, 'in flight'),
+      tile('prefill', phases.prefill, 'in prefill'),
+      tile('streaming', phases.streaming, 'streaming'),
+      tile('queued', waiting, 'waiting in queues'),
+      tile('completed', done, 'completed, ' + runs.terminals.window_minutes + ' min'),
+      tile('failed', notDone, 'did not complete, ' + runs.terminals.window_minutes + ' min'));
+  }
+
+  function setConn(state, text) {
+    const c = $('conn');
+    c.dataset.state = state;
+    c.textContent = text;
+  }
+
+  class Locked extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  async function getJSON(path) {
+    const headers = key ? { Authorization: 'Bearer ' + key } : {};
+    const r = await fetch(path, { headers, cache: 'no-store', credentials: 'omit' });
+    if (r.status === 401 || r.status === 403) {
+      const body = await r.json().catch(() => ({}));
+      throw new Locked(r.status, body.error || r.statusText);
+    }
+    if (!r.ok) throw new Error(path + ' answered ' + r.status);
+    return r.json();
+  }
+
+  function schedule() {
+    clearTimeout(timer);
+    timer = setTimeout(tick, interval);
+  }
+
+  async function tick() {
+    try {
+      // Relative paths: the page works behind a proxy that adds a prefix.
+      const [nodes, queues, runs] = await Promise.all([getJSON('admin/v1/nodes'), getJSON('admin/v1/queues'), getJSON('admin/v1/runs')]);
+      skew = Date.parse(runs.now) - Date.now();
+      renderTiles(nodes.nodes, queues, runs);
+      renderNodes(nodes.nodes);
+      renderModels(queues.models);
+      renderLive(runs.live);
+      renderTerminals(runs.terminals);
+      renderRecent(runs.recent);
+      document.body.dataset.loaded = 'true';
+      setConn('live', 'live · updated ' + new Date().toLocaleTimeString() + ' · every ' + interval + ' ms');
+      schedule();
+    } catch (e) {
+      if (e instanceof Locked) {
+        lock(e);
+        return; // no polling until there is a key to try
+      }
+      setConn('error', 'cannot read this Edge (' + e.message + '); retrying');
+      schedule();
+    }
+  }
+
+  // lock asks for an admin key: reads are not open to this caller.
+  function lock(e) {
+    $('main').hidden = true;
+    $('keyform').hidden = false;
+    $('keywhy').textContent = key
+      ? 'The key was refused (' + e.status + '): ' + e.message
+      : "This Edge shows its status to admins only: enter the API key of a principal with admin: true.";
+    setConn('locked', 'admin key needed');
+    $('key').focus();
+  }
+
+  $('keyform').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    key = $('key').value.trim();
+    $('key').value = '';
+    sessionStorage.setItem(KEY, key);
+    $('keyform').hidden = true;
+    $('main').hidden = false;
+    $('forget').hidden = !key;
+    tick();
+  });
+  $('forget').addEventListener('click', () => {
+    sessionStorage.removeItem(KEY);
+    key = '';
+    $('forget').hidden = true;
+    tick();
+  });
+  $('forget').hidden = !key;
+  tick();
+})();
