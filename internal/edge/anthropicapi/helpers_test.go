@@ -12,14 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/gateway"
 	"github.com/iop-dev/iop/internal/edge/metrics"
+	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -206,11 +205,7 @@ func (e *env) post(body string) *httptest.ResponseRecorder {
 // requests is metrics.Requests for the messages route and outcome.
 func (e *env) requests(t *testing.T, outcome string) float64 {
 	t.Helper()
-	var d dto.Metric
-	if err := e.metrics.Requests.WithLabelValues(routeMessages, outcome).(prometheus.Metric).Write(&d); err != nil {
-		t.Fatal(err)
-	}
-	return d.GetCounter().GetValue()
+	return metricstest.Sum(t, e.metrics.Requests, "route", routeMessages, "outcome", outcome)
 }
 
 const (

@@ -96,6 +96,9 @@ func (g *Gateway) Embed(ctx context.Context, p auth.Principal, model string, req
 			if completed || !failoverable(term) && !retry && ctx.Err() == nil {
 				slot.Release()
 				e.Node, e.Vectors, e.Terminal = c, vectors, term
+				if u := term.GetUsage(); u != nil {
+					g.metrics.CountUsage(plan.Model, p.Name, c.NodeID, u.GetPromptTokens(), u.GetCompletionTokens())
+				}
 				return e, nil
 			}
 			err = &RunFailedError{Event: term}

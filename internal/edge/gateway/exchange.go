@@ -44,6 +44,10 @@ type Exchange struct {
 	metrics *metrics.Metrics
 	log     *slog.Logger
 
+	// admitted: the gateway gave the request a slot for Model (Admitted),
+	// so Model is a name the Edge serves and may label metrics.
+	admitted bool
+
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	stopGone func() bool
@@ -101,7 +105,10 @@ func (x *Exchange) Context() context.Context { return x.ctx }
 
 // Admitted starts the idle timer: the request has its first slot. The
 // gateway calls it on the handler's goroutine; later calls do nothing.
-func (x *Exchange) Admitted() { x.idle.Start() }
+func (x *Exchange) Admitted() {
+	x.admitted = true
+	x.idle.Start()
+}
 
 // Attach makes w the request's work: Stop cancels it from now on, and if
 // the request was stopped already, w is cancelled at once.
@@ -171,7 +178,7 @@ func (x *Exchange) Wrote() {
 // FirstByte records the time to first token.
 func (x *Exchange) FirstByte() {
 	if x.metrics != nil {
-		x.metrics.TimeToFirstToken.WithLabelValues(x.Route).Observe(time.Since(x.Arrived).Seconds())
+		x.metrics.TimeToFirstToken.WithLabelValues(x.Route, x.modelLabel(nil)).Observe(time.Since(x.Arrived).Seconds())
 	}
 }
 
@@ -183,6 +190,18 @@ func (x *Exchange) Active(kind string) (done func()) {
 	}
 	x.metrics.Active.WithLabelValues(kind).Inc()
 	return func() { x.metrics.Active.WithLabelValues(kind).Dec() }
+}
+
+// modelLabel is the request's model as a label of metrics: the name the
+// client asked for once the scheduler took the request for it (it gave the
+// request a slot, or refused it for that model: busy, or no Node offers it
+// now), so that it names a route or a Node's target; "" before that, so
+// that no client can add series with names it makes up.
+func (x *Exchange) modelLabel(f *Failure) string {
+	if x.admitted || f != nil && f.Refusal != "" {
+		return x.Model
+	}
+	return ""
 }
 
 // Record counts the request's outcome in metrics and logs it: "ok" when f
@@ -197,7 +216,7 @@ func (x *Exchange) Record(msg, outcome string, f *Failure, started bool, attrs .
 		}
 	}
 	if x.metrics != nil {
-		x.metrics.Requests.WithLabelValues(x.Route, outcome).Inc()
+		x.metrics.Requests.WithLabelValues(x.Route, x.modelLabel(f), x.P.Name, outcome).Inc()
 		switch f {
 		case FailClientGone:
 			x.metrics.Cancellations.WithLabelValues("client_gone").Inc()

@@ -35,6 +35,7 @@ type Run struct {
 	// stallRetried: the one retry a stalled run gets was used (recovery).
 	stallRetried bool
 	admitted     func() // called at the first slot, then nil
+	meter        usageMeter
 }
 
 // StartRun resolves model for principal p, then dispatches req, moving to
@@ -52,7 +53,8 @@ func (g *Gateway) StartRun(ctx context.Context, p auth.Principal, model string, 
 	if req.GetCompletion() != nil {
 		plan.Needs = CapComplete // a raw completion: not every adapter runs one
 	}
-	r := &Run{ID: g.NewID("run"), Plan: plan, g: g, p: p, admitted: admitted}
+	r := &Run{ID: g.NewID("run"), Plan: plan, g: g, p: p, admitted: admitted,
+		meter: usageMeter{g: g, model: plan.Model, principal: p.Name}}
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	deadline := time.Now().Add(time.Duration(plan.Profile.Deadline))
 	r.ctx, r.stop = context.WithDeadline(r.ctx, deadline)
@@ -256,8 +258,10 @@ func (r *Run) Next() (*wirepb.RunEvent, error) {
 		}
 		r.g.countStall(ev.GetStall())
 	}
+	r.meter.see(ev)
 	if IsTerminal(ev) {
 		r.done = true
+		r.meter.end(r.slot.Candidate.NodeID, ev.GetType() == wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED)
 		r.release()
 	}
 	return ev, nil
@@ -289,6 +293,7 @@ func (r *Run) Close() {
 	if !r.done {
 		r.done = true
 		r.rs.Close()
+		r.meter.end(r.slot.Candidate.NodeID, false) // what was reported before the client left
 	}
 	r.release()
 	r.stop()

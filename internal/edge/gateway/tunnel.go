@@ -33,6 +33,7 @@ type Tunnel struct {
 	head   *wirepb.TunnelResponseHead
 	g      *Gateway
 	ended  bool // Read returned its final error
+	meter  usageMeter
 }
 
 // TunnelBody makes a tunnel's request body for one candidate, given its
@@ -58,7 +59,7 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 	if err != nil {
 		return nil, err
 	}
-	t := &Tunnel{ID: g.NewID("tun"), Plan: plan, g: g}
+	t := &Tunnel{ID: g.NewID("tun"), Plan: plan, g: g, meter: usageMeter{g: g, model: plan.Model, principal: p.Name}}
 	t.ctx, t.cancel = context.WithCancelCause(ctx)
 	deadline := time.Now().Add(time.Duration(plan.Profile.Deadline))
 	t.ctx, t.stop = context.WithDeadline(t.ctx, deadline)
@@ -186,6 +187,9 @@ func (t *Tunnel) Node() sched.Candidate { return t.slot.Candidate }
 // completed end, a *nodeserver.TunnelError otherwise.
 func (t *Tunnel) Read(p []byte) (int, error) {
 	n, err := t.ts.Read(p)
+	if n > 0 {
+		t.meter.output()
+	}
 	var te *nodeserver.TunnelError
 	if err != nil && !t.ended {
 		t.ended = true
@@ -194,6 +198,17 @@ func (t *Tunnel) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// CountUsage counts the tokens of a tunnel that completed, as the
+// provider's answer reported them: the Edge relays a tunnel's bytes
+// without reading them, so the client API that knows the answer's format
+// reads them (Ollama's final line) and tells the gateway, which counts
+// them by model, principal and Node, and the answer's pace. Call it once,
+// after Read returned io.EOF.
+func (t *Tunnel) CountUsage(prompt, completion int64) {
+	t.meter.usage = &wirepb.Usage{PromptTokens: prompt, CompletionTokens: completion}
+	t.meter.end(t.slot.Candidate.NodeID, true)
 }
 
 // Terminal is the tunnel's single outcome, once Read has returned an error.

@@ -18,12 +18,22 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	// Requests counts client requests by API route ("openai_chat",
-	// "ollama_chat", ...) and outcome ("ok", "queue_full", "no_candidate",
-	// "stalled", "cancelled", ...).
+	// "ollama_chat", ...), model, principal and outcome ("ok",
+	// "queue_full", "no_candidate", "response_stalled", "cancelled", ...),
+	// labels in that order. The model is empty unless the scheduler took
+	// the request for it (see Exchange.Record in the gateway).
 	Requests *prometheus.CounterVec
 	// TimeToFirstToken is the time from a request's arrival to the first
-	// byte of output sent to the client, by API route.
+	// byte of output sent to the client, by API route and model.
 	TimeToFirstToken *prometheus.HistogramVec
+	// PromptTokens and CompletionTokens count the tokens providers
+	// reported for the work they did, by model, principal and Node
+	// (CountUsage).
+	PromptTokens     *prometheus.CounterVec
+	CompletionTokens *prometheus.CounterVec
+	// TokensPerSecond is the pace of completed answers as the Edge
+	// received them, by model (ObserveRate).
+	TokensPerSecond *prometheus.HistogramVec
 	// QueueWait is how long admitted requests waited for a slot, by model.
 	QueueWait *prometheus.HistogramVec
 	// Active is the number of runs, tunnels and embedding calls in flight,
@@ -50,14 +60,30 @@ func New(reg *nodes.Registry, depth func() map[string]int) *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "iop_edge_requests_total", Help: "Client requests by API route and outcome.",
-		}, []string{"route", "outcome"}),
+			Name: "iop_edge_requests_total",
+			Help: "Client requests by API route, model, principal and outcome (ok, or why not). " + boundedLabels,
+		}, []string{"route", "model", "principal", "outcome"}),
 		TimeToFirstToken: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "iop_edge_time_to_first_token_seconds", Help: "Time from request arrival to the first output byte sent to the client.",
+			Name:    "iop_edge_time_to_first_token_seconds",
+			Help:    "Time from request arrival to the first output byte sent to the client, by API route and model. " + boundedLabels,
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
-		}, []string{"route"}),
+		}, []string{"route", "model"}),
+		PromptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iop_edge_prompt_tokens_total",
+			Help: "Prompt tokens of runs, raw Ollama streams and embedding calls, as their providers reported them, by model, principal and node. " + boundedLabels,
+		}, []string{"model", "principal", "node"}),
+		CompletionTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iop_edge_completion_tokens_total",
+			Help: "Completion tokens of runs and raw Ollama streams, as their providers reported them, by model, principal and node. " + boundedLabels,
+		}, []string{"model", "principal", "node"}),
+		TokensPerSecond: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "iop_edge_tokens_per_second",
+			Help: "Pace of completed answers as the Edge received them: completion tokens after the first, over the time from the first output to the end, by model. " +
+				boundedLabels,
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}, []string{"model"}),
 		QueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "iop_edge_queue_wait_seconds", Help: "Time admitted requests waited for a slot.",
+			Name: "iop_edge_queue_wait_seconds", Help: "Time admitted requests waited for a slot, by model. " + boundedLabels,
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
 		}, []string{"model"}),
 		Active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -76,10 +102,43 @@ func New(reg *nodes.Registry, depth func() map[string]int) *Metrics {
 			Name: "iop_edge_refusals_total", Help: "Connections, request bodies, handshakes and registrations refused at the Edge's doors, by kind.",
 		}, []string{"kind"}),
 	}
-	m.reg.MustRegister(m.Requests, m.TimeToFirstToken, m.QueueWait, m.Active, m.Cancellations, m.Failovers, m.Stalls, m.Refusals,
+	m.reg.MustRegister(m.Requests, m.TimeToFirstToken, m.PromptTokens, m.CompletionTokens, m.TokensPerSecond, m.QueueWait, m.Active, m.Cancellations, m.Failovers, m.Stalls, m.Refusals,
 		&nodeCollector{reg: reg, depth: depth},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// boundedLabels is said in the help of every metric labelled by model,
+// principal or node: the values come from configuration and registration,
+// never from what a client typed, so the series stay few.
+const boundedLabels = "Label values are bounded: a model is a configured route's or a registered Node's target that the request was scheduled for (empty otherwise), a principal a configured name (or anonymous), a node a registered Node's id."
+
+// CountUsage counts the tokens a provider reported for one piece of work:
+// model as the client named it (it was scheduled, so it is a route's model
+// or a Node's target), the principal's name and the Node's id. m may be
+// nil.
+func (m *Metrics) CountUsage(model, principal, node string, prompt, completion int64) {
+	if m == nil {
+		return
+	}
+	if prompt > 0 {
+		m.PromptTokens.WithLabelValues(model, principal, node).Add(float64(prompt))
+	}
+	if completion > 0 {
+		m.CompletionTokens.WithLabelValues(model, principal, node).Add(float64(completion))
+	}
+}
+
+// ObserveRate records the pace of a completed answer of completion tokens
+// whose output took d from its first token to its end: the tokens after
+// the first, over d. An answer of fewer than two tokens, or with no time
+// between its first output and its end, has no pace and is not observed.
+// m may be nil.
+func (m *Metrics) ObserveRate(model string, completion int64, d time.Duration) {
+	if m == nil || completion < 2 || d <= 0 {
+		return
+	}
+	m.TokensPerSecond.WithLabelValues(model).Observe(float64(completion-1) / d.Seconds())
 }
 
 // Handler serves the metrics in the Prometheus text format.
@@ -99,8 +158,8 @@ type nodeCollector struct {
 
 var (
 	connDesc  = prometheus.NewDesc("iop_edge_node_connections", "Node connections by state.", []string{"state"}, nil)
-	rttDesc   = prometheus.NewDesc("iop_edge_heartbeat_rtt_seconds", "Round trip of the last answered heartbeat, by node.", []string{"node"}, nil)
-	depthDesc = prometheus.NewDesc("iop_edge_queue_depth", "Requests waiting for a slot, by model.", []string{"model"}, nil)
+	rttDesc   = prometheus.NewDesc("iop_edge_heartbeat_rtt_seconds", "Round trip of the last answered heartbeat, by node. "+boundedLabels, []string{"node"}, nil)
+	depthDesc = prometheus.NewDesc("iop_edge_queue_depth", "Requests waiting for a slot, by model. "+boundedLabels, []string{"model"}, nil)
 	suspDesc  = prometheus.NewDesc("iop_edge_nodes_suspect", "Nodes not heard from at the transport level for a few seconds: they get no new work until they are.", nil, nil)
 )
 

@@ -109,6 +109,7 @@ func (t *benchTunnel) Head() *wirepb.TunnelResponseHead {
 func (t *benchTunnel) Context() context.Context { return t.ctx }
 func (t *benchTunnel) Cancel(cause error)       { t.cancel(cause) }
 func (t *benchTunnel) Close()                   { t.cancel(context.Canceled) }
+func (t *benchTunnel) CountUsage(int64, int64)  {}
 
 func (t *benchTunnel) Read(p []byte) (int, error) {
 	if t.n == 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/gateway"
 	"github.com/iop-dev/iop/internal/edge/metrics"
+	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -72,7 +73,7 @@ func TestEmbedOnAModelNoOllamaServes(t *testing.T) {
 	if got := f.reqs[1].GetInputs(); len(got) != 1 || got[0] != "a" {
 		t.Errorf("legacy inputs %q", got)
 	}
-	if got := value(t, e.metrics.Requests.WithLabelValues(routeEmbed, "ok")); got != 1 {
+	if got := metricstest.Sum(t, e.metrics.Requests, "route", routeEmbed, "outcome", "ok"); got != 1 {
 		t.Errorf("requests{ollama_embed,ok} = %v", got)
 	}
 }

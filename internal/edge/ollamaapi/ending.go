@@ -115,6 +115,41 @@ func (w *lineWatch) ending() ending {
 	return judge(w.last)
 }
 
+// usage reads the token counts of the stream's final line (the line
+// ending judges), Ollama's prompt_eval_count and eval_count: it runs once,
+// at the end, never per line. ok is false when the line holds neither, or
+// holds them past its kept head (a generate answer's "context", which
+// comes before the counts, can be longer than maxJudgedLine): that answer
+// is counted as a request, not in tokens.
+func (w *lineWatch) usage() (prompt, completion int64, ok bool) {
+	line := w.last
+	if !blank(w.cur) {
+		line = w.cur
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0, 0, false
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			break
+		}
+		var dst any = new(json.RawMessage)
+		switch key {
+		case "prompt_eval_count":
+			dst = &prompt
+		case "eval_count":
+			dst = &completion
+		}
+		if err := dec.Decode(dst); err != nil {
+			break // the head ended inside this member
+		}
+		ok = ok || key == "prompt_eval_count" || key == "eval_count"
+	}
+	return prompt, completion, ok
+}
+
 // judge reads the top-level members of a line (or its head) up to the
 // first that decides it: "done" (true: final, otherwise not) or "error".
 func judge(line []byte) ending {

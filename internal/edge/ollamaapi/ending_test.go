@@ -162,3 +162,43 @@ func TestSingleAnswerIsNotWatched(t *testing.T) {
 		t.Fatalf("status %d: %s", w.Code, w.Body)
 	}
 }
+
+// TestLineWatchReadsTheFinalLinesTokenCounts: the token counts of a
+// streamed answer are its final line's prompt_eval_count and eval_count,
+// read once at the end, however the reads cut the line; a line without
+// them, or whose counts lie past the head kept of it, has none.
+func TestLineWatchReadsTheFinalLinesTokenCounts(t *testing.T) {
+	const (
+		token = `{"model":"m","message":{"role":"assistant","content":"Hi"},"done":false}` + "\n"
+		done  = `{"model":"m","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,` +
+			`"total_duration":5000,"prompt_eval_count":26,"prompt_eval_duration":100,"eval_count":298,"eval_duration":4000}` + "\n"
+	)
+	long := `{"model":"m","response":"","done":true,"context":[` + strings.Repeat("1,", maxJudgedLine) + `1],"prompt_eval_count":5,"eval_count":6}` + "\n"
+	tests := []struct {
+		name               string
+		reads              []string
+		prompt, completion int64
+		ok                 bool
+	}{
+		{"done line", []string{token, token, done}, 26, 298, true},
+		{"done line split across reads", []string{token + done[:50], done[50:120], done[120:]}, 26, 298, true},
+		{"done line without its newline", []string{token, strings.TrimSuffix(done, "\n")}, 26, 298, true},
+		{"cached prompt: no prompt_eval_count", []string{`{"done":true,"eval_count":4}` + "\n"}, 0, 4, true},
+		{"no counts", []string{token, `{"done":true,"done_reason":"stop"}` + "\n"}, 0, 0, false},
+		{"counts past the kept head", []string{token, long}, 0, 0, false},
+		{"counts only nested", []string{`{"done":true,"message":{"eval_count":9}}` + "\n"}, 0, 0, false},
+		{"not JSON", []string{"eval_count\n"}, 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var w lineWatch
+			for _, r := range tt.reads {
+				w.see([]byte(r))
+			}
+			p, c, ok := w.usage()
+			if p != tt.prompt || c != tt.completion || ok != tt.ok {
+				t.Errorf("usage %d, %d, %v; want %d, %d, %v", p, c, ok, tt.prompt, tt.completion, tt.ok)
+			}
+		})
+	}
+}

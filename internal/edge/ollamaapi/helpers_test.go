@@ -22,6 +22,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/gateway"
 	"github.com/iop-dev/iop/internal/edge/metrics"
+	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/internal/yamlconf"
@@ -290,6 +291,7 @@ type fakeTunnel struct {
 
 	mu        sync.Mutex
 	cancels   []error
+	usage     [][2]int64 // CountUsage calls: prompt, completion
 	closeOnce sync.Once
 	closed    chan struct{}
 }
@@ -361,6 +363,19 @@ func (t *fakeTunnel) Close() {
 		t.cancel(context.Canceled)
 		close(t.closed)
 	})
+}
+
+func (t *fakeTunnel) CountUsage(prompt, completion int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.usage = append(t.usage, [2]int64{prompt, completion})
+}
+
+// counted returns the CountUsage calls.
+func (t *fakeTunnel) counted() [][2]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.usage)
 }
 
 // cancelledWith reports whether the tunnel was cancelled with cause.
@@ -476,7 +491,7 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 
 // requests is metrics.Requests for route and outcome.
 func (e *env) requests(t *testing.T, route, outcome string) float64 {
-	return value(t, e.metrics.Requests.WithLabelValues(route, outcome))
+	return metricstest.Sum(t, e.metrics.Requests, "route", route, "outcome", outcome)
 }
 
 // cancellations is metrics.Cancellations for cause.
@@ -491,5 +506,5 @@ func (e *env) activeTunnels(t *testing.T) float64 {
 
 // ttftCount is how many times to first token were observed for route.
 func (e *env) ttftCount(t *testing.T, route string) float64 {
-	return value(t, e.metrics.TimeToFirstToken.WithLabelValues(route).(prometheus.Metric))
+	return metricstest.Sum(t, e.metrics.TimeToFirstToken, "route", route)
 }

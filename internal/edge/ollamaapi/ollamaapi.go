@@ -124,6 +124,10 @@ type Tunnel interface {
 	// Close releases the tunnel, cancelling it if it has not ended. Safe
 	// to call more than once.
 	Close()
+	// CountUsage counts the tokens the answer reported in its final line
+	// (metrics by model, principal and Node); called at most once, after
+	// Read returned io.EOF.
+	CountUsage(prompt, completion int64)
 }
 
 // Causes the handler cancels tunnels with; they are also what
@@ -237,9 +241,10 @@ func (h *handler) authenticate(w http.ResponseWriter, r *http.Request, route str
 	return auth.Principal{}, false
 }
 
-// count adds one request to metrics.Requests.
+// count adds one request that names no model (a listing, or one refused
+// before it was read) to metrics.Requests.
 func (h *handler) count(route, outcome string) {
 	if h.metrics != nil {
-		h.metrics.Requests.WithLabelValues(route, outcome).Inc()
+		h.metrics.Requests.WithLabelValues(route, "", "", outcome).Inc()
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -360,3 +361,28 @@ type flushCounter struct {
 }
 
 func (f *flushCounter) Flush() { f.flushes++; f.ResponseRecorder.Flush() }
+
+// A streamed answer's tokens, from its final line, are counted once it
+// completed; the request is counted by its model and principal. An answer
+// cut short has no final line and counts no tokens.
+func TestTunnelCountsTheFinalLinesTokens(t *testing.T) {
+	f := &fakeRunner{pieces: []piece{line(`{"message":{"content":"Hi"},"done":false}`),
+		line(`{"done":true,"done_reason":"stop","prompt_eval_count":11,"eval_count":2}`)}}
+	e := newEnv(t, f)
+	if w := e.do(req(http.MethodPost, "/api/chat", chatBody)); w.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if got := f.tunnel(t).counted(); len(got) != 1 || got[0] != [2]int64{11, 2} {
+		t.Errorf("CountUsage calls %v, want one with 11 prompt and 2 completion tokens", got)
+	}
+	if got := metricstest.Sum(t, e.metrics.Requests, "route", routeChat, "model", "m1", "principal", "tester", "outcome", "ok"); got != 1 {
+		t.Errorf("requests by route, model, principal and outcome: %v, want 1", got)
+	}
+
+	cut := &fakeRunner{pieces: []piece{line(`{"message":{"content":"Hi"},"done":false}`)}}
+	e = newEnv(t, cut)
+	e.do(req(http.MethodPost, "/api/chat", chatBody))
+	if got := cut.tunnel(t).counted(); len(got) != 0 {
+		t.Errorf("an answer without its final line counted tokens: %v", got)
+	}
+}

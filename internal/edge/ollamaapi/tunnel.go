@@ -210,7 +210,11 @@ func (x *exchange) relay(t Tunnel) *apiError {
 		}
 		var e *apiError
 		if errors.Is(err, io.EOF) {
-			e = x.incomplete()
+			if e = x.incomplete(); e == nil && x.lines != nil {
+				if prompt, completion, ok := x.lines.usage(); ok {
+					t.CountUsage(prompt, completion)
+				}
+			}
 		} else {
 			e = relayError(err, x.Why())
 		}
@@ -299,9 +303,7 @@ func (x *exchange) begin() {
 	}
 	x.status = int(head.GetStatus())
 	x.W.WriteHeader(x.status)
-	if m := x.h.metrics; m != nil {
-		m.TimeToFirstToken.WithLabelValues(x.Route).Observe(time.Since(x.Arrived).Seconds())
-	}
+	x.FirstByte()
 }
 
 // tunnelRequest is what goes to the provider: the method, path and query

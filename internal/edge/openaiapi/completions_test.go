@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -37,7 +38,7 @@ func TestACompletionRunsAsARawCompletion(t *testing.T) {
 	if o.GetMaxTokens() != 8 || o.GetTemperature() != 0.2 || len(o.GetStop()) != 1 || string(o.GetExtraJson()) != `{"best_of":2,"user":"u1"}` {
 		t.Errorf("options %v", o)
 	}
-	if got := value(t, e.metrics.Requests.WithLabelValues(routeCompletions, "ok")); got != 1 {
+	if got := metricstest.Sum(t, e.metrics.Requests, "route", routeCompletions, "outcome", "ok"); got != 1 {
 		t.Errorf("requests{openai_completions,ok} = %v", got)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/gateway"
 	"github.com/iop-dev/iop/internal/edge/metrics"
+	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -78,7 +79,7 @@ func TestEmbeddingsAnswerOpenAIsList(t *testing.T) {
 	if strings.Join(req.GetInputs(), ",") != "a,b" || req.GetDimensions() != 2 || string(req.GetExtraJson()) != `{"user":"u1"}` {
 		t.Errorf("request %v", req)
 	}
-	if got := value(t, m.Requests.WithLabelValues(routeEmbeddings, "ok")); got != 1 {
+	if got := metricstest.Sum(t, m.Requests, "route", routeEmbeddings, "outcome", "ok"); got != 1 {
 		t.Errorf("requests{openai_embeddings,ok} = %v", got)
 	}
 	// A string is one input.

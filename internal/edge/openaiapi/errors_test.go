@@ -13,6 +13,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/internal/edge/nodes"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/internal/yamlconf"
@@ -124,7 +125,7 @@ func TestAuthFailuresAre401InvalidAPIKey(t *testing.T) {
 			if w.Header().Get("WWW-Authenticate") == "" {
 				t.Error("no WWW-Authenticate")
 			}
-			if got := value(t, e.metrics.Requests.WithLabelValues(tt.route, "unauthenticated")); got != 1 {
+			if got := metricstest.Sum(t, e.metrics.Requests, "route", tt.route, "outcome", "unauthenticated"); got != 1 {
 				t.Errorf("requests{%s,unauthenticated} = %v", tt.route, got)
 			}
 			if len(e.runner.reqs) != 0 {
@@ -179,7 +180,7 @@ func TestModelsListsWhatThePrincipalMayUse(t *testing.T) {
 	if w = get("/v1/audio/speech"); w.Code != http.StatusNotFound || codeOf(apiErrorOf(t, w.Body.String())) != "unknown_url" {
 		t.Errorf("unknown route: %d %s", w.Code, w.Body)
 	}
-	if got := value(t, e.metrics.Requests.WithLabelValues(routeModels, "ok")); got != 2 {
+	if got := metricstest.Sum(t, e.metrics.Requests, "route", routeModels, "outcome", "ok"); got != 2 {
 		t.Errorf("requests{openai_models,ok} = %v", got)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/gateway"
 	"github.com/iop-dev/iop/internal/edge/metrics"
+	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -343,7 +344,7 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 
 // requests is metrics.Requests for the chat route and outcome.
 func (e *env) requests(t *testing.T, outcome string) float64 {
-	return value(t, e.metrics.Requests.WithLabelValues(routeChat, outcome))
+	return metricstest.Sum(t, e.metrics.Requests, "route", routeChat, "outcome", outcome)
 }
 
 // cancellations is metrics.Cancellations for cause.
@@ -358,5 +359,5 @@ func (e *env) activeRuns(t *testing.T) float64 {
 
 // ttftCount is how many times to first token were observed.
 func (e *env) ttftCount(t *testing.T) float64 {
-	return value(t, e.metrics.TimeToFirstToken.WithLabelValues(routeChat).(prometheus.Metric))
+	return metricstest.Sum(t, e.metrics.TimeToFirstToken, "route", routeChat)
 }

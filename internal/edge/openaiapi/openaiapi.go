@@ -163,10 +163,11 @@ func (h *handler) authenticate(w http.ResponseWriter, r *http.Request, route str
 	return auth.Principal{}, false
 }
 
-// count adds one request to metrics.Requests.
+// count adds one request that names no model (a listing, or one refused
+// before it was read) to metrics.Requests.
 func (h *handler) count(route, outcome string) {
 	if h.metrics != nil {
-		h.metrics.Requests.WithLabelValues(route, outcome).Inc()
+		h.metrics.Requests.WithLabelValues(route, "", "", outcome).Inc()
 	}
 }
 

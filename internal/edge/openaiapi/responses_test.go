@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -101,7 +102,7 @@ func responseOf(t *testing.T, data string, nested bool) responseObject {
 }
 
 func (e *env) respRequests(t *testing.T, outcome string) float64 {
-	return value(t, e.metrics.Requests.WithLabelValues(routeResponses, outcome))
+	return metricstest.Sum(t, e.metrics.Requests, "route", routeResponses, "outcome", outcome)
 }
 
 // P2, R2: a run's events stream as the Responses API's documented events,
@@ -156,7 +157,7 @@ func TestResponsesStreamIsTheDocumentedEventSequence(t *testing.T) {
 		done.Usage.OutputTokens != 4 || done.Usage.TotalTokens != 7 || done.CompletedAt == nil {
 		t.Errorf("response.completed: %s", evs[len(evs)-1].data)
 	}
-	if e.respRequests(t, "ok") != 1 || value(t, e.metrics.Requests.WithLabelValues(routeChat, "ok")) != 0 {
+	if e.respRequests(t, "ok") != 1 || metricstest.Sum(t, e.metrics.Requests, "route", routeChat, "outcome", "ok") != 0 {
 		t.Error("the request was not counted under openai_responses")
 	}
 }
