@@ -21,12 +21,13 @@ type Liveness struct {
 	ResponseWait time.Duration
 }
 
-// DefaultLiveness is the profile both daemons always run: a 30 s interval and
-// a 45 s response wait.
+// DefaultLiveness is the profile both daemons run: a 30 s interval and a
+// 45 s response wait.
 var DefaultLiveness = Liveness{Interval: 30 * time.Second, ResponseWait: 45 * time.Second}
 
 // Scaled divides both durations by div, for tests that cannot use a fake
-// clock (real sockets). Daemons never scale.
+// clock (real sockets). Daemons scale only under edged's hidden
+// --test-liveness-divisor, for tests of the real binary.
 func (l Liveness) Scaled(div int) Liveness {
 	if div <= 1 {
 		return l

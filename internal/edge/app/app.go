@@ -30,6 +30,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/live"
 	"github.com/iop-dev/iop/internal/edge/metrics"
 	"github.com/iop-dev/iop/internal/edge/nodes"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
@@ -37,6 +38,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/openaiapi"
 	"github.com/iop-dev/iop/internal/edge/resetkey"
 	"github.com/iop-dev/iop/internal/edge/sched"
+	"github.com/iop-dev/iop/internal/edge/statuspage"
 	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/pki"
@@ -45,9 +47,10 @@ import (
 // StopTimeout bounds a stop: draining Nodes' work and closing listeners.
 const StopTimeout = 30 * time.Second
 
-// Run runs the Edge of cfg until SIGINT or SIGTERM.
-func Run(cfg *edgeconfig.Config) error {
-	a, err := Start(cfg)
+// Run runs the Edge of cfg, with extra options (ScaledLiveness), until
+// SIGINT or SIGTERM.
+func Run(cfg *edgeconfig.Config, extra ...fx.Option) error {
+	a, err := Start(cfg, extra...)
 	if err != nil {
 		return err
 	}
@@ -99,9 +102,9 @@ func (e *Edge) Stop() error {
 // Module is the Edge's dependency graph.
 func Module(cfg *edgeconfig.Config) fx.Option {
 	return fx.Options(
-		fx.Supply(cfg),
+		fx.Supply(cfg, quicwire.DefaultLiveness),
 		fx.Provide(newLogger, newRegistry, newEdgeTLS, newQUICListener, newCredentials, newLeases, newTransport, newScheduler, newMetrics,
-			newRefusals, newDoor, newAuthenticator, newGateway, newHTTPServer),
+			newRefusals, newDoor, newAuthenticator, newLive, newGateway, newHTTPServer),
 		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: log}
 			// fx's own events are debugging detail; a failed start is
@@ -112,6 +115,14 @@ func Module(cfg *edgeconfig.Config) fx.Option {
 		}),
 		fx.Invoke(serveTransport, runScheduler, serveHTTP),
 	)
+}
+
+// ScaledLiveness divides the Edge's liveness profile (R8: a 30 s heartbeat
+// interval and a 45 s response wait) by div, for tests of the real daemon
+// over real sockets, which cannot wait a minute for a fence: `edged run`
+// has it as a hidden flag. Never for production.
+func ScaledLiveness(div int) fx.Option {
+	return fx.Replace(quicwire.DefaultLiveness.Scaled(div))
 }
 
 func newLogger(cfg *edgeconfig.Config) *slog.Logger {
@@ -162,7 +173,7 @@ func newEdgeTLS(cfg *edgeconfig.Config, log *slog.Logger, refused *frontdoor.Ref
 // a taken port fails the start and the bound address is known. Its
 // transport has the Edge's stateless reset key (see internal/edge/resetkey), so
 // that after a restart Nodes learn at once that their connections are gone.
-func newQUICListener(lc fx.Lifecycle, cfg *edgeconfig.Config, tlsConf *tls.Config, log *slog.Logger) (*quic.Listener, error) {
+func newQUICListener(lc fx.Lifecycle, cfg *edgeconfig.Config, liveness quicwire.Liveness, tlsConf *tls.Config, log *slog.Logger) (*quic.Listener, error) {
 	var identityKey crypto.PrivateKey
 	if cfg.Identity.Mode == yamlconf.ModeMTLS && len(tlsConf.Certificates) > 0 {
 		identityKey = tlsConf.Certificates[0].PrivateKey
@@ -180,7 +191,7 @@ func newQUICListener(lc fx.Lifecycle, cfg *edgeconfig.Config, tlsConf *tls.Confi
 		return nil, fmt.Errorf("listen.quic %s: %w", cfg.Listen.QUIC, err)
 	}
 	tr := quicwire.EdgeTransport(quicwire.UnreachableIsLoss(udp), key)
-	ln, err := tr.Listen(tlsConf, quicwire.EdgeQUICConfig(quicwire.DefaultLiveness))
+	ln, err := tr.Listen(tlsConf, quicwire.EdgeQUICConfig(liveness))
 	if err != nil {
 		tr.Close()
 		udp.Close()
@@ -213,10 +224,11 @@ func newLeases(store *credentials.Store) (*gateway.Leases, error) {
 	return gateway.NewLeases(store, key), nil
 }
 
-func newTransport(cfg *edgeconfig.Config, reg *nodes.Registry, store *credentials.Store, leases *gateway.Leases, refused *frontdoor.Refusals, log *slog.Logger) *nodeserver.Server {
+func newTransport(cfg *edgeconfig.Config, liveness quicwire.Liveness, reg *nodes.Registry, store *credentials.Store, leases *gateway.Leases,
+	refused *frontdoor.Refusals, log *slog.Logger) *nodeserver.Server {
 	return nodeserver.NewServer(nodeserver.Options{
 		EdgeID:          cfg.EdgeID,
-		Liveness:        quicwire.DefaultLiveness,
+		Liveness:        liveness,
 		Managed:         cfg.Identity.Mode == yamlconf.ModeMTLS,
 		TrustDomain:     cfg.Identity.TrustDomain,
 		LeaseSigningKey: leases.PublicKey(),
@@ -271,6 +283,9 @@ func newMetrics(reg *nodes.Registry, s *sched.Scheduler) *metrics.Metrics {
 	return metrics.New(reg, s.Depths)
 }
 
+// newLive is the tracker of the work in flight, for the status page.
+func newLive() *live.Tracker { return live.New(live.Options{}) }
+
 func newAuthenticator(cfg *edgeconfig.Config, log *slog.Logger) (*auth.Authenticator, error) {
 	a, err := auth.New(cfg)
 	if err != nil {
@@ -297,13 +312,16 @@ type HTTPServer struct {
 }
 
 // newHTTPServer mounts everything the Edge serves over HTTP on one
-// listener: the client APIs, the admin and health endpoints, the metrics.
-// The admin reads and /metrics follow api.admin_reads.
+// listener: the client APIs, the admin and health endpoints, the metrics,
+// the status page. The admin reads and /metrics follow api.admin_reads;
+// the status page holds no data (its data are the admin reads), so it is
+// served to anyone.
 func newHTTPServer(cfg *edgeconfig.Config, reg *nodes.Registry, s *sched.Scheduler, m *metrics.Metrics, door *frontdoor.Door,
-	g *gateway.Gateway, authn *auth.Authenticator, store *credentials.Store, log *slog.Logger) *HTTPServer {
+	g *gateway.Gateway, authn *auth.Authenticator, store *credentials.Store, runs *live.Tracker, log *slog.Logger) *HTTPServer {
 	h := &HTTPServer{addr: cfg.Listen.HTTP, door: door}
 	access := adminapi.Options{Authenticator: authn, Logger: log, OpenReads: cfg.AdminReadsOpen(),
-		Credentials: store, Queues: func() any { return s.Snapshot() }}
+		Credentials: store, Queues: func() any { return s.Snapshot() },
+		Models: func() any { return s.Models() }, Load: s.InFlight, Runs: runs}
 	admin := adminapi.Handler(reg, func() error {
 		if !h.serving.Load() {
 			return errors.New("starting")
@@ -315,6 +333,9 @@ func newHTTPServer(cfg *edgeconfig.Config, reg *nodes.Registry, s *sched.Schedul
 	mux.Handle("/healthz", admin)
 	mux.Handle("/readyz", admin)
 	mux.Handle("GET /metrics", adminapi.ReadAccess(m.Handler(), access))
+	page := statuspage.Handler()
+	mux.Handle(statuspage.Path, page)
+	mux.Handle(statuspage.Path+"/", page)
 	openai := openaiapi.Handler(openaiapi.FromGateway(g, reg), authn, m, log, door)
 	mux.Handle("/v1/", openai)
 	// Anthropic's Messages API; its clients list models at OpenAI's path,
