@@ -297,8 +297,9 @@ func newAuthenticator(cfg *edgeconfig.Config, log *slog.Logger) (*auth.Authentic
 	return a, nil
 }
 
-func newGateway(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, m *metrics.Metrics, leases *gateway.Leases, log *slog.Logger) *gateway.Gateway {
-	return gateway.New(cfg, s, srv, gateway.Options{Metrics: m, Leases: leases, Logger: log})
+func newGateway(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, m *metrics.Metrics, leases *gateway.Leases, runs *live.Tracker,
+	log *slog.Logger) *gateway.Gateway {
+	return gateway.New(cfg, s, srv, gateway.Options{Metrics: m, Leases: leases, Live: runs, Logger: log})
 }
 
 // HTTPServer is the Edge's HTTP listener and whether it is serving.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/live"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -45,16 +46,18 @@ type Embedding struct {
 // terminal to answer with: a refusal, an unknown or unsupported model, a
 // cancel or the deadline (context.Cause), every candidate failing;
 // otherwise the Embedding's Terminal says how it ended.
-func (g *Gateway) Embed(ctx context.Context, p auth.Principal, model string, req *wirepb.EmbedRequest, admitted, progress func()) (*Embedding, error) {
+func (g *Gateway) Embed(ctx context.Context, p auth.Principal, model string, req *wirepb.EmbedRequest, admitted, progress func()) (res *Embedding, err error) {
 	plan, err := g.Resolve(p, model, "")
 	if err != nil {
 		return nil, err
 	}
 	plan.Needs = CapEmbed
 	e := &Embedding{ID: g.NewID("emb"), Plan: plan}
+	tracked := g.track(ctx, live.Embed, e.ID, p, plan)
 	deadline := time.Now().Add(time.Duration(plan.Profile.Deadline))
 	ctx, stop := context.WithDeadline(ctx, deadline)
 	defer stop()
+	defer func() { tracked.End(embedReason(res, err, context.Cause(ctx), plan.Model)) }()
 	base := proto.CloneOf(req)
 	base.EmbedId = e.ID
 	base.DeadlineUnixMs = deadline.UnixMilli()
@@ -65,6 +68,7 @@ func (g *Gateway) Embed(ctx context.Context, p auth.Principal, model string, req
 	stallRetried := false
 	holdOffs := 0
 	for attempt := 0; attempt < MaxAttempts; attempt++ {
+		tracked.Queued()
 		slot, err := g.acquire(ctx, e.ID, plan, tried)
 		if err != nil {
 			if lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
@@ -84,6 +88,7 @@ func (g *Gateway) Embed(ctx context.Context, p auth.Principal, model string, req
 			slot.Release()
 			return nil, err // no other credential, no other way (S4)
 		}
+		tracked.Dispatched(c.NodeID, c.Provider, c.Target)
 		var es *nodeserver.EmbedStream
 		if es, err = g.srv.Embed(ctx, c.NodeID, call); err == nil {
 			unwatch := slot.Conn().AfterSuspect(func() { es.Abandon(nodeSuspect(c.NodeID)) })

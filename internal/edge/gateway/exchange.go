@@ -81,9 +81,10 @@ func NewExchange(w http.ResponseWriter, r *http.Request, route string, m *metric
 
 // Begin starts the request's timers for a profile whose client idle
 // timeout is idleAfter (the idle timer waits for Admitted), and returns the
-// request's context, for StartRun or StartTunnel. End releases them.
+// request's context, for StartRun or StartTunnel (it carries x, for the
+// live tracker: live.go). End releases them.
 func (x *Exchange) Begin(idleAfter time.Duration) context.Context {
-	x.ctx, x.cancel = context.WithCancelCause(context.WithoutCancel(x.R.Context()))
+	x.ctx, x.cancel = context.WithCancelCause(withExchange(context.WithoutCancel(x.R.Context()), x))
 	x.stopGone = context.AfterFunc(x.R.Context(), func() { x.Stop(ErrClientGone) })
 	x.idle = frontdoor.NewIdleTimer(idleAfter, func() { x.Stop(ErrIdleTimeout) })
 	x.wd = frontdoor.NewWriteDeadline(x.W, idleAfter)

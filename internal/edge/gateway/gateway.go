@@ -18,6 +18,7 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/edge/live"
 	"github.com/iop-dev/iop/internal/edge/metrics"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
@@ -38,6 +39,7 @@ type Gateway struct {
 	ids     atomic.Uint64
 	prefix  string
 	leases  *Leases
+	live    *live.Tracker
 }
 
 // Options are the optional parts of a Gateway.
@@ -50,6 +52,9 @@ type Options struct {
 	Leases *Leases
 	// Logger logs failovers; nil logs nothing.
 	Logger *slog.Logger
+	// Live tracks the work in flight and how it ended, for the status
+	// page (live.go); nil tracks nothing.
+	Live *live.Tracker
 }
 
 // New returns a gateway that schedules with s and dispatches through srv.
@@ -58,7 +63,7 @@ func New(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, opt
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Gateway{cfg: cfg, sched: s, srv: srv, metrics: opts.Metrics, leases: opts.Leases, log: log,
+	return &Gateway{cfg: cfg, sched: s, srv: srv, metrics: opts.Metrics, leases: opts.Leases, log: log, live: opts.Live,
 		prefix: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)}
 }
 

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/live"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire"
@@ -36,6 +37,8 @@ type Run struct {
 	stallRetried bool
 	admitted     func() // called at the first slot, then nil
 	meter        usageMeter
+	live         *live.Entry // the status page's view of the run (live.go)
+	streaming    bool        // live has seen the first output
 }
 
 // StartRun resolves model for principal p, then dispatches req, moving to
@@ -62,7 +65,9 @@ func (g *Gateway) StartRun(ctx context.Context, p auth.Principal, model string, 
 	r.req.RunId = r.ID
 	r.req.DeadlineUnixMs = deadline.UnixMilli()
 	r.req.ResponseStallTimeoutMs = time.Duration(plan.Profile.ResponseStallTimeout).Milliseconds()
+	r.live = g.track(ctx, live.Run, r.ID, p, plan)
 	if err := r.start(); err != nil {
+		r.live.End(startReason(err, context.Cause(ctx), plan.Model))
 		r.stop()
 		r.cancel(err)
 		return nil, err
@@ -77,6 +82,7 @@ func (r *Run) start() error {
 	var lastErr error
 	holdOffs := 0
 	for attempt := 0; attempt < MaxAttempts; attempt++ {
+		r.live.Queued()
 		slot, err := r.g.acquire(r.ctx, r.ID, r.Plan, tried)
 		if err != nil {
 			if lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
@@ -97,6 +103,7 @@ func (r *Run) start() error {
 			slot.Release()
 			return err // no other credential, no other way (S4)
 		}
+		r.live.Dispatched(c.NodeID, c.Provider, c.Target)
 		rs, err := r.g.srv.Run(r.ctx, c.NodeID, req)
 		if err == nil {
 			// A Node that turns suspect while the run has produced
@@ -259,6 +266,7 @@ func (r *Run) Next() (*wirepb.RunEvent, error) {
 		r.g.countStall(ev.GetStall())
 	}
 	r.meter.see(ev)
+	r.see(ev)
 	if IsTerminal(ev) {
 		r.done = true
 		r.meter.end(r.slot.Candidate.NodeID, ev.GetType() == wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED)
@@ -294,6 +302,7 @@ func (r *Run) Close() {
 		r.done = true
 		r.rs.Close()
 		r.meter.end(r.slot.Candidate.NodeID, false) // what was reported before the client left
+		r.live.End(closedReason(context.Cause(r.ctx)))
 	}
 	r.release()
 	r.stop()

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/live"
 	"github.com/iop-dev/iop/internal/edge/nodes"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
@@ -34,6 +35,10 @@ type Tunnel struct {
 	g      *Gateway
 	ended  bool // Read returned its final error
 	meter  usageMeter
+	// live is the status page's view of the tunnel (live.go); streaming:
+	// it has seen the first byte of the body.
+	live      *live.Entry
+	streaming bool
 }
 
 // TunnelBody makes a tunnel's request body for one candidate, given its
@@ -54,12 +59,18 @@ type TunnelBody func(target string) ([]byte, error)
 // admitted, if not nil, is called once, on this goroutine, when the request
 // first gets a slot: its queue wait, which the queue timeout alone bounds
 // (S5), is over.
-func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adapter string, req *wirepb.TunnelRequest, body TunnelBody, admitted func()) (*Tunnel, error) {
+func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adapter string, req *wirepb.TunnelRequest, body TunnelBody, admitted func()) (_ *Tunnel, err error) {
 	plan, err := g.Resolve(p, model, adapter)
 	if err != nil {
 		return nil, err
 	}
 	t := &Tunnel{ID: g.NewID("tun"), Plan: plan, g: g, meter: usageMeter{g: g, model: plan.Model, principal: p.Name}}
+	t.live = g.track(ctx, live.Tunnel, t.ID, p, plan)
+	defer func() {
+		if err != nil {
+			t.live.End(startReason(err, context.Cause(ctx), plan.Model))
+		}
+	}()
 	t.ctx, t.cancel = context.WithCancelCause(ctx)
 	deadline := time.Now().Add(time.Duration(plan.Profile.Deadline))
 	t.ctx, t.stop = context.WithDeadline(t.ctx, deadline)
@@ -73,6 +84,7 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 	stallRetried := false
 	holdOffs := 0
 	for attempt := 0; attempt < MaxAttempts; attempt++ {
+		t.live.Queued()
 		slot, err := g.acquire(t.ctx, t.ID, plan, tried)
 		if err != nil {
 			if lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
@@ -101,6 +113,7 @@ func (g *Gateway) StartTunnel(ctx context.Context, p auth.Principal, model, adap
 			t.Close()
 			return nil, err // no other credential, no other way (S4)
 		}
+		t.live.Dispatched(c.NodeID, c.Provider, c.Target)
 		ts, err := g.srv.Tunnel(t.ctx, c.NodeID, r, bytes.NewReader(b))
 		if err == nil {
 			// A Node that turns suspect before the head gives the tunnel
@@ -189,10 +202,12 @@ func (t *Tunnel) Read(p []byte) (int, error) {
 	n, err := t.ts.Read(p)
 	if n > 0 {
 		t.meter.output()
+		t.out(p[:n])
 	}
 	var te *nodeserver.TunnelError
 	if err != nil && !t.ended {
 		t.ended = true
+		t.end(err)
 		if errors.As(err, &te) {
 			t.g.countStall(te.Stall)
 		}
@@ -222,6 +237,9 @@ func (t *Tunnel) Context() context.Context { return t.ctx }
 
 // Close releases everything the tunnel holds; safe to call more than once.
 func (t *Tunnel) Close() {
+	if t.head != nil {
+		t.live.End(closedReason(context.Cause(t.ctx))) // unless its end was read
+	}
 	if t.ts != nil {
 		t.ts.Close()
 	}
