@@ -22,6 +22,7 @@ import (
 	"github.com/iop-dev/iop/internal/node/edgeclient"
 	"github.com/iop-dev/iop/internal/node/leasekey"
 	"github.com/iop-dev/iop/internal/node/nodeconfig"
+	"github.com/iop-dev/iop/internal/node/nodemetrics"
 	"github.com/iop-dev/iop/internal/pluginhost"
 	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/plugins/builtin"
@@ -53,6 +54,7 @@ type Agent struct {
 	client    *edgeclient.Client
 	key       *leasekey.Key
 	providers *bridge.Set
+	metrics   *nodemetrics.Metrics
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -93,6 +95,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 	stall := bridge.Liveness{CloseGrace: time.Duration(cfg.Stall.CloseGrace), ProbeTimeout: time.Duration(cfg.Stall.ProbeTimeout)}
 	sup.ProbeTimeout = stall.ProbeTimeout
 	a := &Agent{cfg: cfg, log: opts.Logger, key: key, providers: bridge.NewSet()}
+	a.metrics = nodemetrics.New(nodemetrics.Options{Providers: a.providerStates, Edge: func() edgeclient.Status { return a.client.Status() }})
 	for _, p := range cfg.Providers {
 		launch, err := launcher(p, opts.Self, opts.Logger)
 		if err != nil {
@@ -105,6 +108,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 		a.providers.Add(bridge.NewProvider(bridge.ProviderConfig{
 			Name: p.Name, Adapter: p.Adapter, Targets: p.Targets, Capacity: p.Capacity, Config: sdk.Config(conf), Launch: launch,
 			RelistInterval: time.Duration(p.RelistInterval), // 0 (a config built in code) is the runtime's default
+			Metrics:        a.metrics,
 		}, sup, opts.Logger, a.providers.Notify))
 	}
 	a.client, err = edgeclient.New(edgeclient.Options{
@@ -120,9 +124,10 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 		Providers:      a.providers,
 		Leases:         leases,
 		Handler: bridge.NewHandler(a.providers, opts.Logger, bridge.HandlerOptions{
-			Status: func() edgeclient.Status { return a.client.Status() },
-			Stall:  stall,
-			Leases: leases,
+			Status:  func() edgeclient.Status { return a.client.Status() },
+			Stall:   stall,
+			Leases:  leases,
+			Metrics: a.metrics,
 		}),
 		Logger: opts.Logger,
 	})
@@ -176,6 +181,20 @@ func (a *Agent) Providers() *bridge.Set { return a.providers }
 
 // Client is the transport client, for status.
 func (a *Agent) Client() *edgeclient.Client { return a.client }
+
+// Metrics are the Node's metrics, which HealthHandler serves at /metrics.
+func (a *Agent) Metrics() *nodemetrics.Metrics { return a.metrics }
+
+// providerStates is what a scrape reads of the providers.
+func (a *Agent) providerStates() []nodemetrics.ProviderState {
+	ps := a.providers.Providers()
+	out := make([]nodemetrics.ProviderState, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, nodemetrics.ProviderState{Name: p.Name(), Online: p.Online(), InUse: p.InUse(),
+			Capacity: p.Capacity(), Circuit: p.Circuit()})
+	}
+	return out
+}
 
 // Start connects to the Edge in the background; the connection is kept up
 // (reconnecting with backoff) until Stop.

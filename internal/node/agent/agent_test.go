@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -58,5 +59,34 @@ func TestManagedNodeChecksItsIdentityFiles(t *testing.T) {
 func TestRelistIntervalDefaultsAgree(t *testing.T) {
 	if nodeconfig.DefaultRelistInterval != bridge.DefaultRelistInterval {
 		t.Errorf("nodeconfig.DefaultRelistInterval %v, bridge.DefaultRelistInterval %v", nodeconfig.DefaultRelistInterval, bridge.DefaultRelistInterval)
+	}
+}
+
+// The health listener serves the Node's metrics: its providers from the
+// config, with their counters at zero before any work.
+func TestHealthHandlerServesTheNodesMetrics(t *testing.T) {
+	cfg := loopbackConfig()
+	cfg.Providers = []nodeconfig.Provider{{Name: "sim", Adapter: "simulator", Targets: []string{"sim-small"}, Capacity: 2}}
+	a, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	a.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("GET /metrics: %d", rec.Code)
+	}
+	for _, want := range []string{
+		`iop_node_provider_capacity{provider="sim"} 2`,
+		`iop_node_provider_online{provider="sim"} 0`,
+		`iop_node_provider_slots_in_use{provider="sim"} 0`,
+		`iop_node_plugin_circuit{provider="sim",state="closed"} 1`,
+		`iop_node_calls_total{kind="run",outcome="completed",provider="sim"} 0`,
+		`iop_node_edge_connections_total 0`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, rec.Body)
+		}
 	}
 }

@@ -6,12 +6,14 @@ import (
 )
 
 // HealthHandler serves the Node's own probes, for container health checks
-// and orchestrators:
+// and orchestrators, and its metrics, for Prometheus:
 //
 //	GET /healthz  200 while the process runs
 //	GET /readyz   200 when registered and ready at the Edge, else 503 and why
+//	GET /metrics  the Node's metrics (nodemetrics)
 func (a *Agent) HealthHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.metrics.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusOK, "ok", "")
 	})

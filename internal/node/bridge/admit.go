@@ -15,6 +15,8 @@ import (
 // admission is what a provider call (a run, a tunnel or an embedding
 // call) asks of admit.
 type admission struct {
+	// kind is what the call counts as in metrics: nodemetrics.Run, ...
+	kind                      string
 	stallMs                   int64
 	provider, adapter, target string
 	// capability, if not "", must be one the serving plugin reports.
@@ -45,16 +47,22 @@ type admitted struct {
 // another adapter build), and last the lease (R11: opened after admission,
 // immediately before the provider call; a refusal makes no call and tries
 // no other credential, S4). A refusal is the failure the call ends with;
-// nothing is held then.
+// nothing is held then, and the refusal is counted (on the provider, once
+// it is known).
 func (h *Handler) admit(sess *quicwire.Session, a admission) (*admitted, *wirepb.Failure) {
+	var prov *Provider
+	refused := func(f *wirepb.Failure) (*admitted, *wirepb.Failure) {
+		h.ended(a.kind, prov, refusedOutcome(f))
+		return nil, f
+	}
 	refuse := func(kind wirepb.FailureKind, format string, args ...any) (*admitted, *wirepb.Failure) {
-		return nil, &wirepb.Failure{Kind: kind, Message: fmt.Sprintf(format, args...)}
+		return refused(&wirepb.Failure{Kind: kind, Message: fmt.Sprintf(format, args...)})
 	}
 	stall, err := StallTimeout(a.stallMs)
 	if err != nil {
 		return refuse(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, "%v", err)
 	}
-	prov, err := h.set.Lookup(a.provider, a.adapter, a.target)
+	prov, err = h.set.Lookup(a.provider, a.adapter, a.target)
 	if err != nil {
 		return refuse(wirepb.FailureKind_FAILURE_KIND_MODEL_NOT_FOUND, "%v", err)
 	}
@@ -80,10 +88,10 @@ func (h *Handler) admit(sess *quicwire.Session, a admission) (*admitted, *wirepb
 		release()
 		return refuse(wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED, "provider %s (adapter %s) does not %s", prov.Name(), prov.cfg.Adapter, capabilityWork(a.capability))
 	}
-	cred, refused := h.openLease(sess, a.sealed, a.binding, prov.Name(), a.target)
-	if refused != nil {
+	cred, rejected := h.openLease(sess, a.sealed, a.binding, prov.Name(), a.target)
+	if rejected != nil {
 		release()
-		return nil, refused
+		return refused(rejected)
 	}
 	return &admitted{prov: prov, plugin: plugin, release: release, cred: cred, stall: stall, route: route}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iop-dev/iop/internal/node/nodemetrics"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
@@ -88,10 +89,12 @@ func (h *Handler) serveEmbed(ctx context.Context, sess *quicwire.Session, req *w
 	out := &embedOut{st: st}
 	log := h.log.With("embed_id", req.GetEmbedId(), "target", req.GetTarget(), "inputs", len(req.GetInputs()))
 	if err := checkEmbedRequest(req); err != nil {
-		out.finish(failedOutcome(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, "%v", err).RunEvent())
+		o := failedOutcome(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, "%v", err)
+		out.finish(o.RunEvent())
+		h.ended(nodemetrics.Embed, nil, o)
 		return
 	}
-	a, refused := h.admit(sess, admission{stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(), adapter: req.GetAdapter(),
+	a, refused := h.admit(sess, admission{kind: nodemetrics.Embed, stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(), adapter: req.GetAdapter(),
 		target: req.GetTarget(), capability: sdk.CapEmbed, sealed: req.GetSealedLease(), binding: req.GetBinding()})
 	if refused != nil {
 		out.finish(refusedOutcome(refused).RunEvent())
@@ -109,4 +112,5 @@ func (h *Handler) serveEmbed(ctx context.Context, sess *quicwire.Session, req *w
 	if term := o.RunEvent(); out.finish(term) {
 		log.Info("embedding call ended", "outcome", o.Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
 	}
+	h.ended(nodemetrics.Embed, a.prov, o)
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 
 	"github.com/iop-dev/iop/internal/node/edgeclient"
+	"github.com/iop-dev/iop/internal/node/nodemetrics"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/lease"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -22,6 +23,10 @@ type Handler struct {
 	status func() edgeclient.Status
 	live   Liveness
 	leases *lease.Opener
+	// metrics counts lease refusals; unnamed, the calls that name no
+	// provider of this Node (each provider counts its own).
+	metrics *nodemetrics.Metrics
+	unnamed *nodemetrics.Provider
 }
 
 // HandlerOptions configure a Handler.
@@ -34,6 +39,10 @@ type HandlerOptions struct {
 	// Leases opens credential leases (R11). Nil refuses every run or
 	// tunnel that carries one.
 	Leases *lease.Opener
+	// Metrics records lease refusals and the calls that name no provider
+	// of this Node; nil records nothing. Each provider records its own
+	// calls (ProviderConfig.Metrics).
+	Metrics *nodemetrics.Metrics
 }
 
 var _ edgeclient.Handler = (*Handler)(nil)
@@ -43,7 +52,8 @@ func NewHandler(set *Set, log *slog.Logger, opts HandlerOptions) *Handler {
 	if opts.Status == nil {
 		opts.Status = func() edgeclient.Status { return edgeclient.Status{} }
 	}
-	return &Handler{set: set, log: log, status: opts.Status, live: opts.Stall, leases: opts.Leases}
+	return &Handler{set: set, log: log, status: opts.Status, live: opts.Stall, leases: opts.Leases,
+		metrics: opts.Metrics, unnamed: opts.Metrics.Provider("")}
 }
 
 // ServeStream implements edgeclient.Handler.

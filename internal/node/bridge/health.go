@@ -14,10 +14,12 @@ import (
 // the Edge keeps such a target out of selection meanwhile.
 const TargetHealthUnavailable = quicwire.TargetHealthUnavailable
 
-// observe records the evidence of a finalized stall on target (R6). Only
-// unavailable evidence changes anything: the target is marked and a
-// recovery prober starts. Available or unknown evidence grants nothing.
+// observe records the evidence of a finalized stall on target (R6), and
+// counts it by its classification. Only unavailable evidence changes
+// anything: the target is marked and a recovery prober starts. Available
+// or unknown evidence grants nothing.
 func (p *Provider) observe(target string, ev Evidence) {
+	p.metrics.Stalled(ev.Classification)
 	if ev.ProviderHealth != HealthUnavailable || target == "" {
 		return
 	}

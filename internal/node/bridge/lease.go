@@ -26,6 +26,7 @@ func (h *Handler) openLease(sess *quicwire.Session, sealed []byte, b *wirepb.Lea
 		return nil, nil
 	}
 	reject := func(reason lease.Reason, detail string) *wirepb.Failure {
+		h.metrics.LeaseRefused(string(reason))
 		return &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_LEASE_REJECTED, Reason: string(reason),
 			Message: fmt.Sprintf("credential lease rejected (%s): %s", reason, detail)}
 	}

@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/iop-dev/iop/internal/node/edgeclient"
+	"github.com/iop-dev/iop/internal/node/nodemetrics"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 )
@@ -30,6 +32,9 @@ type ProviderConfig struct {
 	// RelistInterval is how often discovered targets are listed again; 0
 	// means DefaultRelistInterval. Unused when Targets is set.
 	RelistInterval time.Duration
+	// Metrics records the provider's calls, stalls and plugin restarts;
+	// nil records nothing.
+	Metrics *nodemetrics.Metrics
 }
 
 // Supervision policy: restart with backoff; after BreakerThreshold failures
@@ -91,6 +96,10 @@ type Provider struct {
 	// an adapter that gives a route: its connections stay warm across
 	// plugin restarts. Immutable.
 	relay *http.Client
+	// metrics are the provider's instruments, resolved once; circuit is
+	// its breaker's state (nodemetrics.CircuitClosed, ...), for scrapes.
+	metrics *nodemetrics.Provider
+	circuit atomic.Value
 
 	mu        sync.Mutex
 	state     wirepb.ProviderState
@@ -113,10 +122,11 @@ func NewProvider(cfg ProviderConfig, sup Supervision, log *slog.Logger, changed 
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = 1
 	}
-	return &Provider{
+	p := &Provider{
 		cfg:       cfg,
 		sup:       sup,
 		relay:     newRelayClient(cfg.Capacity),
+		metrics:   cfg.Metrics.Provider(cfg.Name),
 		log:       log.With("provider", cfg.Name, "adapter", cfg.Adapter),
 		slots:     make(chan struct{}, cfg.Capacity),
 		changed:   changed,
@@ -124,6 +134,8 @@ func NewProvider(cfg ProviderConfig, sup Supervision, log *slog.Logger, changed 
 		targets:   slices.Clone(cfg.Targets),
 		attempted: make(chan struct{}),
 	}
+	p.circuit.Store(nodemetrics.CircuitClosed)
+	return p
 }
 
 // Name is the provider's name.
@@ -200,6 +212,23 @@ func (p *Provider) Current() (Plugin, error) {
 // InUse is the number of busy slots.
 func (p *Provider) InUse() int { return len(p.slots) }
 
+// Online reports whether the provider is online: its plugin runs and its
+// model server listed its targets.
+func (p *Provider) Online() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state == wirepb.ProviderState_PROVIDER_STATE_ONLINE
+}
+
+// Capacity is the number of slots.
+func (p *Provider) Capacity() int { return p.cfg.Capacity }
+
+// Circuit is the state of the plugin's circuit breaker:
+// nodemetrics.CircuitClosed, CircuitOpen (cooling down after
+// Supervision.BreakerThreshold failures in a row) or CircuitHalfOpen (the
+// one start attempt after the cooldown).
+func (p *Provider) Circuit() string { return p.circuit.Load().(string) }
+
 func (p *Provider) set(state wirepb.ProviderState, detail string, pl Plugin) {
 	p.mu.Lock()
 	p.state, p.detail, p.plugin = state, detail, pl
@@ -229,7 +258,10 @@ func (p *Provider) Supervise(ctx context.Context) {
 		p.relay.CloseIdleConnections()
 	}()
 	failures := 0
-	for ctx.Err() == nil {
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if attempt > 0 {
+			p.metrics.Restarted()
+		}
 		pl, listErr, err := p.start(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -240,6 +272,7 @@ func (p *Provider) Supervise(ctx context.Context) {
 			p.set(wirepb.ProviderState_PROVIDER_STATE_OFFLINE, "plugin failed to start: "+err.Error(), nil)
 			p.firstAttemptDone()
 		} else {
+			p.circuit.Store(nodemetrics.CircuitClosed) // up: a half-open trial passed
 			began := time.Now()
 			if listErr != nil {
 				p.set(wirepb.ProviderState_PROVIDER_STATE_OFFLINE, unlistedDetail(listErr), pl)
@@ -269,12 +302,14 @@ func (p *Provider) Supervise(ctx context.Context) {
 			detail := fmt.Sprintf("circuit open after %d failures in a row; next attempt in %v", failures, wait)
 			p.log.Error("adapter plugin keeps failing", "failures", failures, "cooldown", wait)
 			p.set(wirepb.ProviderState_PROVIDER_STATE_OFFLINE, detail, nil)
+			p.circuit.Store(nodemetrics.CircuitOpen)
 			failures = p.sup.BreakerThreshold - 1 // half-open: one attempt decides
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
 		}
+		p.circuit.CompareAndSwap(nodemetrics.CircuitOpen, nodemetrics.CircuitHalfOpen)
 	}
 	p.set(wirepb.ProviderState_PROVIDER_STATE_OFFLINE, "node stopping", nil)
 	p.firstAttemptDone()

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/iop-dev/iop/internal/node/nodemetrics"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
@@ -79,7 +80,7 @@ func (h *Handler) serveRun(ctx context.Context, sess *quicwire.Session, req *wir
 	if req.GetCompletion() != nil {
 		capability = sdk.CapComplete // never run as a chat: it has no messages
 	}
-	a, refused := h.admit(sess, admission{stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(), adapter: req.GetAdapter(),
+	a, refused := h.admit(sess, admission{kind: nodemetrics.Run, stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(), adapter: req.GetAdapter(),
 		target: req.GetTarget(), capability: capability, sealed: req.GetSealedLease(), binding: req.GetBinding()})
 	if refused != nil {
 		out.finish(refusedOutcome(refused).RunEvent())
@@ -97,6 +98,7 @@ func (h *Handler) serveRun(ctx context.Context, sess *quicwire.Session, req *wir
 	if term := o.RunEvent(); out.finish(term) {
 		log.Info("run ended", "outcome", o.Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
 	}
+	h.ended(nodemetrics.Run, a.prov, o)
 }
 
 // pluginOutcome is the outcome of a plugin call that returned its own

@@ -128,7 +128,7 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *quicwire.Session, req *
 	out := &tunnelOut{st: st, ended: func() error { return nil }}
 	log := h.log.With("tunnel_id", req.GetTunnelId(), "provider", req.GetProvider(), "target", req.GetTarget())
 
-	a, refused := h.admit(sess, admission{stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(),
+	a, refused := h.admit(sess, admission{kind: tunnelKind(req), stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(),
 		target: req.GetTarget(), capability: sdk.CapTunnel, noSlot: req.GetMetadata(), sealed: req.GetSealedLease(), binding: req.GetBinding()})
 	if refused != nil {
 		out.finish(refusedOutcome(refused).TunnelTerminal())
@@ -185,6 +185,7 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *quicwire.Session, req *
 	})
 	out.finish(o.TunnelTerminal())
 	term := out.claimed()
+	h.ended(tunnelKind(req), a.prov, outcomeOfTunnel(term))
 	attrs := []any{"outcome", outcomeOfTunnel(term).Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start)}
 	select {
 	case err := <-callErr:
