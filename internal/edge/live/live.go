@@ -297,7 +297,8 @@ type View struct {
 	// Tokens is the output so far: tokens of a run (its deltas), lines of
 	// a tunnel's stream.
 	Tokens int64 `json:"tokens"`
-	// TokensPerSecond is Tokens over the time since the first output.
+	// TokensPerSecond is the pace of the output after the first: the
+	// tokens since it over the time since it; absent before a second.
 	TokensPerSecond float64 `json:"tokens_per_second,omitempty"`
 	// PromptTokens and CompletionTokens are the provider's own counts,
 	// once reported.
@@ -324,8 +325,8 @@ func (e *Entry) viewLocked(now time.Time) View {
 		ttft := time.Duration(ns)
 		ms := millis(ttft)
 		v.TTFTMillis = &ms
-		if streamed := now.Sub(e.w.Arrived) - ttft; streamed > 0 && v.Tokens > 0 {
-			v.TokensPerSecond = float64(v.Tokens) / streamed.Seconds()
+		if streamed := now.Sub(e.w.Arrived) - ttft; streamed > 0 && v.Tokens > 1 {
+			v.TokensPerSecond = float64(v.Tokens-1) / streamed.Seconds()
 		}
 	}
 	return v

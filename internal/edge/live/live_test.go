@@ -69,8 +69,8 @@ func TestWorkGoesQueuedPrefillStreamingThenLeavesWithItsReasonCounted(t *testing
 	if v.Phase != Streaming || v.TTFTMillis == nil || *v.TTFTMillis != 3200 || v.Tokens != 10 {
 		t.Errorf("streaming: %+v, want streaming, ttft 3200 ms, 10 tokens", v)
 	}
-	if v.TokensPerSecond != 5 || v.PromptTokens != 12 || v.CompletionTokens != 0 {
-		t.Errorf("rate %v prompt %d completion %d, want 5/s, 12, 0", v.TokensPerSecond, v.PromptTokens, v.CompletionTokens)
+	if v.TokensPerSecond != 4.5 || v.PromptTokens != 12 || v.CompletionTokens != 0 {
+		t.Errorf("rate %v prompt %d completion %d, want 4.5/s (9 tokens after the first, in 2 s), 12, 0", v.TokensPerSecond, v.PromptTokens, v.CompletionTokens)
 	}
 
 	e.Usage(0, 10)

@@ -44,13 +44,15 @@
   const since = (ts) => (ts ? Date.now() + skew - Date.parse(ts) : null);
   const ago = (ts) => (ts ? fmtDur(since(ts)) + ' ago' : '–');
 
-  function meter(used, total) {
+  // meter draws used of total as a bar, labelled by label (used / total
+  // when absent); a full one stands out.
+  function meter(used, total, label) {
     const m = el('span', { class: 'meter' + (total > 0 && used >= total ? ' full' : '') });
     const track = el('span', { class: 'track' });
     const fill = el('span', { class: 'fill' });
     fill.style.width = (total > 0 ? Math.min(100, (100 * used) / total) : 0) + '%';
     track.append(fill);
-    m.append(track, used + ' / ' + total);
+    m.append(track, label || used + ' / ' + total);
     return m;
   }
 
@@ -115,7 +117,7 @@
       if (!(m.serving || []).length) serving.append(el('span', { class: 'muted', text: 'no Node now' }));
       return el('tr', { data: { model: m.model } },
         td({ class: 'mono', text: m.model }), serving,
-        td(null, meter(m.free, m.capacity)),
+        td(null, meter(m.capacity - m.free, m.capacity, m.free + ' free of ' + m.capacity)),
         td({ class: 'num', text: m.queue_depth }),
         td({ class: 'num', text: m.queue_depth ? fmtDur(m.oldest_wait_ms) : '–' }));
     });
