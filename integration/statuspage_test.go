@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +20,12 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/iop-dev/iop/internal/edge/adminapi"
+	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/edge/live"
+	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/statuspage"
 	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 	"github.com/iop-dev/iop/quicwire"
 )
@@ -46,6 +54,20 @@ var (
 	brokenModel = fakeollama.Model{Name: "broken:latest", FailStatus: 500, FailMessage: "model requires more system memory than is available"}
 )
 
+// requireBrowser returns the path of a Chromium, or skips the test (fails
+// it under IOP_REQUIRE_BROWSER) when there is none.
+func requireBrowser(t *testing.T) string {
+	t.Helper()
+	browser := findBrowser()
+	if browser == "" {
+		if os.Getenv("IOP_REQUIRE_BROWSER") != "" {
+			t.Fatal("no chromium found (chromium, chromium-browser, google-chrome or $IOP_CHROMIUM), and IOP_REQUIRE_BROWSER is set")
+		}
+		t.Skip("no chromium found (chromium, chromium-browser, google-chrome or $IOP_CHROMIUM): install Debian's chromium to run the status page's browser tests (.ci/run does)")
+	}
+	return browser
+}
+
 // findBrowser returns the path of a Chromium, or "" when there is none.
 func findBrowser() string {
 	if p := os.Getenv("IOP_CHROMIUM"); p != "" {
@@ -63,6 +85,9 @@ func findBrowser() string {
 type pageView struct {
 	Loaded bool `json:"loaded"`
 	Conn   string
+	// Locked: the page shows the key form (and not the status), saying Why.
+	Locked bool
+	Why    string
 	Nodes  []struct {
 		ID, State, Text string
 		Providers       []struct{ Name, State, Text string }
@@ -80,6 +105,8 @@ const readPage = `(() => {
   return {
     loaded: document.body.dataset.loaded === 'true',
     Conn: document.getElementById('conn').dataset.state,
+    Locked: !document.getElementById('keyform').hidden && document.getElementById('main').hidden,
+    Why: document.getElementById('keywhy').innerText,
     Nodes: rows('#nodes tbody tr[data-node]').map((tr) => ({
       ID: tr.dataset.node, State: tr.dataset.state, Text: tr.innerText,
       Providers: [...tr.querySelectorAll('.provider')].map((p) => ({Name: p.dataset.provider, State: p.dataset.state, Text: p.innerText})),
@@ -105,7 +132,17 @@ type browserPage struct {
 	errors   []string // exceptions and console errors
 }
 
+// openStatusPage opens base's status page and waits for its first poll.
 func openStatusPage(t *testing.T, browser, base string) *browserPage {
+	t.Helper()
+	p := newBrowserPage(t, browser, base)
+	p.open()
+	p.wait("the page's first poll", 15*time.Second, func(v pageView) bool { return v.Loaded })
+	return p
+}
+
+// newBrowserPage starts a headless Chromium for base's status page.
+func newBrowserPage(t *testing.T, browser, base string) *browserPage {
 	t.Helper()
 	dir := os.Getenv("IOP_SCREENSHOTS")
 	if dir == "" {
@@ -139,12 +176,16 @@ func openStatusPage(t *testing.T, browser, base string) *browserPage {
 	}); err != nil {
 		t.Fatalf("start chromium (%s): %v", browser, err)
 	}
-	// A fast poll, so that a 3 s prefill is seen many times over.
-	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/status?interval=200")); err != nil {
-		t.Fatalf("open the status page: %v", err)
-	}
-	p.wait("the page's first poll", 15*time.Second, func(v pageView) bool { return v.Loaded })
 	return p
+}
+
+// open navigates to the status page, polling fast, so that a 3 s prefill
+// is seen many times over.
+func (p *browserPage) open() {
+	p.t.Helper()
+	if err := chromedp.Do(p.ctx, chromedp.Navigate(p.base+"/status?interval=200")); err != nil {
+		p.t.Fatalf("open the status page: %v", err)
+	}
 }
 
 // read returns what the page shows now.
@@ -249,13 +290,7 @@ func streamChat(ctx context.Context, base, model string) (string, error) {
 // is shown fenced within the (scaled) liveness profile. Nothing the page
 // loads comes from anywhere but the Edge.
 func TestStatusPageInARealBrowser(t *testing.T) {
-	browser := findBrowser()
-	if browser == "" {
-		if os.Getenv("IOP_REQUIRE_BROWSER") != "" {
-			t.Fatal("no chromium found (chromium, chromium-browser, google-chrome or $IOP_CHROMIUM), and IOP_REQUIRE_BROWSER is set")
-		}
-		t.Skip("no chromium found (chromium, chromium-browser, google-chrome or $IOP_CHROMIUM): install Debian's chromium to run the status page's browser test (.ci/run does)")
-	}
+	browser := requireBrowser(t)
 	base, node := statusStack(t)
 	page := openStatusPage(t, browser, base)
 
@@ -402,5 +437,67 @@ func TestStatusPageInARealBrowser(t *testing.T) {
 	}
 	if len(page.errors) > 0 {
 		t.Errorf("the page logged errors: %q", page.errors)
+	}
+}
+
+// Where the admin reads need an admin's key, the page (served to anyone)
+// asks for one: a key that is not an admin's is refused with the Edge's
+// reason, an admin's shows the status, kept for the tab (a reload needs no
+// key) until "Forget key". The key goes to the Edge only.
+func TestStatusPageAsksForAnAdminKeyWhereReadsNeedOne(t *testing.T) {
+	browser := requireBrowser(t)
+	cfg := edgeconfig.Default()
+	cfg.Principals = []edgeconfig.Principal{{Name: "ops", Routes: []string{"*"}, Admin: true}, {Name: "app", Routes: []string{"*"}}}
+	cfg.API.Keys = []edgeconfig.APIKey{{Principal: "ops", SHA256: auth.HashKey("ops-key")}, {Principal: "app", SHA256: auth.HashKey("app-key")}}
+	authn, err := auth.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := live.New(live.Options{})
+	runs.Start(live.Work{Kind: live.Run, ID: "run-guarded", API: "openai_chat", Model: "m", Principal: "app"}).Dispatched("n1", "ollama", "m:latest")
+	admin := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, adminapi.Options{Authenticator: authn, Runs: runs})
+	mux := http.NewServeMux()
+	mux.Handle("/admin/", admin)
+	mux.Handle(statuspage.Path, statuspage.Handler())
+	mux.Handle(statuspage.Path+"/", statuspage.Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	p := newBrowserPage(t, browser, srv.URL)
+	p.open()
+	p.wait("the key form", 15*time.Second, func(v pageView) bool { return v.Locked && !v.Loaded && v.Conn == "locked" })
+	enter := func(key string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+		defer cancel()
+		if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#key"), key), chromedp.Click(chromedp.CSS("#keyform button[type=submit]"))); err != nil {
+			t.Fatalf("enter the key: %v", err)
+		}
+	}
+	enter("app-key")
+	p.wait("the non-admin key refused, with the Edge's reason", 10*time.Second, func(v pageView) bool {
+		return v.Locked && strings.Contains(v.Why, "refused (403)") && strings.Contains(v.Why, `principal "app" is not one`)
+	})
+	enter("ops-key")
+	v := p.wait("the status, with the admin key", 10*time.Second, func(v pageView) bool { return v.Loaded && !v.Locked })
+	if len(v.Live) != 1 || v.Live[0].ID != "run-guarded" || v.Live[0].Phase != "prefill" {
+		t.Errorf("live with the admin key: %+v, want run-guarded in prefill", v.Live)
+	}
+	// A reload keeps the key for the tab.
+	if err := chromedp.Do(p.ctx, chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	p.wait("the status again after a reload, without asking", 10*time.Second, func(v pageView) bool { return v.Loaded && !v.Locked })
+	if err := chromedp.Do(p.ctx, chromedp.Click(chromedp.CSS("#forget"))); err != nil {
+		t.Fatal(err)
+	}
+	p.wait("the key form after Forget key", 10*time.Second, func(v pageView) bool { return v.Locked })
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, u := range p.requests {
+		if !strings.HasPrefix(u, srv.URL+"/") {
+			t.Errorf("the page requested %s, outside the Edge", u)
+		}
 	}
 }
