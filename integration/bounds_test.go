@@ -180,6 +180,6 @@ api:
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		return strings.Contains(string(b), `iop_edge_refusals_total{kind="http_connections"}`)
+		return metricValue(string(b), `iop_edge_refusals_total{kind="http_connections"}`) > 0
 	})
 }

@@ -206,7 +206,7 @@ func TestOllamaAliasRouteAsksTheProviderForTheTarget(t *testing.T) {
 			t.Errorf("n2 was asked for %q, want its target qwen3:8b", r.Model)
 		}
 	}
-	if m := s.metrics(t); !strings.Contains(m, `iop_edge_failovers_total{reason="before_first_byte"}`) {
+	if m := s.metrics(t); metricValue(m, `iop_edge_failovers_total{reason="before_first_byte"}`) == 0 {
 		t.Errorf("no failover in 6 requests over two Nodes, one of them down:\n%s", grepLines(m, "iop_edge_failovers"))
 	}
 }
@@ -249,14 +249,14 @@ func TestOllamaStreamWithoutDoneLineIsAnError(t *testing.T) {
 
 	m := s.metrics(t)
 	for _, series := range []string{
-		`iop_edge_requests_total{outcome="incomplete_stream",route="ollama_chat"} 2`,
-		`iop_edge_requests_total{outcome="incomplete_stream",route="ollama_generate"} 1`,
+		`iop_edge_requests_total{model="cut",outcome="incomplete_stream",principal="anonymous",route="ollama_chat"} 2`,
+		`iop_edge_requests_total{model="cut",outcome="incomplete_stream",principal="anonymous",route="ollama_generate"} 1`,
 	} {
 		if !strings.Contains(m, series) {
 			t.Errorf("no %s in:\n%s", series, grepLines(m, "iop_edge_requests_total"))
 		}
 	}
-	if strings.Contains(m, `iop_edge_requests_total{outcome="ok",route="ollama_chat"}`) {
+	if strings.Contains(m, `outcome="ok",principal="anonymous",route="ollama_chat"}`) {
 		t.Errorf("an incomplete stream counted ok:\n%s", grepLines(m, "iop_edge_requests_total"))
 	}
 }

@@ -105,6 +105,23 @@ func New(reg *nodes.Registry, depth func() map[string]int) *Metrics {
 	m.reg.MustRegister(m.Requests, m.TimeToFirstToken, m.PromptTokens, m.CompletionTokens, m.TokensPerSecond, m.QueueWait, m.Active, m.Cancellations, m.Failovers, m.Stalls, m.Refusals,
 		&nodeCollector{reg: reg, depth: depth},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The label values of closed sets start at zero, so that every series
+	// is there from the first scrape: a rate or an alert over it works
+	// before the first event, and a dashboard never queries a name the
+	// Edge does not export yet.
+	for vec, values := range map[*prometheus.CounterVec][]string{
+		m.Failovers:     {"before_first_byte", "node_suspect", "response_stalled"},
+		m.Stalls:        {"request_stalled", "provider_unhealthy", "health_unknown"},
+		m.Cancellations: {"client_gone", "idle_timeout", "deadline"},
+		m.Refusals:      {"http_connections", "body_memory", "slow_body", "tls_handshake", "node_identity", "registration"},
+	} {
+		for _, v := range values {
+			vec.WithLabelValues(v)
+		}
+	}
+	for _, kind := range []string{"run", "tunnel", "embed"} {
+		m.Active.WithLabelValues(kind)
+	}
 	return m
 }
 

@@ -56,6 +56,11 @@ func TestScrapeShowsNodesQueuesAndCounters(t *testing.T) {
 		`iop_edge_queue_depth{model="llama3.2"} 3`,
 		`iop_edge_requests_total{model="llama3.2",outcome="ok",principal="alice",route="openai_chat"} 1`,
 		`iop_edge_stalls_total{classification="request_stalled"} 1`,
+		`iop_edge_stalls_total{classification="health_unknown"} 0`, // closed sets start at zero
+		`iop_edge_failovers_total{reason="node_suspect"} 0`,
+		`iop_edge_cancellations_total{cause="client_gone"} 0`,
+		`iop_edge_refusals_total{kind="registration"} 0`,
+		`iop_edge_active{kind="embed"} 0`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(out, want) {

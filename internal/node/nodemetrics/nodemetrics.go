@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/iop-dev/iop/internal/node/edgeclient"
+	"github.com/iop-dev/iop/quicwire/lease"
 )
 
 // Kinds of provider call: the kind label.
@@ -123,6 +124,12 @@ func New(opts Options) *Metrics {
 	}
 	m.reg.MustRegister(m.calls, m.failures, m.stalls, m.restarts, m.leaseRefusals, &stateCollector{opts: opts},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The reasons are a closed set: they start at zero, so that the series
+	// are there before the first refusal (as a provider's are, Provider).
+	for _, r := range []lease.Reason{lease.Revoked, lease.Disabled, lease.Expired, lease.Stale, lease.Replayed,
+		lease.WrongRecipient, lease.Mismatched, lease.Malformed} {
+		m.leaseRefusals.WithLabelValues(string(r))
+	}
 	return m
 }
 

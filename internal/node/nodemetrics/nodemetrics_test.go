@@ -62,6 +62,7 @@ func TestScrapeShowsProvidersTheEdgeAndCounters(t *testing.T) {
 		`iop_node_stalls_total{classification="request_stalled",provider="ollama"} 1`,
 		`iop_node_plugin_restarts_total{provider="ollama"} 1`,
 		`iop_node_lease_refusals_total{reason="expired"} 1`,
+		`iop_node_lease_refusals_total{reason="wrong_recipient"} 0`, // a closed set: there from the start
 		`process_cpu_seconds_total`,
 	} {
 		if !strings.Contains(out, want+"\n") && !strings.Contains(out, want+" ") {
