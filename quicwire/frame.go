@@ -110,6 +110,17 @@ func (fr *FrameReader) Read(m proto.Message) error {
 	return nil
 }
 
+// Ready reports whether a whole frame is already buffered, so that the
+// next Read returns it without waiting for the stream. A relay asks before
+// it flushes: when the next frame is already here, it is written first and
+// one flush carries both. False when in doubt (nothing buffered, a frame
+// larger than the read-ahead): a lone frame is never held back.
+func (fr *FrameReader) Ready() bool {
+	b, _ := fr.r.Peek(fr.r.Buffered()) // never reads: only what is buffered
+	n, k := binary.Uvarint(b)
+	return k > 0 && n <= uint64(len(b)-k)
+}
+
 // growStep bounds how far the body buffer grows ahead of the bytes that
 // actually arrived: a peer that announces a 1 MiB frame on every stream and
 // sends nothing more costs a chunk per stream, not the whole announcement.

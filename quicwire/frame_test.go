@@ -548,6 +548,46 @@ func TestWriteFramesIsOneWriteOrNothing(t *testing.T) {
 	}
 }
 
+// Ready says a whole frame is buffered only when Read would return it
+// without reading from the stream again: never for a frame cut short.
+func TestReadyOnlyForAWholeBufferedFrame(t *testing.T) {
+	small := &wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Body{Body: patterned(100)}}
+	wire := encodeFrames(t, quicwire.MaxStreamFrameSize, small, small)
+	cut := len(wire) - 10 // the second frame is missing its last 10 bytes
+
+	pr, pw := io.Pipe()
+	fr := quicwire.NewFrameReader(pr, quicwire.MaxStreamFrameSize, "test")
+	if fr.Ready() {
+		t.Fatal("Ready before anything arrived")
+	}
+	go func() { _, _ = pw.Write(wire[:cut]) }() // one read takes both parts
+	if err := fr.Read(newOf(small)); err != nil {
+		t.Fatal(err)
+	}
+	if fr.Ready() {
+		t.Fatal("Ready with the next frame cut short")
+	}
+	go func() { _, _ = pw.Write(wire[cut:]); pw.Close() }()
+	if err := fr.Read(newOf(small)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two whole frames in one read: the second is ready after the first.
+	fr = quicwire.NewFrameReader(bytes.NewReader(wire), quicwire.MaxStreamFrameSize, "test")
+	if err := fr.Read(newOf(small)); err != nil {
+		t.Fatal(err)
+	}
+	if !fr.Ready() {
+		t.Fatal("not Ready with the next frame whole in the buffer")
+	}
+	if err := fr.Read(newOf(small)); err != nil {
+		t.Fatal(err)
+	}
+	if fr.Ready() {
+		t.Fatal("Ready at the end of the stream")
+	}
+}
+
 func TestWriterReturnsTheTransportError(t *testing.T) {
 	errBoom := errors.New("stream reset")
 	w := &frameCountingWriter{err: errBoom}

@@ -61,6 +61,11 @@ func (s *Stream) Recv(m proto.Message) error {
 	return translate(err)
 }
 
+// Ready reports whether a whole frame has already arrived, so that Recv
+// returns it without waiting (see FrameReader.Ready). Call it from the
+// goroutine that calls Recv.
+func (s *Stream) Ready() bool { return s.r.Ready() }
+
 // Send writes m as one frame. A message over the stream's limit is refused
 // before anything is written (errors.Is ErrFrameTooLarge).
 func (s *Stream) Send(m proto.Message) error { return s.SendFrames(m) }

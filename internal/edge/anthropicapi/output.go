@@ -389,7 +389,7 @@ func (o *output) event(name string, v any) bool {
 		o.firstSent = true
 		o.x.FirstByte()
 	}
-	if !o.writeLocked(o.buf) {
+	if !o.writeEventLocked(o.buf) {
 		return false
 	}
 	o.x.Wrote()
@@ -399,7 +399,14 @@ func (o *output) event(name string, v any) bool {
 // writeLocked writes p and flushes it, committing the response first if
 // it is not; it reports false when the client could not be written to.
 // Callers hold mu.
-func (o *output) writeLocked(p []byte) bool {
+func (o *output) writeLocked(p []byte) bool { return o.write(p, false) }
+
+// writeEventLocked is writeLocked for an event of the run, on the relaying
+// goroutine: its flush waits for the next event if that one is here
+// already (gateway.Exchange.Flush). Callers hold mu.
+func (o *output) writeEventLocked(p []byte) bool { return o.write(p, true) }
+
+func (o *output) write(p []byte, event bool) bool {
 	o.x.BeforeWrite()
 	if !o.started && !o.commit() {
 		return false
@@ -407,7 +414,13 @@ func (o *output) writeLocked(p []byte) bool {
 	if _, err := o.x.W.Write(p); err != nil {
 		return false
 	}
-	if err := o.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+	var err error
+	if event {
+		err = o.x.Flush(o.rc)
+	} else {
+		err = o.rc.Flush()
+	}
+	if err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return false
 	}
 	o.lastWrite = time.Now()

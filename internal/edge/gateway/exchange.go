@@ -59,6 +59,10 @@ type Exchange struct {
 	// Stop.
 	mu   sync.Mutex
 	work Work
+
+	// more tells, while Relay runs, whether the run's next event has
+	// arrived already (see Flush). Only the relaying goroutine uses it.
+	more func() bool
 }
 
 // Work is what an exchange runs: a run or a tunnel.

@@ -1,12 +1,28 @@
 package gateway
 
 import (
+	"net/http"
+
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
 // RunReader is a run as Relay reads it: events until exactly one terminal.
 type RunReader interface {
 	Next() (*wirepb.RunEvent, error)
+}
+
+// Flush sends what the API wrote of an event to the client, unless the
+// run being relayed already has its next event whole: that one is written
+// first, and one flush (one write to the client) carries both. Under load,
+// events that arrive together leave together; a lone event is never held
+// back, since nothing is waited for. Writers call it after each event they
+// write on the relaying goroutine; keep-alives and error endings flush
+// unconditionally.
+func (x *Exchange) Flush(rc *http.ResponseController) error {
+	if x.more != nil && x.more() {
+		return nil
+	}
+	return rc.Flush()
 }
 
 // RunWriter writes a run's answer in one API's shape. Each write reports
@@ -34,6 +50,10 @@ type RunWriter interface {
 // gone, idle timeout, deadline) when there is one. A run that ends without
 // a terminal is a protocol failure.
 func (x *Exchange) Relay(run RunReader, w RunWriter) *Failure {
+	if r, ok := run.(interface{ Ready() bool }); ok {
+		x.more = r.Ready
+		defer func() { x.more = nil }()
+	}
 	for {
 		ev, err := run.Next()
 		if err != nil {
@@ -64,4 +84,10 @@ func (x *Exchange) Relay(run RunReader, w RunWriter) *Failure {
 			return FailClientGone
 		}
 	}
+}
+
+// Ready reports whether the next event is here already, so that Next
+// returns it without waiting (see Exchange.Flush).
+func (r *Run) Ready() bool {
+	return !r.done && (r.first != nil || r.rs.Ready())
 }

@@ -215,6 +215,11 @@ func (t *Tunnel) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Ready reports whether Read can return more without waiting (see
+// nodeserver.TunnelStream.Ready): a relay then writes it before it
+// flushes, one flush for both.
+func (t *Tunnel) Ready() bool { return !t.ended && t.ts.Ready() }
+
 // CountUsage counts the tokens of a tunnel that completed, as the
 // provider's answer reported them: the Edge relays a tunnel's bytes
 // without reading them, so the client API that knows the answer's format

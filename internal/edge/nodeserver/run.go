@@ -45,6 +45,11 @@ func (s *Server) Run(ctx context.Context, nodeID string, req *wirepb.RunRequest)
 	return r, nil
 }
 
+// Ready reports whether the next event has already arrived whole, so
+// that Next returns it without waiting: a relay then writes it before it
+// flushes, one flush for both. Call it from the goroutine that calls Next.
+func (r *RunStream) Ready() bool { return !r.ended && r.d.Ready() }
+
 // Generation is the Node generation the run was dispatched on.
 func (r *RunStream) Generation() uint64 { return r.d.Conn.Generation() }
 

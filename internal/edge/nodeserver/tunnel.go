@@ -251,6 +251,13 @@ func (t *TunnelStream) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// Ready reports whether Read can return more without waiting: the rest of
+// the current body frame, or a next frame that has arrived whole. A relay
+// then writes it before it flushes. Call it from the goroutine that reads.
+func (t *TunnelStream) Ready() bool {
+	return len(t.buf) > 0 || (!t.ended && t.d.Ready())
+}
+
 // Terminal is the tunnel's single terminal outcome, once Head or Read has
 // returned an error (nil before): the Node's, or the one the Edge made.
 func (t *TunnelStream) Terminal() *wirepb.TunnelTerminal { return t.term }

@@ -300,6 +300,8 @@ func (t *fakeTunnel) ID() string                       { return t.id }
 func (t *fakeTunnel) Head() *wirepb.TunnelResponseHead { return t.head }
 func (t *fakeTunnel) Context() context.Context         { return t.ctx }
 
+func (t *fakeTunnel) Ready() bool { return len(t.buf) > 0 }
+
 func (t *fakeTunnel) Read(p []byte) (int, error) {
 	for len(t.buf) == 0 {
 		if t.err != nil {

@@ -200,7 +200,7 @@ func (o *ndjson) line(v any) bool {
 	if _, err := o.x.W.Write(o.buf); err != nil {
 		return false
 	}
-	if err := http.NewResponseController(o.x.W).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+	if err := o.x.Flush(http.NewResponseController(o.x.W)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return false
 	}
 	o.x.Wrote()

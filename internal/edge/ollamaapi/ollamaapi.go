@@ -115,6 +115,10 @@ type Tunnel interface {
 	Head() *wirepb.TunnelResponseHead
 	// Read reads the body as the provider flushed it.
 	Read(p []byte) (int, error)
+	// Ready reports whether Read can return more without waiting: the
+	// relay then holds its flush, so that one write to the client carries
+	// what arrived together. Called on the goroutine that reads.
+	Ready() bool
 	// Cancel ends the tunnel with cause; Read then returns its terminal.
 	// Safe to call from any goroutine.
 	Cancel(cause error)

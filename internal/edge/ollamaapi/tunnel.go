@@ -268,7 +268,8 @@ func (x *exchange) incomplete() *apiError {
 	return errIncomplete
 }
 
-// send writes p and flushes it, committing the head first; it reports
+// send writes p and flushes it (unless the tunnel has more ready),
+// committing the head first; it reports
 // false when the client could not be written to.
 func (x *exchange) send(rc *http.ResponseController, p []byte) bool {
 	x.BeforeWrite()
@@ -278,8 +279,12 @@ func (x *exchange) send(rc *http.ResponseController, p []byte) bool {
 	if _, err := x.W.Write(p); err != nil {
 		return false
 	}
-	if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return false
+	// When more has arrived already, it is written first and one flush
+	// carries both; a lone read is flushed at once.
+	if !x.tun.Ready() {
+		if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return false
+		}
 	}
 	x.last = p[len(p)-1]
 	x.Wrote()

@@ -362,7 +362,7 @@ func (o *output) writeLocked(p []byte) bool {
 	if _, err := o.x.W.Write(p); err != nil {
 		return false
 	}
-	if err := o.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+	if err := o.x.Flush(o.rc); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return false
 	}
 	o.lastWrite = time.Now()
