@@ -126,6 +126,7 @@ func printBanner(e *edgeapp.Edge, f flags) {
 	fmt.Fprintf(os.Stdout, `
 IOP dev is running on this machine.
   Edge HTTP API  %[1]s
+  Status page    %[1]s/status  (open it in a browser)
   Edge QUIC      %[2]s  (loopback mode: no certificates, this machine only)
   Node           %[3]s, connected to the Edge over loopback QUIC
   Providers      sim (the simulator adapter, model sim-small)%[4]s
