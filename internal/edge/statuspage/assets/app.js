@@ -172,7 +172,8 @@
       td({ text: r.node || '–' }),
       td(null, badge(reasonClass(r.reason), r.reason)),
       td({ class: 'num', text: r.ttft_ms === undefined ? '–' : fmtDur(r.ttft_ms) }),
-      td({ class: 'num', text: r.tokens }),
+      // The provider's own count once it reported one, else the deltas seen.
+      td({ class: 'num', text: r.completion_tokens || r.tokens }),
       td({ class: 'num', text: fmtDur(r.age_ms) })));
     fill('recent', rows, 7, 'Nothing has ended yet.');
   }
