@@ -4,6 +4,7 @@
 //
 //	edged run --config edge.yaml               run the Edge
 //	edged tls ca create / tls cert create      make a CA and certificates for managed mode
+//	edged node add / remove / list             enroll Nodes with join tokens, revoke them
 //	edged config check edge.yaml               validate a configuration file
 //	edged version                              print the version
 //
@@ -21,8 +22,12 @@ import (
 
 	edgeapp "github.com/iop-dev/iop/internal/edge/app"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/edge/nodecli"
 	"github.com/iop-dev/iop/internal/edge/tlscli"
 )
+
+// certLifetime is the hidden --test-node-cert-lifetime of `edged run`.
+var certLifetime = new(time.Duration)
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "0.1.0-dev"
@@ -36,8 +41,13 @@ func main() {
 	// Tests of the real daemon over real sockets cannot wait a minute for
 	// a heartbeat fence; nothing else may shorten the liveness profile (R8).
 	livenessDiv := run.Flag("test-liveness-divisor", "Divide the liveness profile by N; for tests only.").Hidden().Default("1").Int()
+	// Tests of certificate renewal on the real daemon cannot wait the
+	// minimum lifetime of a minute; nothing else may go below it.
+	run.Flag("test-node-cert-lifetime", "Lifetime of issued Node certificates, below the minimum; for tests only.").Hidden().
+		Action(func(*kingpin.ParseContext) error { return edgeapp.SetTestNodeCertLifetime(*certLifetime) }).DurationVar(certLifetime)
 
 	tlscli.Register(app, os.Stdout)
+	nodecli.Register(app, os.Stdout)
 
 	check := app.Command("config", "Configuration tools.").Command("check", "Validate a configuration file and exit.")
 	checkPath := check.Arg("file", "Edge configuration file.").Required().String()

@@ -3,6 +3,7 @@
 // dispatches.
 //
 //	noded run --config node.yaml       run the Node
+//	noded join EDGE --token T          join an Edge: key made here, certificate from the Edge
 //	noded config check node.yaml       validate a configuration file
 //	noded adapter verify PATH          run the adapter conformance checks
 //	noded version                      print the version
@@ -17,6 +18,7 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 
+	"github.com/iop-dev/iop/internal/node/nodejoin"
 	"github.com/iop-dev/iop/plugins/builtin"
 )
 
@@ -31,6 +33,15 @@ func main() {
 	runFlags := runFlags{}
 	run.Flag("config", "Node configuration file (YAML).").Short('c').Required().StringVar(&runFlags.configPath)
 	run.Flag("health-addr", "Serve /healthz and /readyz on this address (e.g. 127.0.0.1:9090); off when empty.").StringVar(&runFlags.healthAddr)
+
+	joinCmd := app.Command("join", "Join an Edge with a token from `edged node add`: make this Node's key, get its certificate, write its configuration.")
+	joinFlags := joinFlags{}
+	joinCmd.Arg("edge-addr", "The Edge's QUIC address, HOST:PORT.").Required().StringVar(&joinFlags.EdgeAddr)
+	joinCmd.Flag("token", "The join token (iop1....).").Required().StringVar(&joinFlags.Token)
+	joinCmd.Flag("dir", "Directory for the key, certificates and node.yaml (made mode 0700).").Default(nodejoin.DefaultDir).StringVar(&joinFlags.Dir)
+	joinCmd.Flag("ollama-url", "The Ollama server the written configuration serves.").Default("http://127.0.0.1:11434").StringVar(&joinFlags.OllamaURL)
+	joinCmd.Flag("start", "Run the Node right after joining.").BoolVar(&joinFlags.start)
+	joinCmd.Flag("health-addr", "With --start: serve /healthz, /readyz and /metrics on this address.").StringVar(&joinFlags.healthAddr)
 
 	check := app.Command("config", "Configuration tools.").Command("check", "Validate a configuration file and exit.")
 	checkPath := check.Arg("file", "Node configuration file.").Required().String()
@@ -62,6 +73,8 @@ func main() {
 	switch cmd {
 	case run.FullCommand():
 		err = runNode(runFlags)
+	case joinCmd.FullCommand():
+		err = join(os.Stdout, joinFlags)
 	case check.FullCommand():
 		if err = checkConfig(*checkPath); err == nil {
 			fmt.Printf("%s: ok\n", *checkPath)

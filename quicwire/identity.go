@@ -371,13 +371,20 @@ func EdgeTLSConfig(ca *x509.CertPool, cert tls.Certificate, trustDomain string, 
 // the full chain verification against ca plus the identity check, so
 // nothing is skipped.
 func NodeTLSConfig(ca *x509.CertPool, cert tls.Certificate, trustDomain, edgeID string, now func() time.Time) *tls.Config {
+	return NodeTLSConfigFunc(ca, func() *tls.Certificate { return &cert }, trustDomain, edgeID, now)
+}
+
+// NodeTLSConfigFunc is NodeTLSConfig with the certificate read from cert at
+// each handshake, so a renewed certificate is presented by the next
+// connection without a restart.
+func NodeTLSConfigFunc(ca *x509.CertPool, cert func() *tls.Certificate, trustDomain, edgeID string, now func() time.Time) *tls.Config {
 	now = nowOrDefault(now)
 	req := peerRequirement{ca: ca, trustDomain: trustDomain, kind: KindEdge, id: edgeID, usage: x509.ExtKeyUsageServerAuth, now: now}
 	return &tls.Config{
 		// Always send our certificate: crypto/tls would otherwise withhold it
 		// when the server's CertificateRequest does not list our CA, and the
 		// Edge would log "no certificate" instead of the real reason.
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil },
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert(), nil },
 		InsecureSkipVerify:   true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			_, err := req.verify(cs.PeerCertificates)

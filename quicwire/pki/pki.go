@@ -1,7 +1,8 @@
 // Package pki creates the certificate authority of a managed IOP deployment
 // and issues the Edge and Node certificates that carry their workload
 // identities (S3). It is deliberately small: one CA, no intermediates, no
-// revocation lists; short leaf lifetimes and re-issuing are the rotation
+// revocation lists (the Edge keeps its own list of revoked serials, see
+// internal/edge/enroll); short leaf lifetimes and renewal are the rotation
 // story. Keys are ECDSA P-256 and stored as PKCS#8 "PRIVATE KEY" PEM.
 package pki
 
@@ -21,6 +22,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -181,25 +183,40 @@ func (ca *CA) Pool() *x509.CertPool {
 }
 
 // Issue makes a leaf certificate for id with id.URI() as its only URI SAN,
-// returned as PEM. id must be in the CA's trust domain. Both kinds get
-// server and client auth: the Edge serves Nodes, and either side may be the
-// TLS client of some future connection. The leaf never outlives the CA: its
-// NotAfter is clamped to the CA's, since a chain with an expired CA does not
-// verify anyway.
+// and its key, returned as PEM. See Sign.
 func (ca *CA) Issue(id quicwire.Identity, opts Options) (certPEM, keyPEMBytes []byte, err error) {
-	if err := id.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("issue: %w", err)
-	}
-	if id.TrustDomain != ca.TrustDomain {
-		return nil, nil, fmt.Errorf("issue %s: CA is for trust domain %q", id, ca.TrustDomain)
-	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("issue %s: generate key: %w", id, err)
 	}
-	serial, err := newSerial()
+	cert, err := ca.Sign(id, &key.PublicKey, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	kp, err := keyPEM(key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("issue %s: %w", id, err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), kp, nil
+}
+
+// Sign makes a leaf certificate for id, for a key made elsewhere (a Node's
+// certificate request: its private key never leaves it), with id.URI() as
+// its only URI SAN. id must be in the CA's trust domain. Both kinds get
+// server and client auth: the Edge serves Nodes, and either side may be the
+// TLS client of some future connection. The leaf never outlives the CA: its
+// NotAfter is clamped to the CA's, since a chain with an expired CA does not
+// verify anyway.
+func (ca *CA) Sign(id quicwire.Identity, pub crypto.PublicKey, opts Options) (*x509.Certificate, error) {
+	if err := id.Validate(); err != nil {
+		return nil, fmt.Errorf("issue: %w", err)
+	}
+	if id.TrustDomain != ca.TrustDomain {
+		return nil, fmt.Errorf("issue %s: CA is for trust domain %q", id, ca.TrustDomain)
+	}
+	serial, err := newSerial()
+	if err != nil {
+		return nil, fmt.Errorf("issue %s: %w", id, err)
 	}
 	notBefore, notAfter := opts.window(DefaultLeafValidity)
 	if notAfter.After(ca.Cert.NotAfter) {
@@ -220,15 +237,15 @@ func (ca *CA) Issue(id quicwire.Identity, opts Options) (certPEM, keyPEMBytes []
 		DNSNames:     opts.DNSNames,
 		IPAddresses:  opts.IPAddresses,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("issue %s: %w", id, err)
+		return nil, fmt.Errorf("issue %s: %w", id, err)
 	}
-	kp, err := keyPEM(key)
+	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, nil, fmt.Errorf("issue %s: %w", id, err)
+		return nil, fmt.Errorf("issue %s: %w", id, err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), kp, nil
+	return cert, nil
 }
 
 // IssueTLS is Issue returning a ready tls.Certificate, for tests and for
@@ -411,4 +428,54 @@ func parseKeyPEM(b []byte) (crypto.Signer, error) {
 		}
 		return s, nil
 	}
+}
+
+// LoadCACert reads the CA certificate (the first of caPEMFile) that a
+// deployment's tokens name by its hash.
+func LoadCACert(caPEMFile string) (*x509.Certificate, error) {
+	b, err := os.ReadFile(caPEMFile)
+	if err != nil {
+		return nil, fmt.Errorf("load CA: %w", err)
+	}
+	c, err := parseCertPEM(b)
+	if err != nil {
+		return nil, fmt.Errorf("load CA %s: %w", caPEMFile, err)
+	}
+	if !c.IsCA {
+		return nil, fmt.Errorf("load CA %s: not a CA certificate", caPEMFile)
+	}
+	return c, nil
+}
+
+// WriteAtomic replaces name with data (mode perm) atomically: it writes a
+// temporary file in the same directory, syncs it and renames it over name,
+// so a reader or a crash sees the old content or the new, never a part.
+func WriteAtomic(name string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	tmp := f.Name()
+	err = f.Chmod(perm)
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, name)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if d, err := os.Open(filepath.Dir(name)); err == nil {
+		_ = d.Sync() // the rename itself survives a crash
+		d.Close()
+	}
+	return nil
 }

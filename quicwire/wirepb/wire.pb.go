@@ -344,6 +344,70 @@ func (CommandKind) EnumDescriptor() ([]byte, []int) {
 	return file_wire_proto_rawDescGZIP(), []int{4}
 }
 
+// JoinRefusal says why a join was refused.
+type JoinRefusal int32
+
+const (
+	JoinRefusal_JOIN_REFUSAL_UNSPECIFIED JoinRefusal = 0
+	// The token is not one this Edge issued (or was removed).
+	JoinRefusal_JOIN_REFUSAL_UNKNOWN_TOKEN JoinRefusal = 1
+	// The token was already used.
+	JoinRefusal_JOIN_REFUSAL_USED_TOKEN JoinRefusal = 2
+	// The token expired before it was used.
+	JoinRefusal_JOIN_REFUSAL_EXPIRED_TOKEN JoinRefusal = 3
+	// The request was malformed (bad CSR, bad secret length).
+	JoinRefusal_JOIN_REFUSAL_BAD_REQUEST JoinRefusal = 4
+	// The Edge cannot issue certificates (no CA key) or failed to.
+	JoinRefusal_JOIN_REFUSAL_UNAVAILABLE JoinRefusal = 5
+)
+
+// Enum value maps for JoinRefusal.
+var (
+	JoinRefusal_name = map[int32]string{
+		0: "JOIN_REFUSAL_UNSPECIFIED",
+		1: "JOIN_REFUSAL_UNKNOWN_TOKEN",
+		2: "JOIN_REFUSAL_USED_TOKEN",
+		3: "JOIN_REFUSAL_EXPIRED_TOKEN",
+		4: "JOIN_REFUSAL_BAD_REQUEST",
+		5: "JOIN_REFUSAL_UNAVAILABLE",
+	}
+	JoinRefusal_value = map[string]int32{
+		"JOIN_REFUSAL_UNSPECIFIED":   0,
+		"JOIN_REFUSAL_UNKNOWN_TOKEN": 1,
+		"JOIN_REFUSAL_USED_TOKEN":    2,
+		"JOIN_REFUSAL_EXPIRED_TOKEN": 3,
+		"JOIN_REFUSAL_BAD_REQUEST":   4,
+		"JOIN_REFUSAL_UNAVAILABLE":   5,
+	}
+)
+
+func (x JoinRefusal) Enum() *JoinRefusal {
+	p := new(JoinRefusal)
+	*p = x
+	return p
+}
+
+func (x JoinRefusal) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JoinRefusal) Descriptor() protoreflect.EnumDescriptor {
+	return file_wire_proto_enumTypes[5].Descriptor()
+}
+
+func (JoinRefusal) Type() protoreflect.EnumType {
+	return &file_wire_proto_enumTypes[5]
+}
+
+func (x JoinRefusal) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JoinRefusal.Descriptor instead.
+func (JoinRefusal) EnumDescriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{5}
+}
+
 type ControlFrame struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -357,6 +421,8 @@ type ControlFrame struct {
 	//	*ControlFrame_ProviderStatus
 	//	*ControlFrame_Drain
 	//	*ControlFrame_CredentialNotice
+	//	*ControlFrame_CertificateRequest
+	//	*ControlFrame_CertificateResponse
 	Msg           isControlFrame_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -480,6 +546,24 @@ func (x *ControlFrame) GetCredentialNotice() *CredentialNotice {
 	return nil
 }
 
+func (x *ControlFrame) GetCertificateRequest() *CertificateRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*ControlFrame_CertificateRequest); ok {
+			return x.CertificateRequest
+		}
+	}
+	return nil
+}
+
+func (x *ControlFrame) GetCertificateResponse() *CertificateResponse {
+	if x != nil {
+		if x, ok := x.Msg.(*ControlFrame_CertificateResponse); ok {
+			return x.CertificateResponse
+		}
+	}
+	return nil
+}
+
 type isControlFrame_Msg interface {
 	isControlFrame_Msg()
 }
@@ -520,6 +604,14 @@ type ControlFrame_CredentialNotice struct {
 	CredentialNotice *CredentialNotice `protobuf:"bytes,9,opt,name=credential_notice,json=credentialNotice,proto3,oneof"`
 }
 
+type ControlFrame_CertificateRequest struct {
+	CertificateRequest *CertificateRequest `protobuf:"bytes,10,opt,name=certificate_request,json=certificateRequest,proto3,oneof"`
+}
+
+type ControlFrame_CertificateResponse struct {
+	CertificateResponse *CertificateResponse `protobuf:"bytes,11,opt,name=certificate_response,json=certificateResponse,proto3,oneof"`
+}
+
 func (*ControlFrame_RegisterRequest) isControlFrame_Msg() {}
 
 func (*ControlFrame_RegisterResponse) isControlFrame_Msg() {}
@@ -537,6 +629,10 @@ func (*ControlFrame_ProviderStatus) isControlFrame_Msg() {}
 func (*ControlFrame_Drain) isControlFrame_Msg() {}
 
 func (*ControlFrame_CredentialNotice) isControlFrame_Msg() {}
+
+func (*ControlFrame_CertificateRequest) isControlFrame_Msg() {}
+
+func (*ControlFrame_CertificateResponse) isControlFrame_Msg() {}
 
 // RegisterRequest is the Node's first frame on the control stream.
 type RegisterRequest struct {
@@ -801,8 +897,11 @@ type RegisterResponse struct {
 	LeaseSigningKey []byte `protobuf:"bytes,5,opt,name=lease_signing_key,json=leaseSigningKey,proto3" json:"lease_signing_key,omitempty"`
 	RefusalReason   string `protobuf:"bytes,6,opt,name=refusal_reason,json=refusalReason,proto3" json:"refusal_reason,omitempty"`
 	RefusalCode     uint64 `protobuf:"varint,7,opt,name=refusal_code,json=refusalCode,proto3" json:"refusal_code,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The Edge renews this Node's certificate on the control stream
+	// (CertificateRequest). A Node sends none to an Edge that does not say so.
+	CertificateRenewal bool `protobuf:"varint,8,opt,name=certificate_renewal,json=certificateRenewal,proto3" json:"certificate_renewal,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *RegisterResponse) Reset() {
@@ -882,6 +981,13 @@ func (x *RegisterResponse) GetRefusalCode() uint64 {
 		return x.RefusalCode
 	}
 	return 0
+}
+
+func (x *RegisterResponse) GetCertificateRenewal() bool {
+	if x != nil {
+		return x.CertificateRenewal
+	}
+	return false
 }
 
 // NodeReadyRequest says the Node's providers are up and it accepts work on
@@ -3373,12 +3479,271 @@ func (x *TransportStatus) GetConnectedUnixMs() int64 {
 	return 0
 }
 
+// CertificateRequest asks for a new certificate of the connection's identity.
+type CertificateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// DER PKCS#10 certificate request; only its public key and signature are
+	// used: the identity is the connection's.
+	Csr           []byte `protobuf:"bytes,1,opt,name=csr,proto3" json:"csr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertificateRequest) Reset() {
+	*x = CertificateRequest{}
+	mi := &file_wire_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertificateRequest) ProtoMessage() {}
+
+func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertificateRequest.ProtoReflect.Descriptor instead.
+func (*CertificateRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *CertificateRequest) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
+	}
+	return nil
+}
+
+// CertificateResponse answers a CertificateRequest: a chain or a refusal.
+type CertificateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// DER certificates, leaf first, then the CA.
+	Chain [][]byte `protobuf:"bytes,1,rep,name=chain,proto3" json:"chain,omitempty"`
+	// Why no certificate was issued; empty when chain is set.
+	Refusal       string `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertificateResponse) Reset() {
+	*x = CertificateResponse{}
+	mi := &file_wire_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertificateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertificateResponse) ProtoMessage() {}
+
+func (x *CertificateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertificateResponse.ProtoReflect.Descriptor instead.
+func (*CertificateResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *CertificateResponse) GetChain() [][]byte {
+	if x != nil {
+		return x.Chain
+	}
+	return nil
+}
+
+func (x *CertificateResponse) GetRefusal() string {
+	if x != nil {
+		return x.Refusal
+	}
+	return ""
+}
+
+// JoinRequest is a new Node's only frame on a join connection.
+type JoinRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The join token's id and secret (package quicwire/enroll).
+	TokenId string `protobuf:"bytes,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	Secret  []byte `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	// DER PKCS#10 certificate request for the key the Node made.
+	Csr           []byte `protobuf:"bytes,3,opt,name=csr,proto3" json:"csr,omitempty"`
+	NodeVersion   string `protobuf:"bytes,4,opt,name=node_version,json=nodeVersion,proto3" json:"node_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_wire_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *JoinRequest) GetTokenId() string {
+	if x != nil {
+		return x.TokenId
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
+func (x *JoinRequest) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
+	}
+	return nil
+}
+
+func (x *JoinRequest) GetNodeVersion() string {
+	if x != nil {
+		return x.NodeVersion
+	}
+	return ""
+}
+
+// JoinResponse is the Edge's only frame on a join connection.
+type JoinResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Refusal       JoinRefusal            `protobuf:"varint,1,opt,name=refusal,proto3,enum=iop.wire.v1.JoinRefusal" json:"refusal,omitempty"`
+	RefusalDetail string                 `protobuf:"bytes,2,opt,name=refusal_detail,json=refusalDetail,proto3" json:"refusal_detail,omitempty"`
+	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	TrustDomain   string                 `protobuf:"bytes,4,opt,name=trust_domain,json=trustDomain,proto3" json:"trust_domain,omitempty"`
+	EdgeId        string                 `protobuf:"bytes,5,opt,name=edge_id,json=edgeId,proto3" json:"edge_id,omitempty"`
+	// DER certificates, leaf first, then the CA.
+	Chain         [][]byte `protobuf:"bytes,6,rep,name=chain,proto3" json:"chain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinResponse) Reset() {
+	*x = JoinResponse{}
+	mi := &file_wire_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinResponse) ProtoMessage() {}
+
+func (x *JoinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
+func (*JoinResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *JoinResponse) GetRefusal() JoinRefusal {
+	if x != nil {
+		return x.Refusal
+	}
+	return JoinRefusal_JOIN_REFUSAL_UNSPECIFIED
+}
+
+func (x *JoinResponse) GetRefusalDetail() string {
+	if x != nil {
+		return x.RefusalDetail
+	}
+	return ""
+}
+
+func (x *JoinResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *JoinResponse) GetTrustDomain() string {
+	if x != nil {
+		return x.TrustDomain
+	}
+	return ""
+}
+
+func (x *JoinResponse) GetEdgeId() string {
+	if x != nil {
+		return x.EdgeId
+	}
+	return ""
+}
+
+func (x *JoinResponse) GetChain() [][]byte {
+	if x != nil {
+		return x.Chain
+	}
+	return nil
+}
+
 var File_wire_proto protoreflect.FileDescriptor
 
 const file_wire_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"wire.proto\x12\viop.wire.v1\"\x85\x05\n" +
+	"wire.proto\x12\viop.wire.v1\"\xb0\x06\n" +
 	"\fControlFrame\x12I\n" +
 	"\x10register_request\x18\x01 \x01(\v2\x1c.iop.wire.v1.RegisterRequestH\x00R\x0fregisterRequest\x12L\n" +
 	"\x11register_response\x18\x02 \x01(\v2\x1d.iop.wire.v1.RegisterResponseH\x00R\x10registerResponse\x12D\n" +
@@ -3388,7 +3753,10 @@ const file_wire_proto_rawDesc = "" +
 	"\rheartbeat_ack\x18\x06 \x01(\v2\x19.iop.wire.v1.HeartbeatAckH\x00R\fheartbeatAck\x12L\n" +
 	"\x0fprovider_status\x18\a \x01(\v2!.iop.wire.v1.ProviderStatusUpdateH\x00R\x0eproviderStatus\x120\n" +
 	"\x05drain\x18\b \x01(\v2\x18.iop.wire.v1.DrainNoticeH\x00R\x05drain\x12L\n" +
-	"\x11credential_notice\x18\t \x01(\v2\x1d.iop.wire.v1.CredentialNoticeH\x00R\x10credentialNoticeB\x05\n" +
+	"\x11credential_notice\x18\t \x01(\v2\x1d.iop.wire.v1.CredentialNoticeH\x00R\x10credentialNotice\x12R\n" +
+	"\x13certificate_request\x18\n" +
+	" \x01(\v2\x1f.iop.wire.v1.CertificateRequestH\x00R\x12certificateRequest\x12U\n" +
+	"\x14certificate_response\x18\v \x01(\v2 .iop.wire.v1.CertificateResponseH\x00R\x13certificateResponseB\x05\n" +
 	"\x03msg\"\x8a\x03\n" +
 	"\x0fRegisterRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
@@ -3411,7 +3779,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x06detail\x18\a \x01(\tR\x06detail\"4\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06health\x18\x02 \x01(\tR\x06health\"\x88\x02\n" +
+	"\x06health\x18\x02 \x01(\tR\x06health\"\xb9\x02\n" +
 	"\x10RegisterResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x1e\n" +
 	"\n" +
@@ -3421,7 +3789,8 @@ const file_wire_proto_rawDesc = "" +
 	"\x10protocol_version\x18\x04 \x01(\rR\x0fprotocolVersion\x12*\n" +
 	"\x11lease_signing_key\x18\x05 \x01(\fR\x0fleaseSigningKey\x12%\n" +
 	"\x0erefusal_reason\x18\x06 \x01(\tR\rrefusalReason\x12!\n" +
-	"\frefusal_code\x18\a \x01(\x04R\vrefusalCode\"g\n" +
+	"\frefusal_code\x18\a \x01(\x04R\vrefusalCode\x12/\n" +
+	"\x13certificate_renewal\x18\b \x01(\bR\x12certificateRenewal\"g\n" +
 	"\x10NodeReadyRequest\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -3646,7 +4015,24 @@ const file_wire_proto_rawDesc = "" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x121\n" +
 	"\x15last_heartbeat_rtt_us\x18\x04 \x01(\x03R\x12lastHeartbeatRttUs\x124\n" +
 	"\x16health_observation_seq\x18\x05 \x01(\x04R\x14healthObservationSeq\x12*\n" +
-	"\x11connected_unix_ms\x18\x06 \x01(\x03R\x0fconnectedUnixMs*\x83\x01\n" +
+	"\x11connected_unix_ms\x18\x06 \x01(\x03R\x0fconnectedUnixMs\"&\n" +
+	"\x12CertificateRequest\x12\x10\n" +
+	"\x03csr\x18\x01 \x01(\fR\x03csr\"E\n" +
+	"\x13CertificateResponse\x12\x14\n" +
+	"\x05chain\x18\x01 \x03(\fR\x05chain\x12\x18\n" +
+	"\arefusal\x18\x02 \x01(\tR\arefusal\"u\n" +
+	"\vJoinRequest\x12\x19\n" +
+	"\btoken_id\x18\x01 \x01(\tR\atokenId\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\fR\x06secret\x12\x10\n" +
+	"\x03csr\x18\x03 \x01(\fR\x03csr\x12!\n" +
+	"\fnode_version\x18\x04 \x01(\tR\vnodeVersion\"\xd4\x01\n" +
+	"\fJoinResponse\x122\n" +
+	"\arefusal\x18\x01 \x01(\x0e2\x18.iop.wire.v1.JoinRefusalR\arefusal\x12%\n" +
+	"\x0erefusal_detail\x18\x02 \x01(\tR\rrefusalDetail\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12!\n" +
+	"\ftrust_domain\x18\x04 \x01(\tR\vtrustDomain\x12\x17\n" +
+	"\aedge_id\x18\x05 \x01(\tR\x06edgeId\x12\x14\n" +
+	"\x05chain\x18\x06 \x03(\fR\x05chain*\x83\x01\n" +
 	"\rProviderState\x12\x1e\n" +
 	"\x1aPROVIDER_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17PROVIDER_STATE_STARTING\x10\x01\x12\x19\n" +
@@ -3691,7 +4077,14 @@ const file_wire_proto_rawDesc = "" +
 	"\x18COMMAND_KIND_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19COMMAND_KIND_CAPABILITIES\x10\x01\x12!\n" +
 	"\x1dCOMMAND_KIND_TRANSPORT_STATUS\x10\x02\x12\"\n" +
-	"\x1eCOMMAND_KIND_OLLAMA_API_TUNNEL\x10\x03B(Z&github.com/iop-dev/iop/quicwire/wirepbb\x06proto3"
+	"\x1eCOMMAND_KIND_OLLAMA_API_TUNNEL\x10\x03*\xc4\x01\n" +
+	"\vJoinRefusal\x12\x1c\n" +
+	"\x18JOIN_REFUSAL_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aJOIN_REFUSAL_UNKNOWN_TOKEN\x10\x01\x12\x1b\n" +
+	"\x17JOIN_REFUSAL_USED_TOKEN\x10\x02\x12\x1e\n" +
+	"\x1aJOIN_REFUSAL_EXPIRED_TOKEN\x10\x03\x12\x1c\n" +
+	"\x18JOIN_REFUSAL_BAD_REQUEST\x10\x04\x12\x1c\n" +
+	"\x18JOIN_REFUSAL_UNAVAILABLE\x10\x05B(Z&github.com/iop-dev/iop/quicwire/wirepbb\x06proto3"
 
 var (
 	file_wire_proto_rawDescOnce sync.Once
@@ -3705,108 +4098,116 @@ func file_wire_proto_rawDescGZIP() []byte {
 	return file_wire_proto_rawDescData
 }
 
-var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_wire_proto_goTypes = []any{
 	(ProviderState)(0),           // 0: iop.wire.v1.ProviderState
 	(RunEventType)(0),            // 1: iop.wire.v1.RunEventType
 	(FailureKind)(0),             // 2: iop.wire.v1.FailureKind
 	(TunnelOutcome)(0),           // 3: iop.wire.v1.TunnelOutcome
 	(CommandKind)(0),             // 4: iop.wire.v1.CommandKind
-	(*ControlFrame)(nil),         // 5: iop.wire.v1.ControlFrame
-	(*RegisterRequest)(nil),      // 6: iop.wire.v1.RegisterRequest
-	(*Provider)(nil),             // 7: iop.wire.v1.Provider
-	(*Target)(nil),               // 8: iop.wire.v1.Target
-	(*RegisterResponse)(nil),     // 9: iop.wire.v1.RegisterResponse
-	(*NodeReadyRequest)(nil),     // 10: iop.wire.v1.NodeReadyRequest
-	(*NodeReadyResponse)(nil),    // 11: iop.wire.v1.NodeReadyResponse
-	(*Heartbeat)(nil),            // 12: iop.wire.v1.Heartbeat
-	(*HeartbeatAck)(nil),         // 13: iop.wire.v1.HeartbeatAck
-	(*ProviderStatusUpdate)(nil), // 14: iop.wire.v1.ProviderStatusUpdate
-	(*DrainNotice)(nil),          // 15: iop.wire.v1.DrainNotice
-	(*CredentialNotice)(nil),     // 16: iop.wire.v1.CredentialNotice
-	(*StreamHeader)(nil),         // 17: iop.wire.v1.StreamHeader
-	(*LeaseBinding)(nil),         // 18: iop.wire.v1.LeaseBinding
-	(*RunRequest)(nil),           // 19: iop.wire.v1.RunRequest
-	(*CompletionInput)(nil),      // 20: iop.wire.v1.CompletionInput
-	(*ChatMessage)(nil),          // 21: iop.wire.v1.ChatMessage
-	(*Tool)(nil),                 // 22: iop.wire.v1.Tool
-	(*ToolCall)(nil),             // 23: iop.wire.v1.ToolCall
-	(*RunOptions)(nil),           // 24: iop.wire.v1.RunOptions
-	(*RunEvent)(nil),             // 25: iop.wire.v1.RunEvent
-	(*Usage)(nil),                // 26: iop.wire.v1.Usage
-	(*Failure)(nil),              // 27: iop.wire.v1.Failure
-	(*StallObservation)(nil),     // 28: iop.wire.v1.StallObservation
-	(*TunnelRequest)(nil),        // 29: iop.wire.v1.TunnelRequest
-	(*Header)(nil),               // 30: iop.wire.v1.Header
-	(*TunnelFrame)(nil),          // 31: iop.wire.v1.TunnelFrame
-	(*TunnelResponseHead)(nil),   // 32: iop.wire.v1.TunnelResponseHead
-	(*TunnelTerminal)(nil),       // 33: iop.wire.v1.TunnelTerminal
-	(*EmbedRequest)(nil),         // 34: iop.wire.v1.EmbedRequest
-	(*EmbedFrame)(nil),           // 35: iop.wire.v1.EmbedFrame
-	(*EmbedVectors)(nil),         // 36: iop.wire.v1.EmbedVectors
-	(*Vector)(nil),               // 37: iop.wire.v1.Vector
-	(*CommandRequest)(nil),       // 38: iop.wire.v1.CommandRequest
-	(*CommandResult)(nil),        // 39: iop.wire.v1.CommandResult
-	(*TransportStatus)(nil),      // 40: iop.wire.v1.TransportStatus
-	nil,                          // 41: iop.wire.v1.RegisterRequest.LabelsEntry
-	nil,                          // 42: iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
+	(JoinRefusal)(0),             // 5: iop.wire.v1.JoinRefusal
+	(*ControlFrame)(nil),         // 6: iop.wire.v1.ControlFrame
+	(*RegisterRequest)(nil),      // 7: iop.wire.v1.RegisterRequest
+	(*Provider)(nil),             // 8: iop.wire.v1.Provider
+	(*Target)(nil),               // 9: iop.wire.v1.Target
+	(*RegisterResponse)(nil),     // 10: iop.wire.v1.RegisterResponse
+	(*NodeReadyRequest)(nil),     // 11: iop.wire.v1.NodeReadyRequest
+	(*NodeReadyResponse)(nil),    // 12: iop.wire.v1.NodeReadyResponse
+	(*Heartbeat)(nil),            // 13: iop.wire.v1.Heartbeat
+	(*HeartbeatAck)(nil),         // 14: iop.wire.v1.HeartbeatAck
+	(*ProviderStatusUpdate)(nil), // 15: iop.wire.v1.ProviderStatusUpdate
+	(*DrainNotice)(nil),          // 16: iop.wire.v1.DrainNotice
+	(*CredentialNotice)(nil),     // 17: iop.wire.v1.CredentialNotice
+	(*StreamHeader)(nil),         // 18: iop.wire.v1.StreamHeader
+	(*LeaseBinding)(nil),         // 19: iop.wire.v1.LeaseBinding
+	(*RunRequest)(nil),           // 20: iop.wire.v1.RunRequest
+	(*CompletionInput)(nil),      // 21: iop.wire.v1.CompletionInput
+	(*ChatMessage)(nil),          // 22: iop.wire.v1.ChatMessage
+	(*Tool)(nil),                 // 23: iop.wire.v1.Tool
+	(*ToolCall)(nil),             // 24: iop.wire.v1.ToolCall
+	(*RunOptions)(nil),           // 25: iop.wire.v1.RunOptions
+	(*RunEvent)(nil),             // 26: iop.wire.v1.RunEvent
+	(*Usage)(nil),                // 27: iop.wire.v1.Usage
+	(*Failure)(nil),              // 28: iop.wire.v1.Failure
+	(*StallObservation)(nil),     // 29: iop.wire.v1.StallObservation
+	(*TunnelRequest)(nil),        // 30: iop.wire.v1.TunnelRequest
+	(*Header)(nil),               // 31: iop.wire.v1.Header
+	(*TunnelFrame)(nil),          // 32: iop.wire.v1.TunnelFrame
+	(*TunnelResponseHead)(nil),   // 33: iop.wire.v1.TunnelResponseHead
+	(*TunnelTerminal)(nil),       // 34: iop.wire.v1.TunnelTerminal
+	(*EmbedRequest)(nil),         // 35: iop.wire.v1.EmbedRequest
+	(*EmbedFrame)(nil),           // 36: iop.wire.v1.EmbedFrame
+	(*EmbedVectors)(nil),         // 37: iop.wire.v1.EmbedVectors
+	(*Vector)(nil),               // 38: iop.wire.v1.Vector
+	(*CommandRequest)(nil),       // 39: iop.wire.v1.CommandRequest
+	(*CommandResult)(nil),        // 40: iop.wire.v1.CommandResult
+	(*TransportStatus)(nil),      // 41: iop.wire.v1.TransportStatus
+	(*CertificateRequest)(nil),   // 42: iop.wire.v1.CertificateRequest
+	(*CertificateResponse)(nil),  // 43: iop.wire.v1.CertificateResponse
+	(*JoinRequest)(nil),          // 44: iop.wire.v1.JoinRequest
+	(*JoinResponse)(nil),         // 45: iop.wire.v1.JoinResponse
+	nil,                          // 46: iop.wire.v1.RegisterRequest.LabelsEntry
+	nil,                          // 47: iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
 }
 var file_wire_proto_depIdxs = []int32{
-	6,  // 0: iop.wire.v1.ControlFrame.register_request:type_name -> iop.wire.v1.RegisterRequest
-	9,  // 1: iop.wire.v1.ControlFrame.register_response:type_name -> iop.wire.v1.RegisterResponse
-	10, // 2: iop.wire.v1.ControlFrame.ready_request:type_name -> iop.wire.v1.NodeReadyRequest
-	11, // 3: iop.wire.v1.ControlFrame.ready_response:type_name -> iop.wire.v1.NodeReadyResponse
-	12, // 4: iop.wire.v1.ControlFrame.heartbeat:type_name -> iop.wire.v1.Heartbeat
-	13, // 5: iop.wire.v1.ControlFrame.heartbeat_ack:type_name -> iop.wire.v1.HeartbeatAck
-	14, // 6: iop.wire.v1.ControlFrame.provider_status:type_name -> iop.wire.v1.ProviderStatusUpdate
-	15, // 7: iop.wire.v1.ControlFrame.drain:type_name -> iop.wire.v1.DrainNotice
-	16, // 8: iop.wire.v1.ControlFrame.credential_notice:type_name -> iop.wire.v1.CredentialNotice
-	7,  // 9: iop.wire.v1.RegisterRequest.providers:type_name -> iop.wire.v1.Provider
-	41, // 10: iop.wire.v1.RegisterRequest.labels:type_name -> iop.wire.v1.RegisterRequest.LabelsEntry
-	8,  // 11: iop.wire.v1.Provider.targets:type_name -> iop.wire.v1.Target
-	0,  // 12: iop.wire.v1.Provider.state:type_name -> iop.wire.v1.ProviderState
-	7,  // 13: iop.wire.v1.NodeReadyRequest.providers:type_name -> iop.wire.v1.Provider
-	7,  // 14: iop.wire.v1.ProviderStatusUpdate.providers:type_name -> iop.wire.v1.Provider
-	42, // 15: iop.wire.v1.CredentialNotice.credential_revisions:type_name -> iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
-	19, // 16: iop.wire.v1.StreamHeader.run:type_name -> iop.wire.v1.RunRequest
-	29, // 17: iop.wire.v1.StreamHeader.tunnel:type_name -> iop.wire.v1.TunnelRequest
-	38, // 18: iop.wire.v1.StreamHeader.command:type_name -> iop.wire.v1.CommandRequest
-	34, // 19: iop.wire.v1.StreamHeader.embed:type_name -> iop.wire.v1.EmbedRequest
-	21, // 20: iop.wire.v1.RunRequest.messages:type_name -> iop.wire.v1.ChatMessage
-	22, // 21: iop.wire.v1.RunRequest.tools:type_name -> iop.wire.v1.Tool
-	24, // 22: iop.wire.v1.RunRequest.options:type_name -> iop.wire.v1.RunOptions
-	18, // 23: iop.wire.v1.RunRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	20, // 24: iop.wire.v1.RunRequest.completion:type_name -> iop.wire.v1.CompletionInput
-	23, // 25: iop.wire.v1.ChatMessage.tool_calls:type_name -> iop.wire.v1.ToolCall
-	1,  // 26: iop.wire.v1.RunEvent.type:type_name -> iop.wire.v1.RunEventType
-	23, // 27: iop.wire.v1.RunEvent.tool_call:type_name -> iop.wire.v1.ToolCall
-	26, // 28: iop.wire.v1.RunEvent.usage:type_name -> iop.wire.v1.Usage
-	27, // 29: iop.wire.v1.RunEvent.failure:type_name -> iop.wire.v1.Failure
-	28, // 30: iop.wire.v1.RunEvent.stall:type_name -> iop.wire.v1.StallObservation
-	2,  // 31: iop.wire.v1.Failure.kind:type_name -> iop.wire.v1.FailureKind
-	30, // 32: iop.wire.v1.TunnelRequest.headers:type_name -> iop.wire.v1.Header
-	18, // 33: iop.wire.v1.TunnelRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	32, // 34: iop.wire.v1.TunnelFrame.head:type_name -> iop.wire.v1.TunnelResponseHead
-	33, // 35: iop.wire.v1.TunnelFrame.terminal:type_name -> iop.wire.v1.TunnelTerminal
-	30, // 36: iop.wire.v1.TunnelResponseHead.headers:type_name -> iop.wire.v1.Header
-	3,  // 37: iop.wire.v1.TunnelTerminal.outcome:type_name -> iop.wire.v1.TunnelOutcome
-	27, // 38: iop.wire.v1.TunnelTerminal.failure:type_name -> iop.wire.v1.Failure
-	28, // 39: iop.wire.v1.TunnelTerminal.stall:type_name -> iop.wire.v1.StallObservation
-	18, // 40: iop.wire.v1.EmbedRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	36, // 41: iop.wire.v1.EmbedFrame.vectors:type_name -> iop.wire.v1.EmbedVectors
-	25, // 42: iop.wire.v1.EmbedFrame.terminal:type_name -> iop.wire.v1.RunEvent
-	37, // 43: iop.wire.v1.EmbedVectors.vectors:type_name -> iop.wire.v1.Vector
-	4,  // 44: iop.wire.v1.CommandRequest.kind:type_name -> iop.wire.v1.CommandKind
-	29, // 45: iop.wire.v1.CommandRequest.tunnel:type_name -> iop.wire.v1.TunnelRequest
-	27, // 46: iop.wire.v1.CommandResult.failure:type_name -> iop.wire.v1.Failure
-	7,  // 47: iop.wire.v1.CommandResult.providers:type_name -> iop.wire.v1.Provider
-	40, // 48: iop.wire.v1.CommandResult.transport_status:type_name -> iop.wire.v1.TransportStatus
-	49, // [49:49] is the sub-list for method output_type
-	49, // [49:49] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	7,  // 0: iop.wire.v1.ControlFrame.register_request:type_name -> iop.wire.v1.RegisterRequest
+	10, // 1: iop.wire.v1.ControlFrame.register_response:type_name -> iop.wire.v1.RegisterResponse
+	11, // 2: iop.wire.v1.ControlFrame.ready_request:type_name -> iop.wire.v1.NodeReadyRequest
+	12, // 3: iop.wire.v1.ControlFrame.ready_response:type_name -> iop.wire.v1.NodeReadyResponse
+	13, // 4: iop.wire.v1.ControlFrame.heartbeat:type_name -> iop.wire.v1.Heartbeat
+	14, // 5: iop.wire.v1.ControlFrame.heartbeat_ack:type_name -> iop.wire.v1.HeartbeatAck
+	15, // 6: iop.wire.v1.ControlFrame.provider_status:type_name -> iop.wire.v1.ProviderStatusUpdate
+	16, // 7: iop.wire.v1.ControlFrame.drain:type_name -> iop.wire.v1.DrainNotice
+	17, // 8: iop.wire.v1.ControlFrame.credential_notice:type_name -> iop.wire.v1.CredentialNotice
+	42, // 9: iop.wire.v1.ControlFrame.certificate_request:type_name -> iop.wire.v1.CertificateRequest
+	43, // 10: iop.wire.v1.ControlFrame.certificate_response:type_name -> iop.wire.v1.CertificateResponse
+	8,  // 11: iop.wire.v1.RegisterRequest.providers:type_name -> iop.wire.v1.Provider
+	46, // 12: iop.wire.v1.RegisterRequest.labels:type_name -> iop.wire.v1.RegisterRequest.LabelsEntry
+	9,  // 13: iop.wire.v1.Provider.targets:type_name -> iop.wire.v1.Target
+	0,  // 14: iop.wire.v1.Provider.state:type_name -> iop.wire.v1.ProviderState
+	8,  // 15: iop.wire.v1.NodeReadyRequest.providers:type_name -> iop.wire.v1.Provider
+	8,  // 16: iop.wire.v1.ProviderStatusUpdate.providers:type_name -> iop.wire.v1.Provider
+	47, // 17: iop.wire.v1.CredentialNotice.credential_revisions:type_name -> iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
+	20, // 18: iop.wire.v1.StreamHeader.run:type_name -> iop.wire.v1.RunRequest
+	30, // 19: iop.wire.v1.StreamHeader.tunnel:type_name -> iop.wire.v1.TunnelRequest
+	39, // 20: iop.wire.v1.StreamHeader.command:type_name -> iop.wire.v1.CommandRequest
+	35, // 21: iop.wire.v1.StreamHeader.embed:type_name -> iop.wire.v1.EmbedRequest
+	22, // 22: iop.wire.v1.RunRequest.messages:type_name -> iop.wire.v1.ChatMessage
+	23, // 23: iop.wire.v1.RunRequest.tools:type_name -> iop.wire.v1.Tool
+	25, // 24: iop.wire.v1.RunRequest.options:type_name -> iop.wire.v1.RunOptions
+	19, // 25: iop.wire.v1.RunRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	21, // 26: iop.wire.v1.RunRequest.completion:type_name -> iop.wire.v1.CompletionInput
+	24, // 27: iop.wire.v1.ChatMessage.tool_calls:type_name -> iop.wire.v1.ToolCall
+	1,  // 28: iop.wire.v1.RunEvent.type:type_name -> iop.wire.v1.RunEventType
+	24, // 29: iop.wire.v1.RunEvent.tool_call:type_name -> iop.wire.v1.ToolCall
+	27, // 30: iop.wire.v1.RunEvent.usage:type_name -> iop.wire.v1.Usage
+	28, // 31: iop.wire.v1.RunEvent.failure:type_name -> iop.wire.v1.Failure
+	29, // 32: iop.wire.v1.RunEvent.stall:type_name -> iop.wire.v1.StallObservation
+	2,  // 33: iop.wire.v1.Failure.kind:type_name -> iop.wire.v1.FailureKind
+	31, // 34: iop.wire.v1.TunnelRequest.headers:type_name -> iop.wire.v1.Header
+	19, // 35: iop.wire.v1.TunnelRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	33, // 36: iop.wire.v1.TunnelFrame.head:type_name -> iop.wire.v1.TunnelResponseHead
+	34, // 37: iop.wire.v1.TunnelFrame.terminal:type_name -> iop.wire.v1.TunnelTerminal
+	31, // 38: iop.wire.v1.TunnelResponseHead.headers:type_name -> iop.wire.v1.Header
+	3,  // 39: iop.wire.v1.TunnelTerminal.outcome:type_name -> iop.wire.v1.TunnelOutcome
+	28, // 40: iop.wire.v1.TunnelTerminal.failure:type_name -> iop.wire.v1.Failure
+	29, // 41: iop.wire.v1.TunnelTerminal.stall:type_name -> iop.wire.v1.StallObservation
+	19, // 42: iop.wire.v1.EmbedRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	37, // 43: iop.wire.v1.EmbedFrame.vectors:type_name -> iop.wire.v1.EmbedVectors
+	26, // 44: iop.wire.v1.EmbedFrame.terminal:type_name -> iop.wire.v1.RunEvent
+	38, // 45: iop.wire.v1.EmbedVectors.vectors:type_name -> iop.wire.v1.Vector
+	4,  // 46: iop.wire.v1.CommandRequest.kind:type_name -> iop.wire.v1.CommandKind
+	30, // 47: iop.wire.v1.CommandRequest.tunnel:type_name -> iop.wire.v1.TunnelRequest
+	28, // 48: iop.wire.v1.CommandResult.failure:type_name -> iop.wire.v1.Failure
+	8,  // 49: iop.wire.v1.CommandResult.providers:type_name -> iop.wire.v1.Provider
+	41, // 50: iop.wire.v1.CommandResult.transport_status:type_name -> iop.wire.v1.TransportStatus
+	5,  // 51: iop.wire.v1.JoinResponse.refusal:type_name -> iop.wire.v1.JoinRefusal
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -3824,6 +4225,8 @@ func file_wire_proto_init() {
 		(*ControlFrame_ProviderStatus)(nil),
 		(*ControlFrame_Drain)(nil),
 		(*ControlFrame_CredentialNotice)(nil),
+		(*ControlFrame_CertificateRequest)(nil),
+		(*ControlFrame_CertificateResponse)(nil),
 	}
 	file_wire_proto_msgTypes[12].OneofWrappers = []any{
 		(*StreamHeader_Run)(nil),
@@ -3846,8 +4249,8 @@ func file_wire_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   38,
+			NumEnums:      6,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -28,6 +28,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/credentials"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/edge/enroll"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/gateway"
 	"github.com/iop-dev/iop/internal/edge/live"
@@ -114,6 +115,7 @@ func Module(cfg *edgeconfig.Config) fx.Option {
 			return l
 		}),
 		fx.Invoke(serveTransport, runScheduler, serveHTTP),
+		enrollment,
 	)
 }
 
@@ -150,7 +152,7 @@ func newDoor(cfg *edgeconfig.Config, refused *frontdoor.Refusals) *frontdoor.Doo
 }
 
 // newEdgeTLS builds the TLS configuration of the Node-facing listener.
-func newEdgeTLS(cfg *edgeconfig.Config, log *slog.Logger, refused *frontdoor.Refusals) (*tls.Config, error) {
+func newEdgeTLS(cfg *edgeconfig.Config, log *slog.Logger, refused *frontdoor.Refusals, enrolled *enroll.Service) (*tls.Config, error) {
 	id := cfg.Identity
 	if id.Mode == yamlconf.ModeLoopback {
 		host, _, err := net.SplitHostPort(cfg.Listen.QUIC)
@@ -164,9 +166,9 @@ func newEdgeTLS(cfg *edgeconfig.Config, log *slog.Logger, refused *frontdoor.Ref
 	if err != nil {
 		return nil, err
 	}
-	return quicwire.EdgeTLSConfig(pool, cert, id.TrustDomain, nil, func(remote string, err error) {
+	return withJoin(quicwire.EdgeTLSConfig(pool, cert, id.TrustDomain, nil, func(remote string, err error) {
 		refused.Refuse("tls_handshake", "refused node connection", "remote", remote, "err", err)
-	}), nil
+	}), cert, enrolled), nil
 }
 
 // newQUICListener binds the Node-facing QUIC listener at construction, so
@@ -225,8 +227,13 @@ func newLeases(store *credentials.Store) (*gateway.Leases, error) {
 }
 
 func newTransport(cfg *edgeconfig.Config, liveness quicwire.Liveness, reg *nodes.Registry, store *credentials.Store, leases *gateway.Leases,
-	refused *frontdoor.Refusals, log *slog.Logger) *nodeserver.Server {
+	refused *frontdoor.Refusals, enrolled *enroll.Service, log *slog.Logger) *nodeserver.Server {
+	var e nodeserver.Enrollment
+	if enrolled != nil { // a nil *Service in the interface would not be nil
+		e = enrolled
+	}
 	return nodeserver.NewServer(nodeserver.Options{
+		Enrollment:      e,
 		EdgeID:          cfg.EdgeID,
 		Liveness:        liveness,
 		Managed:         cfg.Identity.Mode == yamlconf.ModeMTLS,

@@ -53,6 +53,9 @@ type Config struct {
 	// (see credentials.go). Only in mtls (managed) mode may a profile use one.
 	Credentials []Credential `yaml:"credentials,omitempty"`
 	Log         Log          `yaml:"log"`
+
+	// Enrollment lets the Edge issue Node identities itself (see enrollment.go).
+	Enrollment Enrollment `yaml:"enrollment"`
 }
 
 // Listen is the `listen` section: the Edge's two listening addresses, as host:port.
@@ -143,6 +146,7 @@ func (c *Config) SetDefaults() {
 	for i := range c.Credentials {
 		c.Credentials[i].SetDefaults()
 	}
+	c.Enrollment.SetDefaults()
 	c.Log.SetDefaults()
 }
 
@@ -202,6 +206,7 @@ func Load(path string) (*Config, error) {
 	c.Identity.ResolvePaths(filepath.Dir(path))
 	c.resolveCredentialPaths(filepath.Dir(path))
 	c.DataDir = yamlconf.ResolvePath(filepath.Dir(path), c.DataDir)
+	c.Enrollment.CAKeyFile = yamlconf.ResolvePath(filepath.Dir(path), c.Enrollment.CAKeyFile)
 	return c, nil
 }
 
@@ -225,5 +230,6 @@ func (c *Config) Validate() error {
 	es.Append(c.validateRoutes()...)
 	es.Append(c.validateCredentials()...)
 	es.Append(c.Log.Validate("log")...)
+	es.Append(c.validateEnrollment()...)
 	return es.Err()
 }

@@ -40,11 +40,12 @@ func TestParseFillsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{
-		EdgeID:   hostnameID(),
-		Listen:   Listen{QUIC: "localhost:7443", HTTP: DefaultHTTPAddr},
-		Identity: Identity{Mode: "loopback", TrustDomain: "iop.local"},
-		Limits:   Limits{MaxConnections: DefaultMaxConnections, BodyMemoryMiB: DefaultBodyMemoryMiB},
-		Log:      Log{Level: "info", Format: "text"},
+		EdgeID:     hostnameID(),
+		Listen:     Listen{QUIC: "localhost:7443", HTTP: DefaultHTTPAddr},
+		Identity:   Identity{Mode: "loopback", TrustDomain: "iop.local"},
+		Limits:     Limits{MaxConnections: DefaultMaxConnections, BodyMemoryMiB: DefaultBodyMemoryMiB},
+		Log:        Log{Level: "info", Format: "text"},
+		Enrollment: Enrollment{NodeCertLifetime: yamlconf.Duration(DefaultNodeCertLifetime)},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Parse:\n got %+v\nwant %+v", c, want)

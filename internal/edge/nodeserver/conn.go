@@ -106,11 +106,12 @@ func (c *nodeConn) run() {
 		c.log.Info("node connection fenced", "reason", code.String(), "detail", detail)
 	}()
 	if err := c.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterResponse{RegisterResponse: &wirepb.RegisterResponse{
-		Accepted:        true,
-		Generation:      c.gen.Generation(),
-		EdgeId:          c.srv.opts.EdgeID,
-		ProtocolVersion: quicwire.ProtocolVersion,
-		LeaseSigningKey: c.srv.opts.LeaseSigningKey,
+		Accepted:           true,
+		Generation:         c.gen.Generation(),
+		EdgeId:             c.srv.opts.EdgeID,
+		ProtocolVersion:    quicwire.ProtocolVersion,
+		LeaseSigningKey:    c.srv.opts.LeaseSigningKey,
+		CertificateRenewal: c.srv.opts.Enrollment != nil && c.srv.opts.Enrollment.Renews(),
 	}}}); err != nil {
 		c.fenceFor(err)
 		return
@@ -167,6 +168,12 @@ func (c *nodeConn) controlLoop(g *errgroup.Group) error {
 			if !drainClosing {
 				drainClosing = true
 				g.Go(func() error { c.closeWhenDrained(); return nil })
+			}
+		case *wirepb.ControlFrame_CertificateRequest:
+			if err := c.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_CertificateResponse{
+				CertificateResponse: c.renew(m.CertificateRequest.GetCsr()),
+			}}); err != nil {
+				return err
 			}
 		default:
 			return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T from a node", quicwire.ErrUnexpectedFrame, m)}
@@ -251,4 +258,20 @@ func (c *nodeConn) fenceFor(err error) {
 		}
 		reg.Fence(c.gen, quicwire.CloseInternal, err.Error())
 	}
+}
+
+// renew answers a Node's certificate request on its control stream: a new
+// certificate of the connection's own identity, or why not. The connection
+// goes on either way.
+func (c *nodeConn) renew(csr []byte) *wirepb.CertificateResponse {
+	e := c.srv.opts.Enrollment
+	if e == nil || !e.Renews() {
+		return &wirepb.CertificateResponse{Refusal: "this Edge does not renew certificates"}
+	}
+	chain, err := e.Renew(c.gen.NodeID(), csr)
+	if err != nil {
+		c.log.Warn("certificate renewal refused", "err", err)
+		return &wirepb.CertificateResponse{Refusal: err.Error()}
+	}
+	return &wirepb.CertificateResponse{Chain: chain}
 }

@@ -7,6 +7,7 @@ package nodeserver
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/nodes"
 	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/enroll"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -46,6 +48,10 @@ type Options struct {
 	// StreamWait bounds how long a dispatch waits for a free stream on a
 	// Node's connection (see ErrStreamWait). Default 5 s.
 	StreamWait time.Duration
+	// Enrollment, if set, serves join connections (ALPN enroll.JoinALPN),
+	// checks every Node certificate against its revocations, and renews
+	// certificates on the control stream. Managed mode only.
+	Enrollment Enrollment
 	// Refused, if set, records refused connections and registrations
 	// (counted, and logged without flooding: frontdoor.Refusals);
 	// otherwise each is logged at Warn.
@@ -65,6 +71,21 @@ func (s *Server) refuse(kind, msg string, args ...any) {
 		return
 	}
 	s.log.Warn(msg, args...)
+}
+
+// Enrollment is the Edge's Node enrollment (internal/edge/enroll.Service
+// implements it).
+type Enrollment interface {
+	// ServeJoin serves one unauthenticated join connection until it ends.
+	ServeJoin(ctx context.Context, qc *quic.Conn)
+	// Admit refuses a verified Node certificate that was revoked, or whose
+	// Node was removed.
+	Admit(nodeID string, leaf *x509.Certificate) error
+	// Renews reports whether Renew can issue certificates.
+	Renews() bool
+	// Renew issues a new certificate for nodeID's key in csrDER; the chain
+	// is the certificate, then the CA.
+	Renew(nodeID string, csrDER []byte) ([][]byte, error)
 }
 
 // CredentialState is the Edge's credential revocations and disables
@@ -180,6 +201,14 @@ func (r *refusal) Error() string { return r.code.String() + ": " + r.reason }
 // served until its generation is fenced. When handle returns the
 // connection is closed and every goroutine it started has returned.
 func (s *Server) handle(ctx context.Context, qc *quic.Conn) {
+	if qc.ConnectionState().TLS.NegotiatedProtocol == enroll.JoinALPN {
+		if s.opts.Enrollment == nil {
+			quicwire.CloseRefused.Close(qc, "this Edge does not accept joins")
+			return
+		}
+		s.opts.Enrollment.ServeJoin(ctx, qc)
+		return
+	}
 	identity, err := s.peerIdentity(qc)
 	if err != nil {
 		s.refuse("node_identity", "refused node connection", "remote", qc.RemoteAddr().String(), "err", err)
@@ -199,6 +228,13 @@ func (s *Server) handle(ctx context.Context, qc *quic.Conn) {
 	req, err := s.readRegister(st, cs)
 	if err == nil {
 		err = s.checkRegister(req, identity)
+	}
+	if err == nil && s.opts.Managed && s.opts.Enrollment != nil {
+		// Revocation is checked on every connection, after the identity
+		// matched the registered id (S3).
+		if aerr := s.opts.Enrollment.Admit(req.GetNodeId(), qc.ConnectionState().TLS.PeerCertificates[0]); aerr != nil {
+			err = &refusal{quicwire.CloseUnauthenticated, aerr.Error()}
+		}
 	}
 	if err != nil {
 		var ref *refusal

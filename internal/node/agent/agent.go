@@ -21,6 +21,7 @@ import (
 	"github.com/iop-dev/iop/internal/node/bridge"
 	"github.com/iop-dev/iop/internal/node/edgeclient"
 	"github.com/iop-dev/iop/internal/node/leasekey"
+	"github.com/iop-dev/iop/internal/node/nodecert"
 	"github.com/iop-dev/iop/internal/node/nodeconfig"
 	"github.com/iop-dev/iop/internal/node/nodemetrics"
 	"github.com/iop-dev/iop/internal/pluginhost"
@@ -28,7 +29,6 @@ import (
 	"github.com/iop-dev/iop/plugins/builtin"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/lease"
-	"github.com/iop-dev/iop/quicwire/pki"
 	"github.com/iop-dev/iop/sdk"
 )
 
@@ -70,7 +70,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 	if opts.Liveness == (quicwire.Liveness{}) {
 		opts.Liveness = quicwire.DefaultLiveness
 	}
-	tlsConf, err := nodeTLS(cfg)
+	tlsConf, certs, err := nodeTLS(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +123,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 		Labels:         cfg.Labels,
 		Providers:      a.providers,
 		Leases:         leases,
+		Certificates:   certs,
 		Handler: bridge.NewHandler(a.providers, opts.Logger, bridge.HandlerOptions{
 			Status:  func() edgeclient.Status { return a.client.Status() },
 			Stall:   stall,
@@ -159,21 +160,23 @@ func launcher(p nodeconfig.Provider, self []string, log *slog.Logger) (bridge.La
 	}, nil
 }
 
-// nodeTLS builds the Node's TLS configuration for its identity mode.
-func nodeTLS(cfg *nodeconfig.Config) (*tls.Config, error) {
+// nodeTLS builds the Node's TLS configuration for its identity mode, and in
+// managed mode the certificate the transport renews (its TLS configuration
+// presents the renewed one from the next connection on).
+func nodeTLS(cfg *nodeconfig.Config) (*tls.Config, edgeclient.Certificates, error) {
 	id := cfg.Identity
 	if id.Mode == yamlconf.ModeLoopback {
 		host, _, err := net.SplitHostPort(cfg.Edge.Address)
 		if err != nil || !yamlconf.IsLoopbackHost(host) {
-			return nil, fmt.Errorf("loopback mode does not authenticate the Edge, so the Node may only dial a loopback address, not %q", cfg.Edge.Address)
+			return nil, nil, fmt.Errorf("loopback mode does not authenticate the Edge, so the Node may only dial a loopback address, not %q", cfg.Edge.Address)
 		}
-		return quicwire.LoopbackNodeTLSConfig(), nil
+		return quicwire.LoopbackNodeTLSConfig(), nil, nil
 	}
-	pool, cert, err := pki.LoadIdentity(id.CAFile, id.CertFile, id.KeyFile, quicwire.NodeIdentity(id.TrustDomain, cfg.NodeID))
+	certs, _, err := nodecert.Load(id.CAFile, id.CertFile, id.KeyFile, quicwire.NodeIdentity(id.TrustDomain, cfg.NodeID))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return quicwire.NodeTLSConfig(pool, cert, id.TrustDomain, id.EdgeID, nil), nil
+	return certs.TLSConfig(id.TrustDomain, id.EdgeID), certs, nil
 }
 
 // Providers are the Node's providers.

@@ -79,6 +79,9 @@ type Options struct {
 	Handler   Handler
 	// Leases, if set, learns the Edge's signing key and credential notices.
 	Leases Leases
+	// Certificates, if set, is renewed on the control stream before it
+	// expires, when the Edge says it renews.
+	Certificates Certificates
 	// PacketConn, if set, carries QUIC instead of a new UDP socket (tests
 	// use quic-go's simnet). The client does not close it.
 	PacketConn net.PacketConn
@@ -131,6 +134,9 @@ type connection struct {
 	cs   *quicwire.ControlStream
 	sess *quicwire.Session
 	hb   *quicwire.Heartbeat
+	// certAnswers carries the Edge's answers to certificate requests from
+	// the control loop to the renewal (one request at a time).
+	certAnswers chan *wirepb.CertificateResponse
 }
 
 // New checks opts and returns a client.
@@ -268,7 +274,7 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 		return false, fmt.Errorf("open control stream: %w", quicwire.DescribeHandshakeError(err))
 	}
 	cs := quicwire.NewControlStream(st)
-	gen, edgeKey, err := c.register(st, cs)
+	gen, edgeKey, renews, err := c.register(st, cs)
 	if err != nil {
 		return false, err
 	}
@@ -277,7 +283,7 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 		// Edge process (another key) is refused as it should be.
 		c.opts.Leases.SetEdgeKey(edgeKey)
 	}
-	conn := &connection{qc: qc, cs: cs, sess: quicwire.NewSession(c.opts.NodeID, gen, time.Now())}
+	conn := &connection{qc: qc, cs: cs, sess: quicwire.NewSession(c.opts.NodeID, gen, time.Now()), certAnswers: make(chan *wirepb.CertificateResponse, 1)}
 	conn.hb = quicwire.NewHeartbeat(c.opts.Liveness, cs.Send, func() {
 		quicwire.CloseHeartbeatTimeout.Close(qc, fmt.Sprintf("no heartbeat answer within %v", c.opts.Liveness.ResponseWait))
 	})
@@ -316,6 +322,10 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 	go func() { defer wg.Done(); c.acceptStreams(cctx, conn) }()
 	go func() { defer wg.Done(); c.announce(cctx, conn) }()
 	go func() { defer wg.Done(); c.watchEdge(cctx, conn, log) }()
+	if renews && c.opts.Certificates != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.renew(cctx, conn, log) }()
+	}
 
 	err = c.controlLoop(conn, &ready)
 	var pe *quicwire.ProtocolError
@@ -363,7 +373,7 @@ func registerError(err error) error {
 }
 
 // register sends the RegisterRequest and reads the answer.
-func (c *Client) register(st *quic.Stream, cs *quicwire.ControlStream) (gen uint64, edgeKey ed25519.PublicKey, err error) {
+func (c *Client) register(st *quic.Stream, cs *quicwire.ControlStream) (gen uint64, edgeKey ed25519.PublicKey, renews bool, err error) {
 	err = cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterRequest{RegisterRequest: &wirepb.RegisterRequest{
 		NodeId:               c.opts.NodeID,
 		NodeVersion:          c.opts.Version,
@@ -374,24 +384,24 @@ func (c *Client) register(st *quic.Stream, cs *quicwire.ControlStream) (gen uint
 		MaxDispatchedStreams: uint32(c.streams()),
 	}}})
 	if err != nil {
-		return 0, nil, registerError(err)
+		return 0, nil, false, registerError(err)
 	}
 	_ = st.SetReadDeadline(time.Now().Add(quicwire.HandshakeTimeout))
 	defer st.SetReadDeadline(time.Time{})
 	f, err := cs.Recv()
 	if err != nil {
-		return 0, nil, registerError(err)
+		return 0, nil, false, registerError(err)
 	}
 	resp := f.GetRegisterResponse()
 	switch {
 	case resp == nil:
-		return 0, nil, &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T instead of RegisterResponse", quicwire.ErrUnexpectedFrame, f.GetMsg())}
+		return 0, nil, false, &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T instead of RegisterResponse", quicwire.ErrUnexpectedFrame, f.GetMsg())}
 	case !resp.GetAccepted():
-		return 0, nil, &RefusedError{Code: quicwire.CloseCode(resp.GetRefusalCode()), Reason: resp.GetRefusalReason()}
+		return 0, nil, false, &RefusedError{Code: quicwire.CloseCode(resp.GetRefusalCode()), Reason: resp.GetRefusalReason()}
 	case resp.GetGeneration() == 0:
-		return 0, nil, &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: accepted registration without a generation", quicwire.ErrUnexpectedFrame)}
+		return 0, nil, false, &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: accepted registration without a generation", quicwire.ErrUnexpectedFrame)}
 	}
-	return resp.GetGeneration(), resp.GetLeaseSigningKey(), nil
+	return resp.GetGeneration(), resp.GetLeaseSigningKey(), resp.GetCertificateRenewal(), nil
 }
 
 // announce waits for the providers to be up, sends the ready request, and
@@ -465,6 +475,12 @@ func (c *Client) controlLoop(conn *connection, ready *bool) error {
 			}
 			c.log.Info("credential notice", "revisions", len(m.CredentialNotice.GetCredentialRevisions()),
 				"disabled_profiles", m.CredentialNotice.GetDisabledProfiles(), "disabled_credentials", m.CredentialNotice.GetDisabledCredentials())
+		case *wirepb.ControlFrame_CertificateResponse:
+			select {
+			case conn.certAnswers <- m.CertificateResponse:
+			default:
+				return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: certificate response not asked for", quicwire.ErrUnexpectedFrame)}
+			}
 		default:
 			return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T from the edge", quicwire.ErrUnexpectedFrame, m)}
 		}

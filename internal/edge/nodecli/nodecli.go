@@ -1,0 +1,238 @@
+// Package nodecli adds the `edged node` commands: add (a join token and the
+// `noded join` command to run on the Node), remove (revoke a Node's
+// certificates and fence it) and list. They talk to the running Edge
+// through its admin socket in data_dir (internal/edge/enroll), so a removal
+// takes effect at once; with no Edge running they open its store directly.
+package nodecli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/edge/enroll"
+	"github.com/iop-dev/iop/quicwire/pki"
+)
+
+// storeLockWait is how long an offline command waits for the store's lock.
+const storeLockWait = 2 * time.Second
+
+type cli struct {
+	out        io.Writer
+	configPath string
+	nodeID     string
+	ttl        time.Duration
+	addr       string
+	asJSON     bool
+}
+
+// Register adds `node add`, `node remove` and `node list` to app; their
+// reports go to out.
+func Register(app *kingpin.Application, out io.Writer) {
+	c := &cli{out: out}
+	node := app.Command("node", "Enroll, list and remove Nodes (managed mode; needs data_dir and enrollment.ca_key_file).")
+
+	add := node.Command("add", "Make a single-use join token for a Node and print the `noded join` command to run on it.")
+	add.Arg("node-id", "The Node's id (its identity is spiffe://TRUST-DOMAIN/node/NODE-ID).").Required().StringVar(&c.nodeID)
+	add.Flag("ttl", "How long the token may be used.").Default(enroll.DefaultTokenTTL.String()).DurationVar(&c.ttl)
+	add.Flag("addr", "The Edge's address as the Node reaches it, for the printed command (default: listen.quic, or this host's name with its port).").PlaceHolder("HOST:PORT").StringVar(&c.addr)
+	add.Flag("config", "Edge configuration file (YAML).").Short('c').Required().StringVar(&c.configPath)
+	add.Action(func(*kingpin.ParseContext) error { return c.add() })
+
+	remove := node.Command("remove", "Revoke a Node's certificates: the Edge refuses it at once (closing its connection) and on every reconnect.")
+	remove.Arg("node-id", "The Node's id.").Required().StringVar(&c.nodeID)
+	remove.Flag("config", "Edge configuration file (YAML).").Short('c').Required().StringVar(&c.configPath)
+	remove.Action(func(*kingpin.ParseContext) error { return c.remove() })
+
+	list := node.Command("list", "Show enrolled Nodes: identity, certificate serial and expiry, last seen.")
+	list.Flag("config", "Edge configuration file (YAML).").Short('c').Required().StringVar(&c.configPath)
+	list.Flag("json", "Print JSON.").BoolVar(&c.asJSON)
+	list.Action(func(*kingpin.ParseContext) error { return c.list() })
+}
+
+// edge is the Edge of the configuration: its running process if one
+// answers on the admin socket, else its store opened here.
+type edge struct {
+	cfg    *edgeconfig.Config
+	client *enroll.SocketClient
+}
+
+func (c *cli) open() (*edge, error) {
+	cfg, err := edgeconfig.Load(c.configPath)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Identity.Mode != "mtls" {
+		return nil, fmt.Errorf("%s: Nodes are enrolled in mtls mode only (identity.mode is %s)", c.configPath, cfg.Identity.Mode)
+	}
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("%s: set data_dir: the Edge keeps its join tokens, issued certificates and revocations there", c.configPath)
+	}
+	return &edge{cfg: cfg, client: enroll.NewSocketClient(cfg.DataDir)}, nil
+}
+
+// offline runs f on the store when no Edge runs.
+func (e *edge) offline(f func(*enroll.Service) error) error {
+	store, err := enroll.OpenStore(e.cfg.DataDir, storeLockWait, time.Now())
+	if err != nil {
+		if errors.Is(err, enroll.ErrStoreLocked) {
+			return fmt.Errorf("%w, but its admin socket does not answer: is it starting or stuck?", err)
+		}
+		return err
+	}
+	defer store.Close()
+	opts := enroll.Options{EdgeID: e.cfg.EdgeID, TrustDomain: e.cfg.Identity.TrustDomain}
+	if e.cfg.Identity.CAFile != "" {
+		if opts.CACert, err = pki.LoadCACert(e.cfg.Identity.CAFile); err != nil {
+			return err
+		}
+	}
+	return f(enroll.New(store, opts))
+}
+
+func (c *cli) add() error {
+	e, err := c.open()
+	if err != nil {
+		return err
+	}
+	if !e.cfg.Enrollment.Enabled() {
+		return fmt.Errorf("%s: set enrollment.ca_key_file (the key of identity.ca_file): the Edge signs the certificate of a joining Node with it", c.configPath)
+	}
+	res, err := e.client.AddToken(c.nodeID, c.ttl)
+	if errors.Is(err, enroll.ErrNoEdge) {
+		err = e.offline(func(s *enroll.Service) error {
+			res, err = s.AddToken(c.nodeID, c.ttl)
+			return err
+		})
+		if err == nil {
+			fmt.Fprintf(c.out, "(edged is not running: the token is stored and works once it starts)\n")
+		}
+	}
+	if err != nil {
+		return err
+	}
+	addr := c.addr
+	if addr == "" {
+		addr = joinAddr(e.cfg.Listen.QUIC)
+	}
+	fmt.Fprintf(c.out, "==> Join token for node %s: single use, valid until %s\n", res.NodeID, res.Expires.UTC().Format(time.RFC3339))
+	fmt.Fprintf(c.out, "    It names this Edge's CA (%s): a Node joining with it trusts only this Edge.\n", res.CAHash)
+	fmt.Fprintf(c.out, "==> On the Node, run:\n\n    noded join %s --token %s --start\n\n", addr, res.Token)
+	fmt.Fprintf(c.out, "It writes the Node's key (made there), certificate and node.yaml to ./iop-node (--dir to change)\n")
+	fmt.Fprintf(c.out, "and starts the Node. Keep the token secret until then.\n")
+	return nil
+}
+
+// joinAddr is the address to print in the join command: listen.quic when it
+// names a host, else this machine's name with the port.
+func joinAddr(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			host = h
+		} else {
+			host = "EDGE-HOST"
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func (c *cli) remove() error {
+	e, err := c.open()
+	if err != nil {
+		return err
+	}
+	res, err := e.client.Remove(c.nodeID)
+	if errors.Is(err, enroll.ErrNoEdge) {
+		err = e.offline(func(s *enroll.Service) error {
+			revoked, _, err := s.Remove(c.nodeID)
+			res = enroll.RemoveResult{NodeID: c.nodeID, Revoked: revoked, Offline: true}
+			return err
+		})
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "==> Removed node %s; revoked %d certificate(s)", res.NodeID, len(res.Revoked))
+	if len(res.Revoked) > 0 {
+		fmt.Fprintf(c.out, ": %s", strings.Join(res.Revoked, ", "))
+	}
+	fmt.Fprintln(c.out)
+	switch {
+	case res.Fenced:
+		fmt.Fprintf(c.out, "==> Its connection was closed; the Edge refuses it from now on.\n")
+	case res.Offline:
+		fmt.Fprintf(c.out, "==> edged is not running; it refuses the node when it starts.\n")
+	default:
+		fmt.Fprintf(c.out, "==> It was not connected; the Edge refuses it from now on.\n")
+	}
+	fmt.Fprintf(c.out, "To bring it back: edged node add %s, then noded join on it.\n", res.NodeID)
+	return nil
+}
+
+func (c *cli) list() error {
+	e, err := c.open()
+	if err != nil {
+		return err
+	}
+	nodes, err := e.client.List()
+	if errors.Is(err, enroll.ErrNoEdge) {
+		err = e.offline(func(s *enroll.Service) error {
+			nodes, err = s.List()
+			return err
+		})
+	}
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		enc := json.NewEncoder(c.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(nodes)
+	}
+	return printList(c.out, nodes, time.Now())
+}
+
+// printList prints one line per Node: its newest certificate, its state and
+// when it was last seen.
+func printList(w io.Writer, nodes []enroll.NodeStatus, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tIDENTITY\tSTATE\tSERIAL\tEXPIRES\tLAST SEEN")
+	stamp := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	for _, n := range nodes {
+		serial, expires := "-", "-"
+		if k := len(n.Certificates); k > 0 {
+			serial, expires = n.Certificates[k-1].Serial, stamp(n.Certificates[k-1].NotAfter)
+		}
+		state := "enrolled"
+		switch {
+		case !n.Removed.IsZero():
+			state = "removed"
+		case n.Connected != "":
+			state = n.Connected
+		case len(n.Certificates) == 0 && len(n.Tokens) > 0:
+			state = "token pending"
+		case len(n.Certificates) > 0 && now.After(n.Certificates[len(n.Certificates)-1].NotAfter):
+			state = "expired"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.Identity, state, serial, expires, stamp(n.LastSeen))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,108 @@
+package edgeclient
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// Certificates is the Node's certificate as the transport renews it
+// (*nodecert.Holder implements it).
+type Certificates interface {
+	// Validity is the current certificate's validity window.
+	Validity() (notBefore, notAfter time.Time)
+	// Request makes a certificate request for the Node's key.
+	Request() ([]byte, error)
+	// Install checks a renewed chain and makes it the certificate the
+	// next connections present.
+	Install(chain [][]byte) error
+}
+
+// Renewal timing: a certificate is renewed at two thirds of its lifetime; a
+// failed attempt is retried after a tenth of what is left, within bounds.
+const (
+	renewAnswerWait = 30 * time.Second
+	minRenewRetry   = time.Second
+	maxRenewRetry   = 5 * time.Minute
+)
+
+// renewAt is when a certificate valid from nb to na is renewed.
+func renewAt(nb, na time.Time) time.Time { return nb.Add(na.Sub(nb) * 2 / 3) }
+
+// renewRetry is how long to wait after a failed renewal.
+func renewRetry(na, now time.Time) time.Duration {
+	return min(max(na.Sub(now)/10, minRenewRetry), maxRenewRetry)
+}
+
+// renew renews the Node's certificate on conn's control stream whenever it
+// is due, for as long as the connection lives. The connection itself is
+// never touched: runs in flight go on, and the next connection presents
+// the new certificate. Answers arrive from the control loop on
+// conn.certAnswers.
+func (c *Client) renew(ctx context.Context, conn *connection, log *slog.Logger) {
+	certs := c.opts.Certificates
+	var wait time.Duration
+	for {
+		nb, na := certs.Validity()
+		if wait == 0 {
+			wait = time.Until(renewAt(nb, na))
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		wait = 0
+		if err := c.renewOnce(ctx, conn); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			wait = renewRetry(na, time.Now())
+			log.Warn("certificate renewal failed; retrying", "err", err, "retry_in", wait, "expires", na.UTC().Format(time.RFC3339))
+			continue
+		}
+		nb2, na2 := certs.Validity()
+		log.Info("certificate renewed", "not_before", nb2.UTC().Format(time.RFC3339), "not_after", na2.UTC().Format(time.RFC3339))
+	}
+}
+
+// errNoRenewAnswer: the Edge did not answer a certificate request.
+var errNoRenewAnswer = errors.New("no answer to the certificate request")
+
+// renewErr is the Edge's refusal of a renewal.
+type renewErr string
+
+func (e renewErr) Error() string { return "edge refused: " + string(e) }
+
+func (c *Client) renewOnce(ctx context.Context, conn *connection) error {
+	csr, err := c.opts.Certificates.Request()
+	if err != nil {
+		return err
+	}
+	if err := conn.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_CertificateRequest{
+		CertificateRequest: &wirepb.CertificateRequest{Csr: csr},
+	}}); err != nil {
+		return err
+	}
+	t := time.NewTimer(renewAnswerWait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return &quicwire.ProtocolError{Stream: "control", Err: errNoRenewAnswer}
+	case resp := <-conn.certAnswers:
+		if r := resp.GetRefusal(); r != "" {
+			return renewErr(r)
+		}
+		return c.opts.Certificates.Install(resp.GetChain())
+	}
+}
