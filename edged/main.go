@@ -2,7 +2,7 @@
 // talk to and Nodes dial. It registers Nodes, keeps their heartbeats, and
 // dispatches work to them over QUIC.
 //
-//	edged run --config edge.yaml               run the Edge
+//	edged run --config edge.yaml               run the Edge (SIGHUP reloads the file)
 //	edged tls ca create / tls cert create      make a CA and certificates for managed mode
 //	edged node add / remove / list             enroll Nodes with join tokens, revoke them
 //	edged config check edge.yaml               validate a configuration file
@@ -69,9 +69,9 @@ func main() {
 		case *livenessDiv < 1 || *livenessDiv > 100:
 			err = fmt.Errorf("--test-liveness-divisor %d: want 1 to 100", *livenessDiv)
 		case *livenessDiv > 1:
-			err = edgeapp.Run(cfg, edgeapp.ScaledLiveness(*livenessDiv))
+			err = edgeapp.Run(cfg, edgeapp.ConfigFile(*configPath), edgeapp.ScaledLiveness(*livenessDiv))
 		default:
-			err = edgeapp.Run(cfg)
+			err = edgeapp.Run(cfg, edgeapp.ConfigFile(*configPath))
 		}
 	case check.FullCommand():
 		if _, err = edgeconfig.Load(*checkPath); err == nil {

@@ -9,7 +9,7 @@
 // (Node ids and identities, addresses, labels, versions, providers,
 // credential names). /healthz and /readyz are always open, for probes. The
 // endpoints that change state always need the API key of a principal with
-// admin: true (see credentials.go).
+// admin: true (see credentials.go and reload.go).
 package adminapi
 
 import (
@@ -21,6 +21,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/credentials"
 	"github.com/iop-dev/iop/internal/edge/live"
 	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/reload"
 	"github.com/iop-dev/iop/internal/edge/sched"
 )
 
@@ -56,6 +57,13 @@ type Options struct {
 	// OpenReads serves the read endpoints to anyone; otherwise (the
 	// default) only to an admin principal.
 	OpenReads bool
+	// ReadsOpen, when set, is asked on every read instead of OpenReads,
+	// so that a configuration reload can open or close them
+	// (auth.Authenticator.AdminReadsOpen).
+	ReadsOpen func() bool
+	// Reloader serves POST /admin/v1/reload (reload.go); nil leaves it
+	// answering 404.
+	Reloader *reload.Reloader
 	// Logger logs every change made through the admin endpoints, at Warn;
 	// nil logs nothing.
 	Logger *slog.Logger
@@ -63,7 +71,11 @@ type Options struct {
 
 // newHandler is the handler of opts.
 func newHandler(opts Options) *handler {
-	h := &handler{creds: opts.Credentials, authn: opts.Authenticator, openReads: opts.OpenReads, log: opts.Logger}
+	h := &handler{creds: opts.Credentials, authn: opts.Authenticator, readsOpen: opts.ReadsOpen, reloader: opts.Reloader, log: opts.Logger}
+	if h.readsOpen == nil {
+		open := opts.OpenReads
+		h.readsOpen = func() bool { return open }
+	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -92,6 +104,7 @@ func Handler(reg *nodes.Registry, ready Readiness, opts Options) http.Handler {
 	queues := opts.Queues
 	mux := http.NewServeMux()
 	h.credentialRoutes(mux)
+	h.reloadRoutes(mux)
 	mux.HandleFunc("GET /admin/v1/queues", h.read(func(w http.ResponseWriter, r *http.Request) {
 		var q any = []any{}
 		if queues != nil {
@@ -138,10 +151,11 @@ func ReadAccess(h http.Handler, opts Options) http.Handler {
 // read serves f to anyone when reads are open, and otherwise only to an
 // admin principal (401 or 403 in the shape of the other admin errors).
 func (h *handler) read(f http.HandlerFunc) http.HandlerFunc {
-	if h.openReads {
-		return f
-	}
 	return func(w http.ResponseWriter, r *http.Request) {
+		if h.readsOpen() {
+			f(w, r)
+			return
+		}
 		if _, ok := h.admin(w, r); ok {
 			f(w, r)
 		}
@@ -153,7 +167,8 @@ type handler struct {
 	creds     *credentials.Store
 	authn     *auth.Authenticator
 	log       *slog.Logger
-	openReads bool
+	readsOpen func() bool
+	reloader  *reload.Reloader
 }
 
 type status struct {

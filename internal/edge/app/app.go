@@ -15,7 +15,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -37,6 +39,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/ollamaapi"
 	"github.com/iop-dev/iop/internal/edge/openaiapi"
+	"github.com/iop-dev/iop/internal/edge/reload"
 	"github.com/iop-dev/iop/internal/edge/resetkey"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/internal/edge/statuspage"
@@ -103,9 +106,9 @@ func (e *Edge) Stop() error {
 // Module is the Edge's dependency graph.
 func Module(cfg *edgeconfig.Config) fx.Option {
 	return fx.Options(
-		fx.Supply(cfg, quicwire.DefaultLiveness),
+		fx.Supply(cfg, quicwire.DefaultLiveness, ConfigPath("")),
 		fx.Provide(newLogger, newRegistry, newEdgeTLS, newQUICListener, newCredentials, newLeases, newTransport, newScheduler, newMetrics,
-			newRefusals, newDoor, newAuthenticator, newLive, newGateway, newHTTPServer),
+			newRefusals, newDoor, newAuthenticator, newLive, newGateway, newReloader, newClientCerts, newHTTPServer),
 		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: log}
 			// fx's own events are debugging detail; a failed start is
@@ -114,9 +117,19 @@ func Module(cfg *edgeconfig.Config) fx.Option {
 			l.UseErrorLevel(slog.LevelDebug)
 			return l
 		}),
-		fx.Invoke(serveTransport, runScheduler, serveHTTP),
+		fx.Invoke(serveTransport, runScheduler, serveHTTP, reloadOnSIGHUP),
 		enrollment,
 	)
+}
+
+// ConfigPath is the configuration file the Edge was started from, which a
+// reload reads again; "" when the configuration was built in code.
+type ConfigPath string
+
+// ConfigFile names the file cfg was loaded from, so that SIGHUP and POST
+// /admin/v1/reload can read it again. Without it a reload is refused.
+func ConfigFile(path string) fx.Option {
+	return fx.Replace(ConfigPath(path))
 }
 
 // ScaledLiveness divides the Edge's liveness profile (R8: a 30 s heartbeat
@@ -298,10 +311,56 @@ func newAuthenticator(cfg *edgeconfig.Config, log *slog.Logger) (*auth.Authentic
 	if err != nil {
 		return nil, err
 	}
-	if len(cfg.API.Keys) == 0 && !cfg.AnonymousAllowed() {
+	if len(cfg.API.Keys) == 0 && !cfg.AnonymousAllowed() && len(cfg.API.TrustedNetworks) == 0 {
 		log.Warn("no API keys are configured and anonymous access is off: every client request will be refused (add api.keys)")
 	}
 	return a, nil
+}
+
+// newReloader applies a changed configuration file to the authenticator
+// (the snapshot requests read), the credentials and the gateway.
+func newReloader(cfg *edgeconfig.Config, path ConfigPath, authn *auth.Authenticator, store *credentials.Store, g *gateway.Gateway,
+	m *metrics.Metrics, log *slog.Logger) *reload.Reloader {
+	return reload.New(cfg, reload.Options{Path: string(path), Auth: authn, Credentials: store, Gateway: g, Logger: log,
+		Count: func(result string) { m.ConfigReloads.WithLabelValues(result).Inc() }})
+}
+
+// reloadOnSIGHUP reloads the configuration file at every SIGHUP, from
+// start to stop. Without a file SIGHUP is left alone.
+func reloadOnSIGHUP(lc fx.Lifecycle, r *reload.Reloader, path ConfigPath) {
+	if path == "" {
+		return
+	}
+	sig := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			signal.Notify(sig, syscall.SIGHUP)
+			go func() {
+				defer close(done)
+				for range sig {
+					_, _ = r.Reload("SIGHUP") // logged and counted by Reload
+				}
+			}()
+			return nil
+		},
+		OnStop: func(context.Context) error {
+			signal.Stop(sig)
+			close(sig)
+			<-done
+			return nil
+		},
+	})
+}
+
+// newClientCerts reads api.tls's certificate and key, which the client
+// listener serves and re-reads when they change; nil when api.tls is not
+// set (plain HTTP).
+func newClientCerts(cfg *edgeconfig.Config, log *slog.Logger) (*frontdoor.CertFiles, error) {
+	if !cfg.API.TLS.Enabled() {
+		return nil, nil
+	}
+	return frontdoor.NewCertFiles(cfg.API.TLS.CertFile, cfg.API.TLS.KeyFile, frontdoor.CertOptions{Logger: log})
 }
 
 func newGateway(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, m *metrics.Metrics, leases *gateway.Leases, runs *live.Tracker,
@@ -314,6 +373,7 @@ func newGateway(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Serv
 type HTTPServer struct {
 	srv     *http.Server
 	door    *frontdoor.Door
+	certs   *frontdoor.CertFiles // nil: plain HTTP
 	addr    string
 	serving atomic.Bool
 	bound   net.Addr
@@ -325,9 +385,10 @@ type HTTPServer struct {
 // the status page holds no data (its data are the admin reads), so it is
 // served to anyone.
 func newHTTPServer(cfg *edgeconfig.Config, reg *nodes.Registry, s *sched.Scheduler, m *metrics.Metrics, door *frontdoor.Door,
-	g *gateway.Gateway, authn *auth.Authenticator, store *credentials.Store, runs *live.Tracker, log *slog.Logger) *HTTPServer {
-	h := &HTTPServer{addr: cfg.Listen.HTTP, door: door}
-	access := adminapi.Options{Authenticator: authn, Logger: log, OpenReads: cfg.AdminReadsOpen(),
+	g *gateway.Gateway, authn *auth.Authenticator, store *credentials.Store, runs *live.Tracker, reloader *reload.Reloader,
+	certs *frontdoor.CertFiles, log *slog.Logger) *HTTPServer {
+	h := &HTTPServer{addr: cfg.Listen.HTTP, door: door, certs: certs}
+	access := adminapi.Options{Authenticator: authn, Logger: log, ReadsOpen: authn.AdminReadsOpen, Reloader: reloader,
 		Credentials: store, Queues: func() any { return s.Snapshot() },
 		Models: func() any { return s.Models() }, Load: s.InFlight, Runs: runs}
 	admin := adminapi.Handler(reg, func() error {
@@ -358,10 +419,15 @@ func newHTTPServer(cfg *edgeconfig.Config, reg *nodes.Registry, s *sched.Schedul
 	mux.Handle("/api/", ollama)
 	mux.Handle("/{$}", ollama)
 	h.srv = door.Server(mux, log)
+	if certs != nil {
+		h.srv.TLSConfig = certs.TLSConfig()
+	}
 	return h
 }
 
-func serveHTTP(lc fx.Lifecycle, h *HTTPServer, cfg *edgeconfig.Config, log *slog.Logger) {
+// serveHTTP serves the client listener from start to stop: HTTPS (HTTP/2
+// and HTTP/1.1) when api.tls is set, plain HTTP otherwise.
+func serveHTTP(lc fx.Lifecycle, h *HTTPServer, authn *auth.Authenticator, log *slog.Logger) {
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			ln, err := h.door.Listen(h.addr)
@@ -371,10 +437,16 @@ func serveHTTP(lc fx.Lifecycle, h *HTTPServer, cfg *edgeconfig.Config, log *slog
 			h.bound = ln.Addr()
 			h.serving.Store(true)
 			lim := h.door.Limits()
-			log.Info("serving http", "addr", ln.Addr().String(), "max_connections", lim.MaxConns,
-				"body_memory_mib", lim.BodyMemory>>20, "admin_reads_open", cfg.AdminReadsOpen())
+			scheme, serve := "http", func() error { return h.srv.Serve(ln) }
+			if h.certs != nil {
+				// ServeTLS adds HTTP/2 and answers a plain HTTP request
+				// with 400 "Client sent an HTTP request to an HTTPS server".
+				scheme, serve = "https", func() error { return h.srv.ServeTLS(ln, "", "") }
+			}
+			log.Info("serving "+scheme, "addr", ln.Addr().String(), "max_connections", lim.MaxConns,
+				"body_memory_mib", lim.BodyMemory>>20, "admin_reads_open", authn.AdminReadsOpen())
 			go func() {
-				if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					log.Error("http server failed", "err", err)
 				}
 			}()

@@ -31,7 +31,7 @@ func TestHTTPServerMountsOllamaAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := gateway.New(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), gateway.Options{Metrics: m, Logger: log})
-	h := newHTTPServer(cfg, reg, s, m, frontdoor.New(frontdoor.Limits{}, nil), g, a, nil, live.New(live.Options{}), log).srv.Handler
+	h := newHTTPServer(cfg, reg, s, m, frontdoor.New(frontdoor.Limits{}, nil), g, a, nil, live.New(live.Options{}), nil, nil, log).srv.Handler
 	tests := []struct {
 		method, path string
 		status       int

@@ -41,7 +41,7 @@ func TestStatusPageIsServedAndItsDataAreGuardedLikeTheAdminReads(t *testing.T) {
 		runs := live.New(live.Options{})
 		runs.Start(live.Work{Kind: live.Run, ID: "run-1", Model: "m"})
 		g := gateway.New(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), gateway.Options{Metrics: m, Logger: log})
-		h := newHTTPServer(cfg, reg, s, m, frontdoor.New(frontdoor.Limits{}, nil), g, a, nil, runs, log).srv.Handler
+		h := newHTTPServer(cfg, reg, s, m, frontdoor.New(frontdoor.Limits{}, nil), g, a, nil, runs, nil, nil, log).srv.Handler
 		do := func(path, key string) *httptest.ResponseRecorder {
 			r := httptest.NewRequest(http.MethodGet, path, nil)
 			if key != "" {

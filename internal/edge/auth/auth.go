@@ -1,6 +1,7 @@
 // Package auth decides who a client API request comes from: it reads the API key a request
 // carries, compares its SHA-256 with the hashes in the Edge config, and returns the principal the
-// key belongs to, with the routes that principal may use.
+// key belongs to, with the routes that principal may use; a request without a key from a trusted
+// network (api.trusted_networks) acts as that network's principal.
 //
 // Keys are never stored, logged or put in an error; only their SHA-256 is held, and it is compared
 // in constant time against every configured hash.
@@ -13,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 )
@@ -41,6 +44,11 @@ type Principal struct {
 	// Admin is edgeconfig.Principal.Admin: the principal may call the admin endpoints that change
 	// state (revoke, reload, disable, enable). The anonymous principal never is.
 	Admin bool
+	// Config is the configuration the request was authenticated under. The gateway resolves the
+	// request's route and profile in it, so a request sees one configuration from its start to
+	// its end, even when a reload lands in between. Nil (a Principal made in code): the
+	// gateway's current configuration. Read-only.
+	Config *edgeconfig.Config
 }
 
 // MayUse reports whether p may use the route named route.
@@ -48,15 +56,24 @@ func (p Principal) MayUse(route string) bool {
 	return slices.Contains(p.Routes, edgeconfig.AllRoutes) || slices.Contains(p.Routes, route)
 }
 
-// anonymous is the principal of a request without a key, when the config allows that. It is
-// never an admin: whoever reaches a loopback listener is not thereby trusted to revoke keys.
-var anonymous = Principal{Name: edgeconfig.AnonymousPrincipal, Routes: []string{edgeconfig.AllRoutes}}
+// anonymousRoutes are the routes of the anonymous principal: all of them. It is never an
+// admin: whoever reaches a loopback listener is not thereby trusted to revoke keys.
+var anonymousRoutes = []string{edgeconfig.AllRoutes}
 
-// Authenticator maps the API key of a request to its principal. It is immutable after New and
-// safe for concurrent use.
+// Authenticator maps the API key, or the address, of a request to its principal. It holds one
+// immutable snapshot of the configuration at a time; Replace swaps it atomically, and each
+// Authenticate reads it once. Safe for concurrent use.
 type Authenticator struct {
+	state atomic.Pointer[state]
+}
+
+// state is what one configuration says about callers. Immutable once built.
+type state struct {
+	cfg       *edgeconfig.Config
 	keys      []key // in config order; every one is compared on each request
 	anonymous bool  // requests without a key act as the anonymous principal
+	trusted   []network
+	readsOpen bool
 }
 
 // key is one configured API key: the SHA-256 of the key and the principal it authenticates.
@@ -65,18 +82,50 @@ type key struct {
 	principal Principal
 }
 
+// network is one trusted network and the principal its clients act as without a key.
+type network struct {
+	prefix    netip.Prefix
+	principal Principal
+}
+
 // New returns an Authenticator for the api and principals sections of cfg. It refuses the key
 // problems edgeconfig.Validate refuses (a hash that is not 64 hex digits, a key naming an unknown
-// principal, one key listed twice), so a config built in code cannot slip past those checks.
+// principal, one key listed twice, a trusted network that is not a valid one or whose principal
+// is unknown or an admin), so a config built in code cannot slip past those checks.
 func New(cfg *edgeconfig.Config) (*Authenticator, error) {
+	st, err := build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a := &Authenticator{}
+	a.state.Store(st)
+	return a, nil
+}
+
+// Replace makes cfg the configuration of every request authenticated from now on. It refuses
+// cfg, keeping the current one, for the reasons New does. A request already authenticated keeps
+// the Principal, and with it the Config, it got.
+func (a *Authenticator) Replace(cfg *edgeconfig.Config) error {
+	st, err := build(cfg)
+	if err != nil {
+		return err
+	}
+	a.state.Store(st)
+	return nil
+}
+
+// Config is the configuration requests are authenticated under now.
+func (a *Authenticator) Config() *edgeconfig.Config { return a.state.Load().cfg }
+
+func build(cfg *edgeconfig.Config) (*state, error) {
 	if cfg == nil {
 		return nil, errors.New("auth: nil config")
 	}
 	principals := make(map[string]Principal, len(cfg.Principals))
 	for _, p := range cfg.Principals {
-		principals[p.Name] = Principal{Name: p.Name, Routes: slices.Clone(p.Routes), Admin: p.Admin}
+		principals[p.Name] = Principal{Name: p.Name, Routes: slices.Clone(p.Routes), Admin: p.Admin, Config: cfg}
 	}
-	a := &Authenticator{anonymous: cfg.AnonymousAllowed()}
+	st := &state{cfg: cfg, anonymous: cfg.AnonymousAllowed(), readsOpen: cfg.AdminReadsOpen()}
 	seen := make(map[[sha256.Size]byte]bool, len(cfg.API.Keys))
 	for i, k := range cfg.API.Keys {
 		d, ok := k.Digest()
@@ -91,57 +140,99 @@ func New(cfg *edgeconfig.Config) (*Authenticator, error) {
 			return nil, fmt.Errorf("auth: api.keys[%d].sha256: the same key is listed twice", i)
 		}
 		seen[d] = true
-		a.keys = append(a.keys, key{digest: d, principal: p})
+		st.keys = append(st.keys, key{digest: d, principal: p})
 	}
-	return a, nil
+	for i, n := range cfg.API.TrustedNetworks {
+		prefix, err := edgeconfig.CheckTrustedCIDR(n.CIDR)
+		if err != nil {
+			return nil, fmt.Errorf("auth: api.trusted_networks[%d].cidr: %w", i, err)
+		}
+		p, ok := principals[n.Principal]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("auth: api.trusted_networks[%d].principal: unknown principal %q", i, n.Principal)
+		case p.Admin:
+			return nil, fmt.Errorf("auth: api.trusted_networks[%d].principal: %q is an admin", i, n.Principal)
+		}
+		st.trusted = append(st.trusted, network{prefix: prefix, principal: p})
+	}
+	return st, nil
 }
 
 // AnonymousAllowed reports whether requests without a key are let through, as the principal
 // named edgeconfig.AnonymousPrincipal with every route.
-func (a *Authenticator) AnonymousAllowed() bool { return a.anonymous }
+func (a *Authenticator) AnonymousAllowed() bool { return a.state.Load().anonymous }
+
+// AdminReadsOpen reports whether the admin reads and /metrics answer anyone
+// (edgeconfig.Config.AdminReadsOpen of the current configuration).
+func (a *Authenticator) AdminReadsOpen() bool { return a.state.Load().readsOpen }
 
 // Authenticate returns the principal of r. The key is read from "Authorization: Bearer KEY" (how
 // OpenAI clients send it) or "x-api-key: KEY"; other Authorization schemes, such as the Basic
 // credentials of a reverse proxy, are not keys and are ignored. A request may carry the key in
 // both places only if it is the same key.
 //
-// Without a key, r acts as the anonymous principal when that is allowed, and is refused with
-// ErrMissingKey otherwise. A key matching no configured key is ErrInvalidKey, with one
-// exception: when anonymous access is allowed and no keys are configured, a key is not checked
-// and r acts as the anonymous principal, as it would without one, because OpenAI clients insist
-// on sending some key even to a local server.
+// A request with a key is who its key says, or ErrInvalidKey. Without a key, r acts as the
+// principal of the first trusted network that holds its peer address (r.RemoteAddr: the TCP
+// peer, never a forwarded header), else as the anonymous principal when that is allowed, and
+// is refused with ErrMissingKey otherwise. One exception: when no keys are configured and
+// anonymous access is allowed, a key is not checked and r is treated as if it had none,
+// because OpenAI clients insist on sending some key even to a local server.
 func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
+	st := a.state.Load()
 	k, err := keyOf(r.Header)
 	switch {
 	case err != nil:
 		return Principal{}, err
-	case k == "" || (len(a.keys) == 0 && a.anonymous):
-		if a.anonymous {
-			return anonymous, nil
+	case k == "" || (len(st.keys) == 0 && st.anonymous):
+		if p, ok := st.fromNetwork(r.RemoteAddr); ok {
+			return p, nil
+		}
+		if st.anonymous {
+			return Principal{Name: edgeconfig.AnonymousPrincipal, Routes: anonymousRoutes, Config: st.cfg}, nil
 		}
 		return Principal{}, ErrMissingKey
 	case len(k) > maxKeyLen:
 		return Principal{}, ErrInvalidKey
 	}
-	if p, ok := a.lookup(sha256.Sum256([]byte(k))); ok {
+	if p, ok := st.lookup(sha256.Sum256([]byte(k))); ok {
 		return p, nil
 	}
 	return Principal{}, ErrInvalidKey
 }
 
+// fromNetwork returns the principal of the first trusted network holding the host of
+// remoteAddr (host:port), and false when none does.
+func (st *state) fromNetwork(remoteAddr string) (Principal, bool) {
+	if len(st.trusted) == 0 {
+		return Principal{}, false
+	}
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return Principal{}, false
+	}
+	addr := ap.Addr().Unmap().WithZone("")
+	for _, n := range st.trusted {
+		if n.prefix.Contains(addr) {
+			return n.principal, true
+		}
+	}
+	return Principal{}, false
+}
+
 // lookup finds the key whose digest is d. It compares d with every configured digest in
 // constant time and without stopping at a match, so how long it takes says nothing about which
 // key, or how much of one, matched.
-func (a *Authenticator) lookup(d [sha256.Size]byte) (Principal, bool) {
+func (st *state) lookup(d [sha256.Size]byte) (Principal, bool) {
 	found := -1
-	for i := range a.keys {
-		eq := subtle.ConstantTimeCompare(d[:], a.keys[i].digest[:])
+	for i := range st.keys {
+		eq := subtle.ConstantTimeCompare(d[:], st.keys[i].digest[:])
 		found = subtle.ConstantTimeSelect(eq, i, found)
 	}
 	if found < 0 {
 		return Principal{}, false
 	}
-	return a.keys[found].principal, true
+	return st.keys[found].principal, true
 }
 
 // keyOf returns the API key in h, "" when there is none, or ErrInvalidKey when h carries two

@@ -85,6 +85,10 @@ func TestAuthenticate(t *testing.T) {
 				}
 			}
 			got, err := a.Authenticate(r)
+			if err == nil && got.Config != tt.cfg {
+				t.Errorf("Authenticate: the principal carries config %p, want the authenticator's %p", got.Config, tt.cfg)
+			}
+			got.Config = nil
 			if !errors.Is(err, tt.err) || !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Authenticate = %+v, %v; want %+v, %v", got, err, tt.want, tt.err)
 			}

@@ -1,7 +1,8 @@
 package credentials
 
 // The operations an operator drives through the admin API. Each is serialised with the others
-// by Store.admin, and closes Changed when it changed something.
+// (and with Apply) by Store.admin, and closes Changed when it changed something. Holding admin,
+// they may read the layout without mu: only Apply replaces it, and Apply holds admin too.
 
 // Revoke raises the revision of the credential called name by one and marks it revoked: no
 // lease of it is issued until Reload, and Nodes, once they have the Notice, refuse every lease
@@ -141,12 +142,12 @@ func (s *Store) Views() []View {
 
 // View returns the credential called name; an unknown name is an *Error matching ErrUnknown.
 func (s *Store) View(name string) (View, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	c, ok := s.creds[name]
 	if !ok {
 		return View{}, s.unknown("credential", name)
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
 	return s.viewLocked(c), nil
 }
 
@@ -170,11 +171,11 @@ func (s *Store) ProfileViews() []ProfileView {
 // ProfileView returns the profile called name; an unknown name is an *Error matching
 // ErrUnknown.
 func (s *Store) ProfileView(name string) (ProfileView, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	p, ok := s.profiles[name]
 	if !ok {
 		return ProfileView{}, s.unknown("profile", name)
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
 	return ProfileView{Name: name, Credential: p.credential, Disabled: p.disabled}, nil
 }

@@ -50,14 +50,23 @@ type Store struct {
 	// before a Revoke that completed while it was reading.
 	admin sync.Mutex
 
-	// The maps and the name lists never change after New; mu guards the fields of their
-	// entries that do (see credential and profile) and changed.
-	mu          sync.RWMutex
+	// mu guards the layout (replaced whole by Apply, which also holds admin), the fields of its
+	// entries that change (see credential and profile), retired and changed.
+	mu sync.RWMutex
+	layout
+	// retired is the last revision of each credential a reload removed, so that one added back
+	// under the same name starts above it: Nodes refuse leases below the highest revision they
+	// have seen.
+	retired map[string]uint64
+	changed chan struct{}
+}
+
+// layout is what the configuration says: the credentials and profiles by name.
+type layout struct {
 	creds       map[string]*credential
 	credNames   []string // sorted
 	profiles    map[string]*profile
 	profNames   []string // sorted
-	changed     chan struct{}
 	credsInFile []string // credential names in config order, for messages
 }
 
@@ -109,51 +118,15 @@ func New(cfg *edgeconfig.Config, opts Options) (*Store, error) {
 	if readFile == nil {
 		readFile = os.ReadFile
 	}
-	s := &Store{
-		getenv: getenv, readFile: readFile,
-		creds:    make(map[string]*credential, len(cfg.Credentials)),
-		profiles: make(map[string]*profile, len(cfg.Profiles)+1),
-		changed:  make(chan struct{}),
+	l, err := newLayout(cfg)
+	if err != nil {
+		return nil, err
 	}
-	for i, cr := range cfg.Credentials {
-		if err := checkCredential(cr); err != nil {
-			return nil, fmt.Errorf("credentials: credentials[%d]: %w", i, err)
-		}
-		if _, dup := s.creds[cr.Name]; dup {
-			return nil, fmt.Errorf("credentials: credentials[%d].name: duplicate credential %q", i, cr.Name)
-		}
-		s.creds[cr.Name] = &credential{cfg: cr, revision: 1}
-		s.credNames = append(s.credNames, cr.Name)
-		s.credsInFile = append(s.credsInFile, cr.Name)
-	}
-	for i, p := range cfg.Profiles {
-		if _, dup := s.profiles[p.Name]; dup {
-			return nil, fmt.Errorf("credentials: profiles[%d].name: duplicate profile %q", i, p.Name)
-		}
-		if p.Credential != "" {
-			c, ok := s.creds[p.Credential]
-			switch {
-			case cfg.Identity.Mode == yamlconf.ModeLoopback:
-				return nil, fmt.Errorf("credentials: profiles[%d].credential: credential leases need identity.mode %s (managed mode): in loopback mode Nodes are not authenticated", i, yamlconf.ModeMTLS)
-			case !ok:
-				return nil, fmt.Errorf("credentials: profiles[%d].credential: %w", i, s.unknown("credential", p.Credential))
-			}
-			c.profiles = append(c.profiles, p.Name)
-		}
-		s.profiles[p.Name] = &profile{credential: p.Credential}
-		s.profNames = append(s.profNames, p.Name)
-	}
-	if _, ok := s.profiles[edgeconfig.DefaultProfileName]; !ok {
-		s.profiles[edgeconfig.DefaultProfileName] = &profile{}
-		s.profNames = append(s.profNames, edgeconfig.DefaultProfileName)
-	}
-	slices.Sort(s.credNames)
-	slices.Sort(s.profNames)
-
+	s := &Store{getenv: getenv, readFile: readFile, layout: *l, retired: map[string]uint64{}, changed: make(chan struct{})}
 	var errs []error
 	for _, name := range s.credsInFile {
 		c := s.creds[name]
-		slices.Sort(c.profiles)
+		c.revision = 1
 		secret, err := s.read(c.cfg)
 		if err != nil {
 			errs = append(errs, err)
@@ -166,6 +139,53 @@ func New(cfg *edgeconfig.Config, opts Options) (*Store, error) {
 		return nil, errors.Join(errs...)
 	}
 	return s, nil
+}
+
+// newLayout builds the credentials and profiles of cfg, without their values, refusing what New
+// refuses of cfg.
+func newLayout(cfg *edgeconfig.Config) (*layout, error) {
+	l := &layout{
+		creds:    make(map[string]*credential, len(cfg.Credentials)),
+		profiles: make(map[string]*profile, len(cfg.Profiles)+1),
+	}
+	for i, cr := range cfg.Credentials {
+		if err := checkCredential(cr); err != nil {
+			return nil, fmt.Errorf("credentials: credentials[%d]: %w", i, err)
+		}
+		if _, dup := l.creds[cr.Name]; dup {
+			return nil, fmt.Errorf("credentials: credentials[%d].name: duplicate credential %q", i, cr.Name)
+		}
+		l.creds[cr.Name] = &credential{cfg: cr}
+		l.credNames = append(l.credNames, cr.Name)
+		l.credsInFile = append(l.credsInFile, cr.Name)
+	}
+	for i, p := range cfg.Profiles {
+		if _, dup := l.profiles[p.Name]; dup {
+			return nil, fmt.Errorf("credentials: profiles[%d].name: duplicate profile %q", i, p.Name)
+		}
+		if p.Credential != "" {
+			c, ok := l.creds[p.Credential]
+			switch {
+			case cfg.Identity.Mode == yamlconf.ModeLoopback:
+				return nil, fmt.Errorf("credentials: profiles[%d].credential: credential leases need identity.mode %s (managed mode): in loopback mode Nodes are not authenticated", i, yamlconf.ModeMTLS)
+			case !ok:
+				return nil, fmt.Errorf("credentials: profiles[%d].credential: %w", i, l.unknown("credential", p.Credential))
+			}
+			c.profiles = append(c.profiles, p.Name)
+		}
+		l.profiles[p.Name] = &profile{credential: p.Credential}
+		l.profNames = append(l.profNames, p.Name)
+	}
+	if _, ok := l.profiles[edgeconfig.DefaultProfileName]; !ok {
+		l.profiles[edgeconfig.DefaultProfileName] = &profile{}
+		l.profNames = append(l.profNames, edgeconfig.DefaultProfileName)
+	}
+	slices.Sort(l.credNames)
+	slices.Sort(l.profNames)
+	for _, c := range l.creds {
+		slices.Sort(c.profiles)
+	}
+	return l, nil
 }
 
 // checkCredential is the part of config's validation of one credential that the store relies on.
@@ -231,10 +251,10 @@ func (s *Store) wipe() {
 }
 
 // unknown is the error of a name that is not a configured credential or profile.
-func (s *Store) unknown(subject, name string) *Error {
-	known := s.credsInFile
+func (l *layout) unknown(subject, name string) *Error {
+	known := l.credsInFile
 	if subject == "profile" {
-		known = s.profNames
+		known = l.profNames
 	}
 	return &Error{Reason: ReasonUnknown, Subject: subject, Name: name, Known: slices.Clone(known)}
 }

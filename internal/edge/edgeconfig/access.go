@@ -37,6 +37,12 @@ type API struct {
 	// Empty (the default): open exactly when anonymous access is allowed (the single-machine
 	// setup: loopback, no keys), admins otherwise. /healthz and /readyz are always open.
 	AdminReads string `yaml:"admin_reads,omitempty"`
+	// TrustedNetworks let clients from these networks (a home LAN) call without a key, each
+	// network as a named principal with that principal's routes (see trust.go). Empty by
+	// default. A request with a key is decided by its key.
+	TrustedNetworks []TrustedNetwork `yaml:"trusted_networks,omitempty"`
+	// TLS makes the client listener serve HTTPS (see trust.go).
+	TLS TLS `yaml:"tls,omitempty"`
 }
 
 // Values of api.admin_reads.
@@ -142,6 +148,7 @@ func (c *Config) validateAccess(httpValid bool) yamlconf.Errors {
 		}
 		es.Append(checkRouteNames(path+".routes", p.Routes, routes)...)
 	}
+	es.Append(c.validateTrusted(principals)...)
 
 	digests := make(map[[sha256.Size]byte]string, len(c.API.Keys)) // digest → path of its first entry
 	for i, k := range c.API.Keys {

@@ -195,7 +195,7 @@ func Parse(data []byte) (*Config, error) {
 // Load reads and parses the file at path; every error names the file
 // ("edge.yaml: identity.ca_file (line 4): required in mtls mode").
 //
-// Relative identity.ca_file, cert_file, key_file, credentials[].file and data_dir are resolved against the
+// Relative identity.ca_file, cert_file, key_file, credentials[].file, api.tls files and data_dir are resolved against the
 // directory of path, not the working directory, and made absolute: `ca_file: iop-ca.pem` is the
 // iop-ca.pem next to the configuration file. Absolute paths and empty fields are kept as they are.
 func Load(path string) (*Config, error) {
@@ -205,6 +205,7 @@ func Load(path string) (*Config, error) {
 	}
 	c.Identity.ResolvePaths(filepath.Dir(path))
 	c.resolveCredentialPaths(filepath.Dir(path))
+	c.resolveTLSPaths(filepath.Dir(path))
 	c.DataDir = yamlconf.ResolvePath(filepath.Dir(path), c.DataDir)
 	c.Enrollment.CAKeyFile = yamlconf.ResolvePath(filepath.Dir(path), c.Enrollment.CAKeyFile)
 	return c, nil

@@ -55,6 +55,11 @@ func FuzzParse(f *testing.F) {
 		credentialFile + "  - {name: both, env: K, file: k}\n  - {name: neither}\n  - {name: upstream, env: 'sk-x'}\n",
 		loopbackFile + "credentials: [{name: c, env: KEY}]\nprofiles: [{name: default, credential: c}]\n",
 		loopbackFile + "credentials: [{name: c, file: ./k, kind: bearer}]\nprincipals: [{name: ops, routes: ['*'], admin: true}]\n",
+		trustFile,
+		strings.Replace(trustFile, "192.168.1.0/24", "0.0.0.0/0", 1),
+		strings.Replace(trustFile, "192.168.1.0/24", "::ffff:10.0.0.0/104", 1),
+		strings.Replace(trustFile, "127.0.0.2/32", "fd00::1/128", 1),
+		loopbackFile + "api: {tls: {cert_file: a}, trusted_networks: [{cidr: 10.0.0.1/8}]}\n",
 	} {
 		f.Add([]byte(s))
 	}

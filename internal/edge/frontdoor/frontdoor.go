@@ -149,9 +149,11 @@ func (l *capListener) Accept() (net.Conn, error) {
 		}
 		if n := l.d.conns.Add(1); n > int64(l.d.limits.MaxConns) {
 			l.d.conns.Add(-1)
-			c.Close()
+			// Counted before the close, so that whoever sees the close
+			// also sees the count.
 			l.d.refused.Refuse("http_connections", "client connection refused: the connection limit is reached",
 				"limit", l.d.limits.MaxConns, "remote", c.RemoteAddr().String())
+			c.Close()
 			continue
 		}
 		return &countedConn{Conn: c, d: l.d}, nil

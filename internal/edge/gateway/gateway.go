@@ -31,7 +31,7 @@ const MaxAttempts = 3
 
 // Gateway dispatches client requests.
 type Gateway struct {
-	cfg     *edgeconfig.Config
+	cfg     atomic.Pointer[edgeconfig.Config]
 	sched   *sched.Scheduler
 	srv     *nodeserver.Server
 	metrics *metrics.Metrics
@@ -63,8 +63,24 @@ func New(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, opt
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Gateway{cfg: cfg, sched: s, srv: srv, metrics: opts.Metrics, leases: opts.Leases, log: log, live: opts.Live,
+	g := &Gateway{sched: s, srv: srv, metrics: opts.Metrics, leases: opts.Leases, log: log, live: opts.Live,
 		prefix: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)}
+	g.cfg.Store(cfg)
+	return g
+}
+
+// SetConfig makes cfg the configuration of requests whose principal carries none (see
+// auth.Principal.Config); a config reload calls it after the authenticator's Replace. Work
+// already resolved keeps its Plan, and with it its profile.
+func (g *Gateway) SetConfig(cfg *edgeconfig.Config) { g.cfg.Store(cfg) }
+
+// config is the configuration p's request resolves in: the one it was authenticated under, or
+// the current one.
+func (g *Gateway) config(p auth.Principal) *edgeconfig.Config {
+	if p.Config != nil {
+		return p.Config
+	}
+	return g.cfg.Load()
 }
 
 // NewID returns a new request id with the given prefix ("run", "tun").
@@ -107,14 +123,17 @@ const (
 	CapComplete = "complete"
 )
 
-// Resolve finds the route and profile for model and checks that p may use
-// it. A model with no configured route uses the default profile and any
+// Resolve finds the route and profile for model, in the configuration p
+// was authenticated under, and checks that p may use it. The plan holds
+// the profile by value: a reload after this does not change the work's
+// timers or credential. A model with no configured route uses the default profile and any
 // Node target of that name (Ollama's implicit ":latest" included); only a
 // principal allowed every route ("*") may use it.
 func (g *Gateway) Resolve(p auth.Principal, model string, adapter string) (Plan, error) {
-	plan := Plan{Model: model, Profile: g.cfg.Profile(edgeconfig.DefaultProfileName)}
-	if r, ok := g.cfg.RouteForModel(model); ok {
-		plan.Route, plan.Profile = r.Name, g.cfg.Profile(r.Profile)
+	cfg := g.config(p)
+	plan := Plan{Model: model, Profile: cfg.Profile(edgeconfig.DefaultProfileName)}
+	if r, ok := cfg.RouteForModel(model); ok {
+		plan.Route, plan.Profile = r.Name, cfg.Profile(r.Profile)
 		plan.Match = routeMatch(r, adapter)
 	} else {
 		plan.Match = func(c sched.Candidate) bool {

@@ -40,7 +40,7 @@ func (g *Gateway) Inventory(p auth.Principal) []Offering {
 	cands := g.sched.Candidates()
 	seen := map[string]bool{}
 	var out []Offering
-	for _, r := range g.cfg.Routes {
+	for _, r := range g.config(p).Routes {
 		if !p.MayUse(r.Name) {
 			continue
 		}

@@ -51,6 +51,11 @@ type Metrics struct {
 	// (http_connections, body_memory, slow_body, tls_handshake,
 	// node_identity, registration): the log shows a sample of them.
 	Refusals *prometheus.CounterVec
+	// ConfigReloads counts configuration reloads (SIGHUP or POST
+	// /admin/v1/reload) by result: applied, or refused (the file was
+	// invalid or a credential unreadable, and the running configuration
+	// stayed).
+	ConfigReloads *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them, with collectors that read
@@ -101,8 +106,11 @@ func New(reg *nodes.Registry, depth func() map[string]int) *Metrics {
 		Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iop_edge_refusals_total", Help: "Connections, request bodies, handshakes and registrations refused at the Edge's doors, by kind.",
 		}, []string{"kind"}),
+		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iop_edge_config_reloads_total", Help: "Configuration reloads (SIGHUP or POST /admin/v1/reload) by result: applied or refused.",
+		}, []string{"result"}),
 	}
-	m.reg.MustRegister(m.Requests, m.TimeToFirstToken, m.PromptTokens, m.CompletionTokens, m.TokensPerSecond, m.QueueWait, m.Active, m.Cancellations, m.Failovers, m.Stalls, m.Refusals,
+	m.reg.MustRegister(m.ConfigReloads, m.Requests, m.TimeToFirstToken, m.PromptTokens, m.CompletionTokens, m.TokensPerSecond, m.QueueWait, m.Active, m.Cancellations, m.Failovers, m.Stalls, m.Refusals,
 		&nodeCollector{reg: reg, depth: depth},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The label values of closed sets start at zero, so that every series
@@ -114,6 +122,7 @@ func New(reg *nodes.Registry, depth func() map[string]int) *Metrics {
 		m.Stalls:        {"request_stalled", "provider_unhealthy", "health_unknown"},
 		m.Cancellations: {"client_gone", "idle_timeout", "deadline"},
 		m.Refusals:      {"http_connections", "body_memory", "slow_body", "tls_handshake", "node_identity", "registration"},
+		m.ConfigReloads: {"applied", "refused"},
 	} {
 		for _, v := range values {
 			vec.WithLabelValues(v)

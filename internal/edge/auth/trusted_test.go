@@ -1,0 +1,123 @@
+package auth
+
+import (
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+)
+
+// trustedConfig is keyedConfig without anonymous access, with the LAN 192.168.1.0/24 and the
+// one loopback address 127.0.0.2 trusted as the principal "lan", which may use "llama" only.
+func trustedConfig() *edgeconfig.Config {
+	c := keyedConfig(false)
+	c.Principals = append(c.Principals, edgeconfig.Principal{Name: "lan", Routes: []string{"llama"}})
+	c.API.TrustedNetworks = []edgeconfig.TrustedNetwork{
+		{CIDR: "192.168.1.0/24", Principal: "lan"},
+		{CIDR: "127.0.0.2/32", Principal: "lan"},
+		{CIDR: "fd00:1::/64", Principal: "lan"},
+	}
+	return c
+}
+
+// Issue 16: a client from a trusted network without a key is served as the network's
+// principal; from elsewhere it is refused; a key, when given, still decides.
+func TestTrustedNetworkServesItsPrincipalWithoutAKey(t *testing.T) {
+	a := mustNew(t, trustedConfig())
+	tests := []struct {
+		name   string
+		remote string
+		key    string
+		who    string
+		err    error
+	}{
+		{"LAN without a key", "192.168.1.23:50000", "", "lan", nil},
+		{"trusted loopback address", "127.0.0.2:41000", "", "lan", nil},
+		{"IPv6 ULA in the network", "[fd00:1::5]:443", "", "lan", nil},
+		{"IPv4-mapped address of the LAN", "[::ffff:192.168.1.9]:50000", "", "lan", nil},
+		{"another loopback address", "127.0.0.3:41000", "", "", ErrMissingKey},
+		{"the next network", "192.168.2.1:50000", "", "", ErrMissingKey},
+		{"the internet", "203.0.113.7:50000", "", "", ErrMissingKey},
+		{"LAN with a valid key: the key wins", "192.168.1.23:50000", aliceKey, "alice", nil},
+		{"LAN with a wrong key: refused, not the LAN's principal", "192.168.1.23:50000", "sk-mallory", "", ErrInvalidKey},
+		{"unparsable peer address", "somewhere", "", "", ErrMissingKey},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/v1/models", nil)
+			r.RemoteAddr = tt.remote
+			if tt.key != "" {
+				r.Header.Set("Authorization", "Bearer "+tt.key)
+			}
+			p, err := a.Authenticate(r)
+			if !errors.Is(err, tt.err) || p.Name != tt.who {
+				t.Fatalf("Authenticate from %s = %q, %v; want %q, %v", tt.remote, p.Name, err, tt.who, tt.err)
+			}
+			if tt.who == "lan" && (p.Admin || !p.MayUse("llama") || p.MayUse("other")) {
+				t.Errorf("the network's principal is %+v; want lan's routes and no admin", p)
+			}
+		})
+	}
+}
+
+func TestNewRefusesATrustedNetworkEdgeconfigRefuses(t *testing.T) {
+	for name, edit := range map[string]func(c *edgeconfig.Config){
+		"the whole internet": func(c *edgeconfig.Config) { c.API.TrustedNetworks[0].CIDR = "0.0.0.0/0" },
+		"unknown principal":  func(c *edgeconfig.Config) { c.API.TrustedNetworks[0].Principal = "nobody" },
+		"admin principal":    func(c *edgeconfig.Config) { c.Principals[2].Admin = true },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := trustedConfig()
+			edit(c)
+			if _, err := New(c); err == nil || !strings.Contains(err.Error(), "trusted_networks[0]") {
+				t.Errorf("New = %v; want an error naming api.trusted_networks[0]", err)
+			}
+		})
+	}
+}
+
+// A reload: Replace swaps the whole snapshot at once, a refused one changes nothing, and a
+// principal authenticated before keeps the configuration it was authenticated under.
+func TestReplaceSwapsTheSnapshotAndRefusesABadOne(t *testing.T) {
+	before := keyedConfig(false)
+	a := mustNew(t, before)
+	req := func(key string) (Principal, error) {
+		r := httptest.NewRequest("GET", "/v1/models", nil)
+		r.Header.Set("X-Api-Key", key)
+		return a.Authenticate(r)
+	}
+	old, err := req(bobKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const carolKey = "sk-carol-5555"
+	after := keyedConfig(false)
+	after.Principals = append(after.Principals, edgeconfig.Principal{Name: "carol", Routes: []string{"llama"}})
+	after.API.Keys = append(after.API.Keys, edgeconfig.APIKey{Principal: "carol", SHA256: HashKey(carolKey)})
+	if _, err := req(carolKey); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("carol before the reload: %v, want ErrInvalidKey", err)
+	}
+	if err := a.Replace(after); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := req(carolKey); err != nil || p.Name != "carol" || p.Config != after {
+		t.Errorf("carol after the reload = %+v, %v", p, err)
+	}
+	if old.Config != before {
+		t.Errorf("a principal authenticated before the reload changed its config")
+	}
+
+	bad := keyedConfig(false)
+	bad.API.Keys[0].Principal = "nobody"
+	if err := a.Replace(bad); err == nil {
+		t.Fatal("Replace accepted a key of an unknown principal")
+	}
+	if a.Config() != after {
+		t.Error("a refused Replace changed the configuration")
+	}
+	if p, err := req(carolKey); err != nil || p.Name != "carol" {
+		t.Errorf("carol after a refused reload = %+v, %v", p, err)
+	}
+}
