@@ -29,6 +29,12 @@
 //	 │   then RunEvent... | TunnelFrame... | one CommandResult |   │
 //	 │        EmbedFrame...                                        │
 //
+// Later on the control stream, when the Edge renews certificates, the Node
+// sends CertificateRequest{csr} before its certificate expires and gets one
+// CertificateResponse; the connection goes on. A Node without a
+// certificate first joins on its own connection with ALPN iop-join/1
+// (package quicwire/enroll).
+//
 // Every frame is a varint length followed by one protobuf message (the
 // encoding of google.golang.org/protobuf/encoding/protodelim), with a hard
 // size limit that depends on the stream: MaxControlFrameSize on the control

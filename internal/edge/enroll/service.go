@@ -183,6 +183,19 @@ func (s *Service) Renew(nodeID string, csrDER []byte) ([][]byte, error) {
 // unauthenticated). An admitted connection is recorded as the Node's last
 // sighting. A store that cannot be read refuses: fail closed.
 func (s *Service) Admit(nodeID string, leaf *x509.Certificate) error {
+	if err := s.Check(nodeID, leaf); err != nil {
+		return err
+	}
+	if err := s.store.Seen(nodeID, Serial(leaf), s.opts.Now()); err != nil {
+		s.log.Warn("could not record node sighting", "node", nodeID, "err", err)
+	}
+	return nil
+}
+
+// Check is Admit without recording the sighting: the Edge checks again
+// once the connection is registered, so that a removal that landed
+// between Admit and the registration still fences it.
+func (s *Service) Check(nodeID string, leaf *x509.Certificate) error {
 	serial := Serial(leaf)
 	st, err := s.store.Standing(nodeID, serial)
 	if err != nil {
@@ -194,9 +207,6 @@ func (s *Service) Admit(nodeID string, leaf *x509.Certificate) error {
 	case !st.CertRevoked.IsZero():
 		return fmt.Errorf("certificate %s of node %s was revoked at %s", serial, nodeID, st.CertRevoked.UTC().Format(time.RFC3339))
 	}
-	if err := s.store.Seen(nodeID, serial, s.opts.Now()); err != nil {
-		s.log.Warn("could not record node sighting", "node", nodeID, "err", err)
-	}
 	return nil
 }
 
@@ -204,17 +214,21 @@ func (s *Service) Admit(nodeID string, leaf *x509.Certificate) error {
 // now on (until it joins again with a new token), drops its pending tokens,
 // and fences its live connection at once.
 func (s *Service) Remove(nodeID string) (revoked []string, fenced bool, err error) {
-	known, revoked, err := s.store.Remove(nodeID, s.opts.Now())
+	var conn *nodes.Conn
+	if reg := s.opts.Registry; reg != nil {
+		conn, _ = reg.Current(nodeID)
+	}
+	// A Node the store never saw but the Edge knows from a connection
+	// (a certificate made by hand) is marked removed all the same.
+	known, revoked, err := s.store.Remove(nodeID, s.opts.Now(), conn != nil)
 	if err != nil {
 		return nil, false, err
 	}
-	if reg := s.opts.Registry; reg != nil {
-		if c, ok := reg.Current(nodeID); ok && c.State() != nodes.Fenced {
-			reg.Fence(c, quicwire.CloseUnauthenticated, "node removed: its certificate is revoked")
-			known, fenced = true, true
-		}
+	if conn != nil && conn.State() != nodes.Fenced {
+		s.opts.Registry.Fence(conn, quicwire.CloseUnauthenticated, "node removed: its certificate is revoked")
+		fenced = true
 	}
-	if !known {
+	if !known && conn == nil {
 		return nil, false, fmt.Errorf("%w: %s", ErrUnknownNode, nodeID)
 	}
 	s.log.Info("node removed", "node", nodeID, "revoked_serials", strings.Join(revoked, ","), "fenced", fenced)

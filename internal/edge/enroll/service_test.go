@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iop-dev/iop/internal/edge/nodes"
 	"github.com/iop-dev/iop/quicwire"
 	wireenroll "github.com/iop-dev/iop/quicwire/enroll"
 	"github.com/iop-dev/iop/quicwire/pki"
@@ -223,5 +224,27 @@ func TestTheStoreIsOneProcesssAtATime(t *testing.T) {
 	f := newFixture(t)
 	if _, err := OpenStore(f.dir, 50*time.Millisecond, f.now); !errors.Is(err, ErrStoreLocked) {
 		t.Errorf("second open: %v, want ErrStoreLocked", err)
+	}
+}
+
+// A Node with a certificate made by hand (unknown to the store) that is
+// connected is fenced by `node remove` and refused from then on.
+func TestRemovingAConnectedHandMadeNodeFencesAndRefusesIt(t *testing.T) {
+	f := newFixture(t)
+	reg := nodes.New(nodes.Options{})
+	f.svc.opts.Registry = reg
+	conn := reg.Register(nodes.ConnInfo{NodeID: "hand-1", Identity: "spiffe://iop.test/node/hand-1"})
+	cert, err := f.ca.IssueTLS(quicwire.NodeIdentity("iop.test", "hand-1"), pki.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, fenced, err := f.svc.Remove("hand-1"); err != nil || !fenced {
+		t.Fatalf("remove: fenced=%v err=%v", fenced, err)
+	}
+	if code, _, _ := conn.FenceReason(); conn.State() != nodes.Fenced || code != quicwire.CloseUnauthenticated {
+		t.Errorf("connection %s (%s), want fenced unauthenticated", conn.State(), code)
+	}
+	if err := f.svc.Admit("hand-1", cert.Leaf); err == nil {
+		t.Error("the removed hand-made node is admitted")
 	}
 }

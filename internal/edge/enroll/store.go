@@ -280,8 +280,10 @@ func (s *Store) Seen(nodeID, serial string, now time.Time) error {
 
 // Remove marks nodeID removed, revokes every certificate issued to it and
 // deletes its pending tokens. It reports whether the store knew the node at
-// all (a node, a certificate or a token) and which serials it revoked.
-func (s *Store) Remove(nodeID string, now time.Time) (known bool, revoked []string, err error) {
+// all (a node, a certificate or a token) and which serials it revoked. A
+// node it does not know is marked removed only when mark is set (the Edge
+// knows it from a connection).
+func (s *Store) Remove(nodeID string, now time.Time, mark bool) (known bool, revoked []string, err error) {
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		n, ok, err := get[NodeRecord](tx, bucketNodes, nodeID)
 		if err != nil {
@@ -319,7 +321,7 @@ func (s *Store) Remove(nodeID string, now time.Time) (known bool, revoked []stri
 				}
 			}
 		}
-		if !known {
+		if !known && !mark {
 			return nil
 		}
 		n.ID = nodeID

@@ -81,6 +81,8 @@ type Enrollment interface {
 	// Admit refuses a verified Node certificate that was revoked, or whose
 	// Node was removed.
 	Admit(nodeID string, leaf *x509.Certificate) error
+	// Check is Admit without recording anything.
+	Check(nodeID string, leaf *x509.Certificate) error
 	// Renews reports whether Renew can issue certificates.
 	Renews() bool
 	// Renew issues a new certificate for nodeID's key in csrDER; the chain
@@ -249,7 +251,15 @@ func (s *Server) handle(ctx context.Context, qc *quic.Conn) {
 		return
 	}
 
-	newNodeConn(s, qc, cs, req, identity).run()
+	c := newNodeConn(s, qc, cs, req, identity)
+	if s.opts.Managed && s.opts.Enrollment != nil {
+		// A removal between Admit and Register fenced the previous
+		// generation, not this one: check again now that it is current.
+		if err := s.opts.Enrollment.Check(req.GetNodeId(), qc.ConnectionState().TLS.PeerCertificates[0]); err != nil {
+			s.reg.Fence(c.gen, quicwire.CloseUnauthenticated, err.Error())
+		}
+	}
+	c.run()
 }
 
 // peerIdentity returns the verified workload identity of the peer, or
