@@ -236,6 +236,15 @@ func TestClientListenerServesTLSAndTakesARotatedCertificate(t *testing.T) {
 		t.Error("a client without the CA connected")
 	}
 
+	// The container health check, over TLS on the Edge's own host.
+	ready := fmt.Sprintf("https://127.0.0.1:%d/readyz", s.httpPort)
+	if out, err := run(t, s.dir, bin.edged, "healthcheck", "--url", ready, "--insecure"); err != nil {
+		t.Errorf("edged healthcheck --insecure over TLS: %v\n%s", err, out)
+	}
+	if out, err := run(t, s.dir, bin.edged, "healthcheck", "--url", ready); err == nil {
+		t.Errorf("edged healthcheck trusted a certificate of an unknown CA:\n%s", out)
+	}
+
 	// Rotation: the new certificate is served without a restart.
 	serial := func() int64 {
 		r, err := h2.Get(base + "/healthz")
