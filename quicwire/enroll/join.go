@@ -197,6 +197,10 @@ func Join(ctx context.Context, tr *quic.Transport, addr string, tok Token, csrDE
 		case errors.Is(err, ErrNotAnEdgeCert):
 			return nil, fmt.Errorf("edge %s: %w", addr, err)
 		}
+		var te *quic.TransportError
+		if errors.As(err, &te) && te.ErrorCode == 0x100+120 { // no_application_protocol
+			return nil, fmt.Errorf("%w: the Edge at %s does not take joins (it needs data_dir in mtls mode, and enrollment.ca_key_file)", ErrUnavailable, addr)
+		}
 		return nil, fmt.Errorf("dial edge %s: %w", addr, quicwire.DescribeHandshakeError(err))
 	}
 	defer quicwire.CloseNormal.Close(qc, "")
