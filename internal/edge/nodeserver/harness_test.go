@@ -15,10 +15,12 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/testutils/simnet"
 
+	"github.com/iop-dev/iop/internal/edge/enroll"
 	"github.com/iop-dev/iop/internal/edge/nodes"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	nodetransport "github.com/iop-dev/iop/internal/node/edgeclient"
 	"github.com/iop-dev/iop/quicwire"
+	wireenroll "github.com/iop-dev/iop/quicwire/enroll"
 	"github.com/iop-dev/iop/quicwire/pki"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -61,19 +63,26 @@ type harness struct {
 	// managed-mode material (nil in loopback mode)
 	ca          *pki.CA
 	trustDomain string
+	// enrollDir, if set (managed mode), is the data_dir of an enrollment
+	// store: each Edge instance opens it and takes joins, renews
+	// certificates for certLifetime, and revokes.
+	enrollDir    string
+	certLifetime time.Duration
 
 	mu   sync.Mutex
 	edge *edgeInstance
 }
 
 type edgeInstance struct {
-	reg    *nodes.Registry
-	srv    *nodeserver.Server
-	ln     *quic.Listener
-	tr     *quic.Transport
-	pc     net.PacketConn
-	cancel context.CancelFunc
-	done   chan struct{}
+	enrolled *enroll.Service // nil unless h.enrollDir
+	store    *enroll.Store
+	reg      *nodes.Registry
+	srv      *nodeserver.Server
+	ln       *quic.Listener
+	tr       *quic.Transport
+	pc       net.PacketConn
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 type harnessOpt func(*harness)
@@ -158,6 +167,8 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 		pc = h.packetConnAt(addr)
 	}
 	var tlsConf *tls.Config
+	reg := nodes.New(nodes.Options{GenerationBase: genBase})
+	e := &edgeInstance{reg: reg, done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(h.edgeLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if h.ca != nil {
 		cert, err := h.ca.IssueTLS(quicwire.EdgeIdentity(h.trustDomain, "edge-1"), pki.Options{NotBefore: notBefore, Validity: 100 * 365 * 24 * time.Hour})
@@ -167,6 +178,14 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 		tlsConf = quicwire.EdgeTLSConfig(h.ca.Pool(), cert, h.trustDomain, nil, func(remote string, err error) {
 			log.Warn("refused node connection", "remote", remote, "err", err)
 		})
+		if h.enrollDir != "" {
+			if e.store, err = enroll.OpenStore(h.enrollDir, 5*time.Second, time.Now()); err != nil {
+				h.t.Fatal(err)
+			}
+			e.enrolled = enroll.New(e.store, enroll.Options{EdgeID: "edge-1", TrustDomain: h.trustDomain, CACert: h.ca.Cert, CA: h.ca,
+				Lifetime: h.certLifetime, Registry: reg, Logger: log})
+			tlsConf = wireenroll.WithJoin(tlsConf, wireenroll.EdgeJoinTLSConfig(cert, h.ca.Cert))
+		}
 	} else {
 		var err error
 		if tlsConf, err = quicwire.LoopbackEdgeTLSConfig(); err != nil {
@@ -187,12 +206,15 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	reg := nodes.New(nodes.Options{GenerationBase: genBase})
-	srv := nodeserver.NewServer(nodeserver.Options{
+	opts := nodeserver.Options{
 		EdgeID: "edge-1", Liveness: h.live, Managed: h.ca != nil, TrustDomain: h.trustDomain, Logger: log,
-	}, reg)
+	}
+	if e.enrolled != nil {
+		opts.Enrollment = e.enrolled
+	}
+	srv := nodeserver.NewServer(opts, reg)
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &edgeInstance{reg: reg, srv: srv, ln: ln, tr: tr, pc: pc, cancel: cancel, done: make(chan struct{})}
+	e.srv, e.ln, e.tr, e.pc, e.cancel = srv, ln, tr, pc, cancel
 	go func() {
 		defer close(e.done)
 		srv.Serve(ctx, ln)
@@ -219,6 +241,13 @@ func (h *harness) stopEdge(e *edgeInstance) {
 	<-e.done
 	e.tr.Close()
 	e.pc.Close()
+	e.closeStore()
+}
+
+func (e *edgeInstance) closeStore() {
+	if e.store != nil {
+		e.store.Close()
+	}
 }
 
 // crashEdge ends an Edge as kill -9 does: its socket goes first, so not a
@@ -229,6 +258,7 @@ func (h *harness) crashEdge(e *edgeInstance) {
 	e.cancel()
 	e.ln.Close()
 	<-e.done
+	e.closeStore()
 }
 
 type nodeInstance struct {
