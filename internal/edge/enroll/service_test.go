@@ -20,7 +20,7 @@ import (
 // fixture is a Service over a store in a temporary directory, on a clock
 // the test moves.
 type fixture struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 	ca  *pki.CA
 	now time.Time
@@ -28,7 +28,7 @@ type fixture struct {
 	st  *Store
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	ca, err := pki.NewCA("iop.test", pki.Options{})
 	if err != nil {
@@ -60,7 +60,7 @@ func (f *fixture) restart() {
 	f.open()
 }
 
-func csr(t *testing.T) []byte {
+func csr(t testing.TB) []byte {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)

@@ -23,6 +23,10 @@ import (
 // directory, like the store itself.
 const SocketFile = "admin.sock"
 
+// maxSocketPath is the length a Unix socket's path must stay under
+// (sun_path is 108 bytes on Linux, 104 on the BSDs).
+const maxSocketPath = 104
+
 // maxSocketBody bounds a request on the admin socket.
 const maxSocketBody = 4 << 10
 
@@ -94,6 +98,9 @@ func (s *Service) Handler() http.Handler {
 // stale one that no process answers on.
 func ListenSocket(dataDir string) (net.Listener, error) {
 	path := filepath.Join(dataDir, SocketFile)
+	if len(path) >= maxSocketPath {
+		return nil, fmt.Errorf("admin socket %s: the path is %d bytes, Unix sockets take fewer than %d: use a shorter data_dir", path, len(path), maxSocketPath)
+	}
 	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		c.Close()
 		return nil, fmt.Errorf("admin socket %s: another edged is running with this data_dir", path)
