@@ -175,21 +175,25 @@ func (a *Authenticator) AdminReadsOpen() bool { return a.state.Load().readsOpen 
 // A request with a key is who its key says, or ErrInvalidKey. Without a key, r acts as the
 // principal of the first trusted network that holds its peer address (r.RemoteAddr: the TCP
 // peer, never a forwarded header), else as the anonymous principal when that is allowed, and
-// is refused with ErrMissingKey otherwise. One exception: when no keys are configured and
-// anonymous access is allowed, a key is not checked and r is treated as if it had none,
-// because OpenAI clients insist on sending some key even to a local server.
+// is refused with ErrMissingKey otherwise. One exception: when no keys are configured, a key
+// cannot match, and r is treated as if it had none (served as its trusted network's principal,
+// or as anonymous when that is allowed; ErrInvalidKey otherwise), because OpenAI clients insist
+// on sending some key even to a local server.
 func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 	st := a.state.Load()
 	k, err := keyOf(r.Header)
 	switch {
 	case err != nil:
 		return Principal{}, err
-	case k == "" || (len(st.keys) == 0 && st.anonymous):
+	case k == "" || len(st.keys) == 0:
 		if p, ok := st.fromNetwork(r.RemoteAddr); ok {
 			return p, nil
 		}
-		if st.anonymous {
+		switch {
+		case st.anonymous:
 			return Principal{Name: edgeconfig.AnonymousPrincipal, Routes: anonymousRoutes, Config: st.cfg}, nil
+		case k != "":
+			return Principal{}, ErrInvalidKey
 		}
 		return Principal{}, ErrMissingKey
 	case len(k) > maxKeyLen:

@@ -62,6 +62,33 @@ func TestTrustedNetworkServesItsPrincipalWithoutAKey(t *testing.T) {
 	}
 }
 
+// An Edge with trusted networks and no keys at all: a key cannot match anything, so a LAN
+// client's placeholder key (OpenAI SDKs always send one) is no key; elsewhere it is refused.
+func TestTrustedNetworkWithoutKeysIgnoresAPlaceholderKey(t *testing.T) {
+	c := trustedConfig()
+	c.API.Keys = nil
+	c.Listen.HTTP = "0.0.0.0:8080" // anonymous access off by default
+	a := mustNew(t, c)
+	for _, tt := range []struct {
+		remote, key, who string
+		err              error
+	}{
+		{"192.168.1.23:50000", "sk-placeholder", "lan", nil},
+		{"192.168.1.23:50000", "", "lan", nil},
+		{"203.0.113.7:50000", "sk-placeholder", "", ErrInvalidKey},
+		{"203.0.113.7:50000", "", "", ErrMissingKey},
+	} {
+		r := httptest.NewRequest("GET", "/v1/models", nil)
+		r.RemoteAddr = tt.remote
+		if tt.key != "" {
+			r.Header.Set("Authorization", "Bearer "+tt.key)
+		}
+		if p, err := a.Authenticate(r); !errors.Is(err, tt.err) || p.Name != tt.who {
+			t.Errorf("from %s with key %q: %q, %v; want %q, %v", tt.remote, tt.key, p.Name, err, tt.who, tt.err)
+		}
+	}
+}
+
 func TestNewRefusesATrustedNetworkEdgeconfigRefuses(t *testing.T) {
 	for name, edit := range map[string]func(c *edgeconfig.Config){
 		"the whole internet": func(c *edgeconfig.Config) { c.API.TrustedNetworks[0].CIDR = "0.0.0.0/0" },

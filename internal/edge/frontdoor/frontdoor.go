@@ -16,6 +16,9 @@
 //   - Writes: Deadline gives each write to the client a deadline, so a
 //     client that stops reading is ended at its idle timeout and the
 //     provider slot it held is freed.
+//
+// With TLS (api.tls), CertFiles is the listener's certificate, read from
+// its files again when they change (certfiles.go).
 package frontdoor
 
 import (
