@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"log/slog"
 	"math/big"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -155,5 +156,10 @@ func TestNewCertFilesRefusesABadPair(t *testing.T) {
 	conf := c.TLSConfig()
 	if conf.MinVersion < 0x0303 || len(conf.NextProtos) != 2 || conf.NextProtos[0] != "h2" {
 		t.Errorf("TLS config %+v; want TLS 1.2+, h2 then http/1.1", conf)
+	}
+	// HTTP/2 multiplexes requests on one connection: their number is bounded per connection.
+	srv := New(Limits{}, nil).Server(http.NotFoundHandler(), slog.New(slog.DiscardHandler))
+	if srv.HTTP2 == nil || srv.HTTP2.MaxConcurrentStreams != MaxStreams {
+		t.Errorf("HTTP/2 streams per connection: %+v, want %d", srv.HTTP2, MaxStreams)
 	}
 }

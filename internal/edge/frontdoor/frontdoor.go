@@ -46,6 +46,10 @@ const (
 	DefaultIdleTimeout       = 90 * time.Second
 	DefaultBodyWait          = 2 * time.Second
 	DefaultMaxHeaderBytes    = 64 << 10
+	// MaxStreams is how many requests one HTTP/2 connection (api.tls) may
+	// carry at once, nginx's default: MaxConns times it bounds the
+	// requests in flight, as MaxConns alone does for HTTP/1.1.
+	MaxStreams = 128
 )
 
 // Limits are the front door's bounds. The zero value of a field means its
@@ -121,6 +125,7 @@ func (d *Door) Server(h http.Handler, log *slog.Logger) *http.Server {
 		ReadHeaderTimeout: d.limits.ReadHeaderTimeout,
 		IdleTimeout:       d.limits.IdleTimeout,
 		MaxHeaderBytes:    d.limits.MaxHeaderBytes,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: MaxStreams},
 		// net/http logs TLS and protocol errors of single connections
 		// (bad requests from scanners); they are not the Edge's errors.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
