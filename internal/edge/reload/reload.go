@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
@@ -134,8 +135,11 @@ func (r *Reloader) reload() (Result, error) {
 	}
 	merged, restart, err := r.running.ForReload(next)
 	res.RestartRequired = restart
-	if err != nil {
-		return res, fmt.Errorf("with the running values of the fields that need a restart (%v): %w", restart, err)
+	switch {
+	case err != nil && len(restart) > 0:
+		return res, fmt.Errorf("with the running %s (a restart would take the file's): %w", strings.Join(restart, ", "), err)
+	case err != nil:
+		return res, err
 	}
 	// Check everything that can fail before replacing anything: the authenticator's own checks,
 	// then the credentials, whose Apply either reads every new value or changes nothing.

@@ -166,6 +166,24 @@ func TestReloadNamesWhatNeedsARestartAndKeepsIt(t *testing.T) {
 	}
 }
 
+// A file valid only with a value that needs a restart is refused, saying so.
+func TestReloadRefusesAFileValidOnlyAfterARestart(t *testing.T) {
+	f := newFixture(t)
+	if err := os.WriteFile(f.path, []byte(`
+edge_id: edge-test
+listen: {quic: '127.0.0.1:7443', http: '127.0.0.1:8080'}
+identity: {mode: loopback}
+api: {allow_anonymous: true}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.r.Running().Listen.HTTP = "0.0.0.0:8080" // as if the Edge had started on a public address
+	res, err := f.r.Reload("test")
+	if err == nil || !strings.Contains(err.Error(), "with the running listen") || !strings.Contains(err.Error(), "api.allow_anonymous") {
+		t.Errorf("Reload = %+v, %v; want refused, naming the running listen and api.allow_anonymous", res, err)
+	}
+}
+
 func TestReloadWithoutAFile(t *testing.T) {
 	cfg := edgeconfig.Default()
 	a, err := auth.New(cfg)
