@@ -48,7 +48,7 @@ func main() {
 		Action(func(*kingpin.ParseContext) error { return edgeapp.SetTestNodeCertLifetime(*certLifetime) }).DurationVar(certLifetime)
 
 	tlscli.Register(app, os.Stdout)
-	nodecli.Register(app, os.Stdout)
+	nodeCmd := nodecli.Register(app, os.Stdout)
 
 	check := app.Command("config", "Configuration tools.").Command("check", "Validate a configuration file and exit.")
 	checkPath := check.Arg("file", "Edge configuration file.").Required().String()
@@ -83,6 +83,8 @@ func main() {
 		err = healthcheck(*healthURL, *healthInsecure)
 	case versionCmd.FullCommand():
 		fmt.Println("edged", version)
+	default:
+		_, err = nodeCmd(cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "edged:", err)

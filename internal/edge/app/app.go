@@ -117,8 +117,10 @@ func Module(cfg *edgeconfig.Config) fx.Option {
 			l.UseErrorLevel(slog.LevelDebug)
 			return l
 		}),
-		fx.Invoke(serveTransport, runScheduler, serveHTTP, reloadOnSIGHUP),
+		// Before the listeners: the admin socket is up once the Edge says
+		// it serves.
 		enrollment,
+		fx.Invoke(serveTransport, runScheduler, serveHTTP, reloadOnSIGHUP),
 	)
 }
 

@@ -168,7 +168,7 @@ func (c *SocketClient) call(method, path string, out any) error {
 		var e struct{ Error string }
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			if resp.StatusCode == http.StatusNotFound {
-				return fmt.Errorf("%w: %s", ErrUnknownNode, e.Error)
+				return &remoteError{msg: e.Error, is: ErrUnknownNode}
 			}
 			return errors.New(e.Error)
 		}
@@ -176,6 +176,16 @@ func (c *SocketClient) call(method, path string, out any) error {
 	}
 	return json.Unmarshal(body, out)
 }
+
+// remoteError is an error the Edge reported on the socket, with the
+// sentinel it matches.
+type remoteError struct {
+	msg string
+	is  error
+}
+
+func (e *remoteError) Error() string        { return e.msg }
+func (e *remoteError) Is(target error) bool { return target == e.is }
 
 // AddToken asks the running Edge for a token.
 func (c *SocketClient) AddToken(nodeID string, ttl time.Duration) (TokenResult, error) {

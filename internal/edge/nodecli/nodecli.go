@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -23,8 +24,13 @@ import (
 	"github.com/iop-dev/iop/quicwire/pki"
 )
 
-// storeLockWait is how long an offline command waits for the store's lock.
-const storeLockWait = 2 * time.Second
+// storeLockWait is how long an offline command waits for the store's
+// lock; startWait how long it waits for the socket of an Edge that holds
+// the lock (it is starting).
+const (
+	storeLockWait = 2 * time.Second
+	startWait     = 10 * time.Second
+)
 
 type cli struct {
 	out        io.Writer
@@ -36,8 +42,10 @@ type cli struct {
 }
 
 // Register adds `node add`, `node remove` and `node list` to app; their
-// reports go to out.
-func Register(app *kingpin.Application, out io.Writer) {
+// reports go to out. The returned Run runs the command app.Parse chose if it
+// is one of them (a failure is an error of the command, not of its usage,
+// so it is not a kingpin action).
+func Register(app *kingpin.Application, out io.Writer) (Run func(cmd string) (ok bool, err error)) {
 	c := &cli{out: out}
 	node := app.Command("node", "Enroll, list and remove Nodes (managed mode; needs data_dir and enrollment.ca_key_file).")
 
@@ -46,17 +54,25 @@ func Register(app *kingpin.Application, out io.Writer) {
 	add.Flag("ttl", "How long the token may be used.").Default(enroll.DefaultTokenTTL.String()).DurationVar(&c.ttl)
 	add.Flag("addr", "The Edge's address as the Node reaches it, for the printed command (default: listen.quic, or this host's name with its port).").PlaceHolder("HOST:PORT").StringVar(&c.addr)
 	add.Flag("config", "Edge configuration file (YAML).").Short('c').Required().StringVar(&c.configPath)
-	add.Action(func(*kingpin.ParseContext) error { return c.add() })
 
 	remove := node.Command("remove", "Revoke a Node's certificates: the Edge refuses it at once (closing its connection) and on every reconnect.")
 	remove.Arg("node-id", "The Node's id.").Required().StringVar(&c.nodeID)
 	remove.Flag("config", "Edge configuration file (YAML).").Short('c').Required().StringVar(&c.configPath)
-	remove.Action(func(*kingpin.ParseContext) error { return c.remove() })
 
 	list := node.Command("list", "Show enrolled Nodes: identity, certificate serial and expiry, last seen.")
 	list.Flag("config", "Edge configuration file (YAML).").Short('c').Required().StringVar(&c.configPath)
 	list.Flag("json", "Print JSON.").BoolVar(&c.asJSON)
-	list.Action(func(*kingpin.ParseContext) error { return c.list() })
+	return func(cmd string) (bool, error) {
+		switch cmd {
+		case add.FullCommand():
+			return true, c.add()
+		case remove.FullCommand():
+			return true, c.remove()
+		case list.FullCommand():
+			return true, c.list()
+		}
+		return false, nil
+	}
 }
 
 // edge is the Edge of the configuration: its running process if one
@@ -80,13 +96,20 @@ func (c *cli) open() (*edge, error) {
 	return &edge{cfg: cfg, client: enroll.NewSocketClient(cfg.DataDir)}, nil
 }
 
-// offline runs f on the store when no Edge runs.
-func (e *edge) offline(f func(*enroll.Service) error) error {
+// offline runs f on the store when no Edge answers on the socket. An Edge
+// that holds the store but does not answer yet is starting: online is
+// tried again for a while before giving up.
+func (e *edge) offline(online func() error, f func(*enroll.Service) error) error {
 	store, err := enroll.OpenStore(e.cfg.DataDir, storeLockWait, time.Now())
-	if err != nil {
-		if errors.Is(err, enroll.ErrStoreLocked) {
-			return fmt.Errorf("%w, but its admin socket does not answer: is it starting or stuck?", err)
+	if errors.Is(err, enroll.ErrStoreLocked) {
+		for deadline := time.Now().Add(startWait); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if err := online(); !errors.Is(err, enroll.ErrNoEdge) {
+				return err
+			}
 		}
+		return fmt.Errorf("%w, but its admin socket %s does not answer: is it stuck?", err, filepath.Join(e.cfg.DataDir, enroll.SocketFile))
+	}
+	if err != nil {
 		return err
 	}
 	defer store.Close()
@@ -107,13 +130,17 @@ func (c *cli) add() error {
 	if !e.cfg.Enrollment.Enabled() {
 		return fmt.Errorf("%s: set enrollment.ca_key_file (the key of identity.ca_file): the Edge signs the certificate of a joining Node with it", c.configPath)
 	}
-	res, err := e.client.AddToken(c.nodeID, c.ttl)
+	var res enroll.TokenResult
+	online := func() (err error) { res, err = e.client.AddToken(c.nodeID, c.ttl); return err }
+	err = online()
 	if errors.Is(err, enroll.ErrNoEdge) {
-		err = e.offline(func(s *enroll.Service) error {
+		offline := false
+		err = e.offline(online, func(s *enroll.Service) (err error) {
+			offline = true
 			res, err = s.AddToken(c.nodeID, c.ttl)
 			return err
 		})
-		if err == nil {
+		if err == nil && offline {
 			fmt.Fprintf(c.out, "(edged is not running: the token is stored and works once it starts)\n")
 		}
 	}
@@ -154,9 +181,11 @@ func (c *cli) remove() error {
 	if err != nil {
 		return err
 	}
-	res, err := e.client.Remove(c.nodeID)
+	var res enroll.RemoveResult
+	online := func() (err error) { res, err = e.client.Remove(c.nodeID); return err }
+	err = online()
 	if errors.Is(err, enroll.ErrNoEdge) {
-		err = e.offline(func(s *enroll.Service) error {
+		err = e.offline(online, func(s *enroll.Service) error {
 			revoked, _, err := s.Remove(c.nodeID)
 			res = enroll.RemoveResult{NodeID: c.nodeID, Revoked: revoked, Offline: true}
 			return err
@@ -187,9 +216,11 @@ func (c *cli) list() error {
 	if err != nil {
 		return err
 	}
-	nodes, err := e.client.List()
+	var nodes []enroll.NodeStatus
+	online := func() (err error) { nodes, err = e.client.List(); return err }
+	err = online()
 	if errors.Is(err, enroll.ErrNoEdge) {
-		err = e.offline(func(s *enroll.Service) error {
+		err = e.offline(online, func(s *enroll.Service) error {
 			nodes, err = s.List()
 			return err
 		})
