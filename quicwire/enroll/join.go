@@ -101,7 +101,7 @@ func WithJoin(base, join *tls.Config) *tls.Config {
 	inner := base.GetConfigForClient
 	c.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 		if slices.Contains(hello.SupportedProtos, JoinALPN) {
-			return join, nil
+			return join.Clone(), nil // one per handshake, as base's own hook gives
 		}
 		if inner != nil {
 			return inner(hello)
