@@ -259,11 +259,12 @@ type PendingToken struct {
 // List returns every Node the store knows, by id, with its certificates
 // (newest last) and unused tokens.
 func (s *Service) List() ([]NodeStatus, error) {
-	return List(s.store, s.opts.TrustDomain, s.opts.Registry)
+	return List(s.store, s.opts.TrustDomain, s.opts.Registry, s.opts.Now())
 }
 
-// List reads the Nodes of store; reg, if set, adds their connection state.
-func List(store *Store, trustDomain string, reg *nodes.Registry) ([]NodeStatus, error) {
+// List reads the Nodes of store; reg, if set, adds their connection state
+// as of now.
+func List(store *Store, trustDomain string, reg *nodes.Registry, now time.Time) ([]NodeStatus, error) {
 	c, err := store.Contents()
 	if err != nil {
 		return nil, err
@@ -297,6 +298,15 @@ func List(store *Store, trustDomain string, reg *nodes.Registry) ([]NodeStatus, 
 		if reg != nil {
 			if conn, ok := reg.Current(n.ID); ok {
 				n.Connected = string(conn.State())
+				// The store has the last admission; a live connection is
+				// seen now, a fenced one until its fence.
+				seen := now
+				if conn.State() == nodes.Fenced {
+					seen = conn.FencedAt()
+				}
+				if seen.After(n.LastSeen) {
+					n.LastSeen = seen
+				}
 			}
 		}
 		out = append(out, *n)

@@ -247,4 +247,8 @@ func TestRemovingAConnectedHandMadeNodeFencesAndRefusesIt(t *testing.T) {
 	if err := f.svc.Admit("hand-1", cert.Leaf); err == nil {
 		t.Error("the removed hand-made node is admitted")
 	}
+	list, err := f.svc.List()
+	if err != nil || len(list) != 1 || list[0].Connected != "fenced" || !list[0].LastSeen.Equal(conn.FencedAt()) || list[0].Removed.IsZero() {
+		t.Errorf("list: %+v, %v; want hand-1 removed, fenced, last seen at its fence %s", list, err, conn.FencedAt())
+	}
 }
