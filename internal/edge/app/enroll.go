@@ -12,6 +12,7 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/enroll"
+	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/nodes"
 	"github.com/iop-dev/iop/internal/yamlconf"
 	wireenroll "github.com/iop-dev/iop/quicwire/enroll"
@@ -42,7 +43,7 @@ func SetTestNodeCertLifetime(d time.Duration) error {
 // a data_dir: then every Node connection is checked against its
 // revocations, and, with enrollment.ca_key_file, the Edge issues and renews
 // Node identities. Otherwise it returns nil: no store, no joins.
-func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *nodes.Registry, log *slog.Logger) (*enroll.Service, error) {
+func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *nodes.Registry, refused *frontdoor.Refusals, log *slog.Logger) (*enroll.Service, error) {
 	if cfg.Identity.Mode != yamlconf.ModeMTLS || cfg.DataDir == "" {
 		if cfg.Identity.Mode == yamlconf.ModeMTLS {
 			log.Info("node enrollment off: no data_dir (edged node add/remove need one)")
@@ -73,7 +74,7 @@ func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *nodes.Registry,
 	}
 	svc := enroll.New(store, enroll.Options{
 		EdgeID: cfg.EdgeID, TrustDomain: cfg.Identity.TrustDomain, CACert: caCert, CA: ca,
-		Lifetime: lifetime, Registry: reg, Logger: log,
+		Lifetime: lifetime, Registry: reg, Refused: refused, Logger: log,
 	})
 	if ca == nil {
 		log.Info("node enrollment: revocations checked; joins and renewals off (no enrollment.ca_key_file)")

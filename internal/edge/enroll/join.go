@@ -35,6 +35,7 @@ func (s *Service) ServeJoin(ctx context.Context, qc *quic.Conn) {
 	case s.joins <- struct{}{}:
 		defer func() { <-s.joins }()
 	default:
+		s.refuse("join refused: too many at once", "remote", remote)
 		quicwire.CloseRefused.Close(qc, "too many joins at once; try again")
 		return
 	}
@@ -43,14 +44,14 @@ func (s *Service) ServeJoin(ctx context.Context, qc *quic.Conn) {
 	defer quicwire.CloseNormal.Close(qc, "")
 	st, err := qc.AcceptStream(ctx)
 	if err != nil {
-		s.log.Warn("join: no request", "remote", remote, "err", err)
+		s.refuse("join: no request", "remote", remote, "err", err)
 		return
 	}
 	deadline, _ := ctx.Deadline()
 	_ = st.SetDeadline(deadline)
 	req := new(wirepb.JoinRequest)
 	if err := quicwire.NewFrameReader(st, wireenroll.MaxJoinFrameSize, "join").Read(req); err != nil {
-		s.log.Warn("join: unreadable request", "remote", remote, "err", err)
+		s.refuse("join: unreadable request", "remote", remote, "err", err)
 		st.CancelRead(quic.StreamErrorCode(quicwire.StreamProtocolError))
 		st.CancelWrite(quic.StreamErrorCode(quicwire.StreamProtocolError))
 		return
@@ -117,7 +118,7 @@ func (s *Service) join(req *wirepb.JoinRequest, remote string) *wirepb.JoinRespo
 			s.log.Error("join failed", "remote", remote, "token", req.GetTokenId(), "err", err)
 			r = &refusal{wirepb.JoinRefusal_JOIN_REFUSAL_UNAVAILABLE, "the Edge failed to issue a certificate; see its log"}
 		} else {
-			s.log.Warn("join refused", "remote", remote, "token", req.GetTokenId(), "reason", r.code.String(), "detail", r.detail)
+			s.refuse("join refused", "remote", remote, "token", req.GetTokenId(), "reason", r.code.String(), "detail", r.detail)
 		}
 		return &wirepb.JoinResponse{Refusal: r.code, RefusalDetail: r.detail}
 	}

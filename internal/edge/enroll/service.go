@@ -57,8 +57,26 @@ type Options struct {
 	// Registry, if set, is where a removed Node's live connection is fenced,
 	// and what List reads connections from.
 	Registry *nodes.Registry
-	Now      func() time.Time
-	Logger   *slog.Logger
+	// Refused, if set, counts refused joins and logs them without letting
+	// a flood flood the log (frontdoor.Refusals); otherwise each is logged
+	// at Warn.
+	Refused Refuser
+	Now     func() time.Time
+	Logger  *slog.Logger
+}
+
+// Refuser records a refusal of kind with its message and log attributes.
+type Refuser interface {
+	Refuse(kind, msg string, args ...any)
+}
+
+// refuse records a refused join: they come from unauthenticated peers.
+func (s *Service) refuse(msg string, args ...any) {
+	if s.opts.Refused != nil {
+		s.opts.Refused.Refuse("join", msg, args...)
+		return
+	}
+	s.log.Warn(msg, args...)
 }
 
 // Service issues, renews and revokes Node identities. Its methods are safe

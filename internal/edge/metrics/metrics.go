@@ -49,7 +49,7 @@ type Metrics struct {
 	Stalls *prometheus.CounterVec
 	// Refusals counts what the Edge turned away at its doors, by kind
 	// (http_connections, body_memory, slow_body, tls_handshake,
-	// node_identity, registration): the log shows a sample of them.
+	// node_identity, registration, join): the log shows a sample of them.
 	Refusals *prometheus.CounterVec
 	// ConfigReloads counts configuration reloads (SIGHUP or POST
 	// /admin/v1/reload) by result: applied, or refused (the file was
@@ -121,7 +121,7 @@ func New(reg *nodes.Registry, depth func() map[string]int) *Metrics {
 		m.Failovers:     {"before_first_byte", "node_suspect", "response_stalled"},
 		m.Stalls:        {"request_stalled", "provider_unhealthy", "health_unknown"},
 		m.Cancellations: {"client_gone", "idle_timeout", "deadline"},
-		m.Refusals:      {"http_connections", "body_memory", "slow_body", "tls_handshake", "node_identity", "registration"},
+		m.Refusals:      {"http_connections", "body_memory", "slow_body", "tls_handshake", "node_identity", "registration", "join"},
 		m.ConfigReloads: {"applied", "refused"},
 	} {
 		for _, v := range values {

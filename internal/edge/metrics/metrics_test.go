@@ -60,6 +60,7 @@ func TestScrapeShowsNodesQueuesAndCounters(t *testing.T) {
 		`iop_edge_failovers_total{reason="node_suspect"} 0`,
 		`iop_edge_cancellations_total{cause="client_gone"} 0`,
 		`iop_edge_refusals_total{kind="registration"} 0`,
+		`iop_edge_refusals_total{kind="join"} 0`,
 		`iop_edge_active{kind="embed"} 0`,
 		`go_goroutines`,
 	} {
