@@ -80,6 +80,11 @@ func (s *Service) Handler() http.Handler {
 			reply(w, nil, fmt.Errorf("ttl: %w", err))
 			return
 		}
+		if !s.Renews() {
+			// The file may say otherwise: the running Edge decides.
+			reply(w, nil, fmt.Errorf("the running Edge would refuse the join: %w (then restart it)", ErrDisabled))
+			return
+		}
 		res, err := s.AddToken(r.PathValue("id"), ttl)
 		reply(w, res, err)
 	})
