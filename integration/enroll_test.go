@@ -17,8 +17,10 @@ import (
 )
 
 // enrollEdge is an Edge set up as the README's two-machine guide says: a CA
-// and the Edge's certificate from `edged tls`, and enrollment on (the CA key
-// and a data_dir), so that Nodes join with `edged node add` and `noded join`.
+// from `edged tls ca create` and enrollment on (the CA key and a data_dir),
+// so that Nodes join with `edged node add` and `noded join`. Its own
+// certificate is one it issues itself, or with certFiles one from `edged
+// tls cert create`.
 type enrollEdge struct {
 	t          *testing.T
 	dir, conf  string
@@ -28,13 +30,16 @@ type enrollEdge struct {
 	starts     int
 }
 
-func enrollSetup(t *testing.T, args ...string) *enrollEdge {
+func enrollSetup(t *testing.T, certFiles bool, args ...string) *enrollEdge {
 	t.Helper()
 	dir := t.TempDir()
-	for _, a := range [][]string{
-		{"tls", "ca", "create", "--trust-domain", "iop.test"},
-		{"tls", "cert", "create", "--edge", "edge-1"},
-	} {
+	cmds := [][]string{{"tls", "ca", "create", "--trust-domain", "iop.test"}}
+	identity := "{mode: mtls, trust_domain: iop.test, ca_file: iop-ca.pem}"
+	if certFiles {
+		cmds = append(cmds, []string{"tls", "cert", "create", "--edge", "edge-1"})
+		identity = "{mode: mtls, trust_domain: iop.test, ca_file: iop-ca.pem, cert_file: edge-edge-1.pem, key_file: edge-edge-1-key.pem}"
+	}
+	for _, a := range cmds {
 		if out, err := run(t, dir, bin.edged, a...); err != nil {
 			t.Fatalf("edged %v: %v\n%s", a, err, out)
 		}
@@ -45,10 +50,10 @@ func enrollSetup(t *testing.T, args ...string) *enrollEdge {
 	writeFile(t, e.conf, fmt.Sprintf(`
 edge_id: edge-1
 listen: {quic: %q, http: "127.0.0.1:%d"}
-identity: {mode: mtls, trust_domain: iop.test, ca_file: iop-ca.pem, cert_file: edge-edge-1.pem, key_file: edge-edge-1-key.pem}
+identity: %s
 data_dir: data
 enrollment: {ca_key_file: iop-ca-key.pem}
-`, e.quic, httpPort))
+`, e.quic, httpPort, identity))
 	return e
 }
 
@@ -139,7 +144,7 @@ func mode(t *testing.T, path string) os.FileMode {
 func TestNodeJoinsWithOneTokenOnceAndBadTokensAreRefused(t *testing.T) {
 	fake := fakeollama.New(fakeollama.Model{Name: "tiny:latest", Text: "hello"})
 	t.Cleanup(fake.Close)
-	e := enrollSetup(t)
+	e := enrollSetup(t, true)
 	e.start()
 	addr, token, out := e.add("n1")
 	if addr != e.quic || !strings.Contains(out, "sha256:") {
@@ -190,7 +195,7 @@ func TestNodeJoinsWithOneTokenOnceAndBadTokensAreRefused(t *testing.T) {
 	// A token of another Edge (another CA), made while that Edge is not
 	// running: this Edge's CA does not match it, and the secret never
 	// leaves the Node.
-	other := enrollSetup(t)
+	other := enrollSetup(t, false)
 	_, foreign, _ := other.add("n3")
 	out, err = run(t, "", bin.noded, joinArgs(addr, foreign, filepath.Join(t.TempDir(), "n3"), fake)...)
 	if err == nil || !strings.Contains(out, "the token is for another Edge") {
@@ -229,7 +234,7 @@ func TestCertificatesRenewWithoutInterruptionAndAcrossEdgeRestarts(t *testing.T)
 	words := strings.TrimSpace(strings.Repeat("tok ", 30))
 	fake := fakeollama.New(fakeollama.Model{Name: "slow:latest", Text: words, TokenDelay: 100 * time.Millisecond})
 	t.Cleanup(fake.Close)
-	e := enrollSetup(t, "--test-node-cert-lifetime", lifetime.String())
+	e := enrollSetup(t, false, "--test-node-cert-lifetime", lifetime.String())
 	e.start()
 	addr, token, _ := e.add("n1")
 	e.proc.stop()
@@ -305,7 +310,7 @@ func TestCertificatesRenewWithoutInterruptionAndAcrossEdgeRestarts(t *testing.T)
 func TestNodeRemoveFencesTheLiveNodeAndRefusesItsReconnect(t *testing.T) {
 	fake := fakeollama.New(fakeollama.Model{Name: "tiny:latest", Text: "hello"})
 	t.Cleanup(fake.Close)
-	e := enrollSetup(t)
+	e := enrollSetup(t, false)
 	e.start()
 	addr, token, _ := e.add("n1")
 	node := start(t, "noded join", bin.noded, append(joinArgs(addr, token, filepath.Join(t.TempDir(), "node"), fake), "--start")...)

@@ -45,7 +45,6 @@ import (
 	"github.com/iop-dev/iop/internal/edge/statuspage"
 	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/quicwire"
-	"github.com/iop-dev/iop/quicwire/pki"
 )
 
 // StopTimeout bounds a stop: draining Nodes' work and closing listeners.
@@ -177,13 +176,7 @@ func newEdgeTLS(cfg *edgeconfig.Config, log *slog.Logger, refused *frontdoor.Ref
 		log.Warn("identity mode is loopback: Nodes are not authenticated; use mtls for anything beyond one machine")
 		return quicwire.LoopbackEdgeTLSConfig()
 	}
-	pool, cert, err := pki.LoadIdentity(id.CAFile, id.CertFile, id.KeyFile, quicwire.EdgeIdentity(id.TrustDomain, cfg.EdgeID))
-	if err != nil {
-		return nil, err
-	}
-	return withJoin(quicwire.EdgeTLSConfig(pool, cert, id.TrustDomain, nil, func(remote string, err error) {
-		refused.Refuse("tls_handshake", "refused node connection", "remote", remote, "err", err)
-	}), cert, enrolled), nil
+	return managedEdgeTLS(cfg, log, refused, enrolled)
 }
 
 // newQUICListener binds the Node-facing QUIC listener at construction, so

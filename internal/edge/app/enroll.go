@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/nodes"
 	"github.com/iop-dev/iop/internal/yamlconf"
+	"github.com/iop-dev/iop/quicwire"
 	wireenroll "github.com/iop-dev/iop/quicwire/enroll"
 	"github.com/iop-dev/iop/quicwire/pki"
 )
@@ -85,13 +87,94 @@ func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *nodes.Registry,
 	return svc, nil
 }
 
-// withJoin lets the Node-facing listener take join connections too, when
-// the Edge has an enrollment store.
-func withJoin(base *tls.Config, cert tls.Certificate, svc *enroll.Service) *tls.Config {
-	if svc == nil {
-		return base
+// managedEdgeTLS builds the Node-facing TLS configuration of managed mode:
+// the Edge's certificate from identity.cert_file and key_file, or, when the
+// Edge holds the CA key and names no files, one it issues itself; join
+// connections too when the Edge has an enrollment store.
+func managedEdgeTLS(cfg *edgeconfig.Config, log *slog.Logger, refused *frontdoor.Refusals, enrolled *enroll.Service) (*tls.Config, error) {
+	id := cfg.Identity
+	onReject := func(remote string, err error) {
+		refused.Refuse("tls_handshake", "refused node connection", "remote", remote, "err", err)
 	}
-	return wireenroll.WithJoin(base, wireenroll.EdgeJoinTLSConfig(cert, svc.CACert()))
+	if !cfg.SelfIssued() {
+		pool, cert, err := pki.LoadIdentity(id.CAFile, id.CertFile, id.KeyFile, quicwire.EdgeIdentity(id.TrustDomain, cfg.EdgeID))
+		if err != nil {
+			return nil, err
+		}
+		base := quicwire.EdgeTLSConfig(pool, cert, id.TrustDomain, nil, onReject)
+		if enrolled == nil {
+			return base, nil
+		}
+		return wireenroll.WithJoin(base, wireenroll.EdgeJoinTLSConfig(cert, enrolled.CACert())), nil
+	}
+	ca, err := pki.LoadCA(id.CAFile, cfg.Enrollment.CAKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("enrollment.ca_key_file: %w", err)
+	}
+	if ca.TrustDomain != id.TrustDomain {
+		return nil, fmt.Errorf("identity.ca_file %s is a CA for trust domain %q, identity.trust_domain is %q", id.CAFile, ca.TrustDomain, id.TrustDomain)
+	}
+	own := &selfIssued{ca: ca, id: quicwire.EdgeIdentity(id.TrustDomain, cfg.EdgeID), lifetime: selfIssuedLifetime, log: log}
+	cert, err := own.get()
+	if err != nil {
+		return nil, err
+	}
+	// Both configurations read the certificate at each handshake, so a
+	// re-issued one is presented without a restart.
+	base := quicwire.EdgeTLSConfig(ca.Pool(), *cert, id.TrustDomain, nil, onReject)
+	base.Certificates, base.GetCertificate = nil, func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return own.get() }
+	if enrolled == nil {
+		return base, nil
+	}
+	join := wireenroll.EdgeJoinTLSConfig(*cert, ca.Cert)
+	join.Certificates, join.GetCertificate = nil, func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		c, err := own.get()
+		if err != nil {
+			return nil, err
+		}
+		return &tls.Certificate{Certificate: [][]byte{c.Certificate[0], ca.Cert.Raw}, PrivateKey: c.PrivateKey, Leaf: c.Leaf}, nil
+	}
+	return wireenroll.WithJoin(base, join), nil
+}
+
+// selfIssuedLifetime is the validity of the certificate an Edge issues
+// itself; it issues a new one at two thirds of it.
+const selfIssuedLifetime = 30 * 24 * time.Hour
+
+// selfIssued is the certificate of an Edge that holds the CA key and names
+// no certificate files: issued in memory at start, and again once two
+// thirds of its lifetime have passed. Safe for concurrent use.
+type selfIssued struct {
+	ca       *pki.CA
+	id       quicwire.Identity
+	lifetime time.Duration
+	log      *slog.Logger
+
+	mu  sync.Mutex
+	cur *tls.Certificate
+	due time.Time
+}
+
+// get returns the certificate to present now, issuing a new one when due. A
+// failed re-issue keeps the current certificate (it is still valid).
+func (s *selfIssued) get() (*tls.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if s.cur != nil && now.Before(s.due) {
+		return s.cur, nil
+	}
+	c, err := s.ca.IssueTLS(s.id, pki.Options{NotBefore: now.Add(-time.Minute), Validity: s.lifetime + time.Minute})
+	if err != nil {
+		if s.cur != nil {
+			s.log.Error("could not issue the edge certificate again; keeping the current one", "err", err)
+			return s.cur, nil
+		}
+		return nil, fmt.Errorf("issue the edge certificate: %w", err)
+	}
+	s.cur, s.due = &c, now.Add(s.lifetime*2/3)
+	s.log.Info("edge certificate issued from the CA", "identity", s.id.String(), "not_after", c.Leaf.NotAfter.UTC().Format(time.RFC3339))
+	return s.cur, nil
 }
 
 // serveAdminSocket serves `edged node` commands on data_dir/admin.sock from

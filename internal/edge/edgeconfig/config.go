@@ -222,7 +222,7 @@ func (c *Config) Validate() error {
 	quicHost, _, quicErr := yamlconf.CheckHostPort("listen.quic", c.Listen.QUIC)
 	_, _, httpErr := yamlconf.CheckHostPort("listen.http", c.Listen.HTTP)
 	es.Append(quicErr, httpErr)
-	es.Append(c.Identity.Validate("identity")...)
+	es.Append(c.validateIdentity()...)
 	if c.Identity.Mode == yamlconf.ModeLoopback && quicErr == nil && !yamlconf.IsLoopbackHost(quicHost) {
 		es.Add("listen.quic", "loopback mode accepts unauthenticated Nodes, so it may only listen on a loopback address; got %q", c.Listen.QUIC)
 	}

@@ -16,12 +16,36 @@ const (
 	MaxNodeCertLifetime     = 366 * 24 * time.Hour
 )
 
+// validateIdentity is the identity section's own validation, except that an Edge holding the
+// CA key may leave identity.cert_file and key_file out (both): it then issues its own
+// certificate from the CA, in memory.
+func (c *Config) validateIdentity() []*yamlconf.Error {
+	es := c.Identity.Validate("identity")
+	if c.Identity.Mode != yamlconf.ModeMTLS || c.Enrollment.CAKeyFile == "" || c.Identity.CertFile != "" || c.Identity.KeyFile != "" {
+		return es
+	}
+	kept := es[:0]
+	for _, e := range es {
+		if e.Path != "identity.cert_file" && e.Path != "identity.key_file" {
+			kept = append(kept, e)
+		}
+	}
+	return kept
+}
+
+// SelfIssued reports whether the Edge issues its own certificate: managed, with the CA key and
+// no certificate files.
+func (c *Config) SelfIssued() bool {
+	return c.Identity.Mode == yamlconf.ModeMTLS && c.Enrollment.CAKeyFile != "" && c.Identity.CertFile == "" && c.Identity.KeyFile == ""
+}
+
 // Enrollment is the `enrollment` section: the Edge issues Node identities itself (`edged node
 // add` makes a join token, `noded join` redeems it, Nodes renew over their connection). It needs
 // the CA's private key, and data_dir for its store of tokens, issued certificates and
 // revocations. Without ca_key_file, joins and renewals are refused with a message saying so;
 // `edged node remove` and the revocation check on every Node connection work whenever data_dir
-// is set.
+// is set. With ca_key_file, identity.cert_file and key_file may be left out: the Edge then issues
+// its own certificate (see SelfIssued).
 type Enrollment struct {
 	// CAKeyFile is the private key of identity.ca_file; mtls only; relative to the config file.
 	CAKeyFile string `yaml:"ca_key_file,omitempty"`

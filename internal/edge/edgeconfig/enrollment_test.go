@@ -42,3 +42,21 @@ func TestEnrollmentSectionParses(t *testing.T) {
 		t.Errorf("parsed %+v", c.Enrollment)
 	}
 }
+
+// An Edge holding the CA key may leave its certificate files out and issue
+// its own; it may not name just one of them.
+func TestAnEdgeWithTheCAKeyMayIssueItsOwnCertificate(t *testing.T) {
+	c := mtlsConfig()
+	c.Identity.CertFile, c.Identity.KeyFile = "", ""
+	c.DataDir, c.Enrollment.CAKeyFile = "/var/lib/iop", "/etc/iop/ca-key.pem"
+	if err := c.Validate(); err != nil || !c.SelfIssued() {
+		t.Errorf("no certificate files with the CA key: %v (self-issued %v)", err, c.SelfIssued())
+	}
+	c.Identity.CertFile = "/etc/iop/edge.pem"
+	wantOneProblem(t, c.Validate(), "identity.key_file", "required in mtls mode")
+	c = mtlsConfig()
+	c.Identity.CertFile, c.Identity.KeyFile = "", ""
+	if err := c.Validate(); err == nil || c.SelfIssued() {
+		t.Errorf("no certificate files and no CA key: %v", err)
+	}
+}
