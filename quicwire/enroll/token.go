@@ -65,6 +65,9 @@ var ErrMalformedToken = errors.New("malformed join token")
 
 var b64 = base64.RawURLEncoding
 
+// b64Alphabet is base64url's alphabet (RFC 4648 §5).
+const b64Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
 // String encodes the token as iop1.ID.SECRET.CAHASH, each part base64url
 // without padding.
 func (t Token) String() string {
@@ -113,8 +116,13 @@ func decodePart(s string, size int) ([]byte, error) {
 	if b64.EncodedLen(size) != len(s) {
 		return nil, fmt.Errorf("want %d base64url characters, got %d", b64.EncodedLen(size), len(s))
 	}
+	// encoding/base64 skips '\r' and '\n' even when strict: refuse
+	// anything outside the alphabet first, so one token has one spelling.
+	if strings.TrimLeft(s, b64Alphabet) != "" {
+		return nil, errors.New("not base64url")
+	}
 	b, err := b64.Strict().DecodeString(s)
-	if err != nil {
+	if err != nil || len(b) != size {
 		return nil, errors.New("not base64url")
 	}
 	return b, nil
