@@ -369,6 +369,11 @@ func newRelayClient(capacity int) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DisableCompression = true
 	t.MaxIdleConnsPerHost = max(capacity, 16)
+	// Every tunnel in flight holds a connection with both buffers, also
+	// through a long silent prefill: sized for a request head and an
+	// answer's line, not for throughput (a larger read goes past the
+	// buffer, and the request body is written through).
+	t.ReadBufferSize, t.WriteBufferSize = 1<<10, 1<<10
 	return &http.Client{
 		Transport: t,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
