@@ -83,6 +83,10 @@ func New() *Adapter {
 	// Runs are concurrent up to the provider's capacity; keep their
 	// connections warm rather than dialling per run.
 	t.MaxIdleConnsPerHost = 128
+	// Each run holds a connection with both buffers for as long as it
+	// runs: sized for a request head and an answer's line, not throughput
+	// (a larger read or write goes past the buffer).
+	t.ReadBufferSize, t.WriteBufferSize = 1<<10, 1<<10
 	a := &Adapter{
 		transport: t,
 		// No Timeout: a prefill may last minutes, and the Node's watchdog,

@@ -76,7 +76,10 @@ func (a *Adapter) stream(ctx context.Context, s *settings, op string, body any, 
 // event per piece, and returns at the done line.
 func readLines(ctx context.Context, op string, body io.Reader, out sdk.EventSink) (*sdk.Result, error) {
 	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
+	// Every run in flight holds its scanner, also through a silent
+	// prefill: start at a few lines' size and grow (doubling) only for a
+	// long one, such as /api/generate's final line with its context.
+	sc.Buffer(make([]byte, 0, 4<<10), MaxLineBytes)
 	calls := 0
 	send := func(ev sdk.Event) error {
 		if err := out.Send(ctx, ev); err != nil {
