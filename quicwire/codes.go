@@ -146,8 +146,10 @@ const (
 	StreamCancelled StreamCode = 0x201
 	// StreamProtocolError: a malformed or unexpected frame.
 	StreamProtocolError StreamCode = 0x202
-	// StreamRefused: the receiver will not take this stream (not ready,
-	// wrong generation, draining, unknown kind).
+	// StreamRefused: the receiver will not take this stream: it is bound
+	// to another generation, or nothing serves streams yet. (A draining
+	// receiver answers StreamShutdown; a stream of unknown kind is a
+	// StreamProtocolError.)
 	StreamRefused StreamCode = 0x203
 	// StreamShutdown: the receiver is shutting down.
 	StreamShutdown StreamCode = 0x204
