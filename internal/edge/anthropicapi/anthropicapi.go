@@ -8,11 +8,10 @@
 //	GET  /v1/models/{model}  Anthropic's shape (see ModelsOr: the OpenAI API
 //	                         has the same paths)
 //
-// It translates between Anthropic's wire shapes and the normalized run of
-// the gateway (wirepb.RunRequest in, wirepb.RunEvent out) and owns nothing
-// else, as the OpenAI API does; a request's life (authenticate, read the
-// body within its cap, look up the profile, StartRun, relay, end) reads
-// top to bottom in messages.go.
+// It is a translation on the Edge's one front end (internal/edge/frontend),
+// which owns each request's life, as the OpenAI API is: Anthropic's wire
+// shapes in, the normalized run (wirepb.RunRequest in, wirepb.RunEvent
+// out), Anthropic's shapes back.
 //
 // The request. system (a string or text blocks), messages (user and
 // assistant; text, base64 image, tool_use, tool_result and thinking
@@ -51,51 +50,13 @@
 package anthropicapi
 
 import (
-	"context"
-	"log/slog"
 	"net/http"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
-	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/internal/edge/gateway"
-	"github.com/iop-dev/iop/internal/edge/metrics"
-	"github.com/iop-dev/iop/quicwire/wirepb"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 )
 
-// Runner is what the handlers need from the gateway; tests fake it.
-type Runner interface {
-	// StartRun resolves model for p and dispatches req, as
-	// gateway.Gateway.StartRun does; admitted, if not nil, is called on
-	// the caller's goroutine when the request leaves the queue with its
-	// first slot.
-	StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest, admitted func()) (Run, error)
-	// Models lists the models p may ask for.
-	Models(p auth.Principal) []gateway.Model
-	// Profile is the profile a request by p for model runs under; an error
-	// wrapping gateway.ErrForbidden when p may not use it.
-	Profile(p auth.Principal, model string) (edgeconfig.Profile, error)
-}
-
-// Run is a run in progress, as gateway.Run is: Next yields events until
-// exactly one terminal, then io.EOF.
-type Run interface {
-	// ID is the run id, for logs.
-	ID() string
-	// Next blocks for the next event.
-	Next() (*wirepb.RunEvent, error)
-	// Close releases the run, cancelling it if it has not ended. Safe to
-	// call more than once.
-	Close()
-	// Cancel ends the run with cause; Next then yields its terminal.
-	Cancel(cause error)
-	// Context is done when the run is cancelled or its deadline passes;
-	// its cause says which.
-	Context() context.Context
-}
-
-// Route labels of metrics.Requests and metrics.TimeToFirstToken, and of
-// the log.
+// Route labels of metrics and the log.
 const (
 	routeMessages = "anthropic_messages"
 	routeModels   = "anthropic_models"
@@ -105,30 +66,31 @@ const (
 // ModelsOr tells Anthropic's model list requests by.
 const VersionHeader = "anthropic-version"
 
-// Handler serves the Anthropic API; see the package comment for its
-// routes. m and log may be nil; door bounds request bodies (nil: a door
-// with the default limits).
-func Handler(r Runner, a *auth.Authenticator, m *metrics.Metrics, log *slog.Logger, door *frontdoor.Door) http.Handler {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if door == nil {
-		door = frontdoor.New(frontdoor.Limits{}, nil)
-	}
-	h := &handler{runner: r, auth: a, metrics: m, log: log, door: door}
+// Handler serves the Anthropic API on front; see the package comment for
+// its routes.
+func Handler(front *frontend.Front) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/messages", h.messages)
-	mux.HandleFunc("GET /v1/models", h.models)
-	mux.HandleFunc("GET /v1/models/{model...}", h.model)
+	mux.Handle("POST /v1/messages", front.Handler(shape, &frontend.Endpoint{Route: routeMessages,
+		Log: "anthropic message", MaxBody: MaxRequestBytes, Peek: peekMessages, Translate: translateMessages}))
+	d := front.Dispatcher()
+	mux.Handle("GET /v1/models", front.Listing(shape, routeModels, func(r *http.Request, p auth.Principal) (any, *frontend.Failure) {
+		return modelsPage(r, d.Inventory(p))
+	}))
+	mux.Handle("GET /v1/models/{model...}", front.Listing(shape, routeModels, func(r *http.Request, p auth.Principal) (any, *frontend.Failure) {
+		id := r.PathValue("model")
+		for _, o := range d.Inventory(p) {
+			if o.ID == id {
+				return newModelInfo(id), nil
+			}
+		}
+		return nil, frontend.ModelNotFound(id)
+	}))
 	// A known path with another method is 405 with Allow, in Anthropic's
 	// shape (the catch-all below would say 404).
-	mux.HandleFunc("/v1/messages", methodNotAllowed(http.MethodPost))
-	mux.HandleFunc("/v1/models", methodNotAllowed(http.MethodGet+", "+http.MethodHead))
-	mux.HandleFunc("/v1/models/{model...}", methodNotAllowed(http.MethodGet+", "+http.MethodHead))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{status: http.StatusNotFound, code: "unknown_url",
-			message: "the Edge does not serve " + r.Method + " " + r.URL.Path})
-	})
+	mux.Handle("/v1/messages", front.MethodNotAllowed(shape, http.MethodPost))
+	mux.Handle("/v1/models", front.MethodNotAllowed(shape, http.MethodGet+", "+http.MethodHead))
+	mux.Handle("/v1/models/{model...}", front.MethodNotAllowed(shape, http.MethodGet+", "+http.MethodHead))
+	mux.Handle("/", front.Refuse(shape, frontend.UnknownURL))
 	return mux
 }
 
@@ -145,69 +107,3 @@ func ModelsOr(anthropic, other http.Handler) http.Handler {
 		other.ServeHTTP(w, r)
 	})
 }
-
-// methodNotAllowed answers a known path asked with the wrong method.
-func methodNotAllowed(allow string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", allow)
-		writeError(w, &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
-			message: "method " + r.Method + " is not allowed for " + r.URL.Path + "; use " + allow})
-	}
-}
-
-// handler holds what every request needs.
-type handler struct {
-	runner  Runner
-	auth    *auth.Authenticator
-	metrics *metrics.Metrics
-	log     *slog.Logger
-	door    *frontdoor.Door
-}
-
-// authenticate returns r's principal, or answers 401 and returns false.
-// Anthropic's clients send the key as x-api-key, which auth accepts beside
-// Authorization: Bearer.
-func (h *handler) authenticate(w http.ResponseWriter, r *http.Request, route string) (auth.Principal, bool) {
-	p, err := h.auth.Authenticate(r)
-	if err == nil {
-		return p, true
-	}
-	writeError(w, &apiError{status: http.StatusUnauthorized, code: "invalid_api_key", message: err.Error()})
-	h.count(route, "unauthenticated")
-	return auth.Principal{}, false
-}
-
-// count adds one request that names no model (a listing, or one refused
-// before it was read) to metrics.Requests.
-func (h *handler) count(route, outcome string) {
-	if h.metrics != nil {
-		h.metrics.Requests.WithLabelValues(route, "", "", outcome).Inc()
-	}
-}
-
-// FromGateway adapts g to Runner.
-func FromGateway(g *gateway.Gateway) Runner { return gatewayRunner{g} }
-
-type gatewayRunner struct{ g *gateway.Gateway }
-
-var _ Runner = gatewayRunner{}
-
-func (gr gatewayRunner) StartRun(ctx context.Context, p auth.Principal, model string, req *wirepb.RunRequest, admitted func()) (Run, error) {
-	r, err := gr.g.StartRun(ctx, p, model, req, admitted)
-	if err != nil {
-		return nil, err
-	}
-	return gatewayRun{r}, nil
-}
-
-func (gr gatewayRunner) Models(p auth.Principal) []gateway.Model { return gr.g.Models(p) }
-
-func (gr gatewayRunner) Profile(p auth.Principal, model string) (edgeconfig.Profile, error) {
-	plan, err := gr.g.Resolve(p, model, "")
-	return plan.Profile, err
-}
-
-// gatewayRun gives *gateway.Run the ID method Run has.
-type gatewayRun struct{ *gateway.Run }
-
-func (r gatewayRun) ID() string { return r.Run.ID }

@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/shared"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -22,7 +24,7 @@ import (
 // in front of the handler (SPEC P2: the SDKs are the test of
 // compatibility): what it parses is what Anthropic clients see.
 
-func officialClient(t *testing.T, f *fakeRunner) (anthropic.Client, *env) {
+func officialClient(t *testing.T, f *ft.Dispatcher) (anthropic.Client, *env) {
 	t.Helper()
 	e := newEnv(t, f)
 	srv := httptest.NewServer(e.handler)
@@ -37,10 +39,10 @@ var weatherTool = anthropic.ToolUnionParam{OfTool: &anthropic.ToolParam{
 }}
 
 func TestOfficialClientAccumulatesTheStream(t *testing.T) {
-	c, _ := officialClient(t, &fakeRunner{script: []scripted{
-		thought("Rain?"), text("Let me"), text(" check."),
-		call(0, "call_1", "get_weather", ""), call(0, "", "", `{"city":`), call(0, "", "", `"Seoul"}`),
-		used(11, 9), completed("tool_calls"),
+	c, _ := officialClient(t, &ft.Dispatcher{Events: []ft.Step{
+		ft.Reasoning("Rain?"), ft.Text("Let me"), ft.Text(" check."),
+		ft.ToolCall(0, "call_1", "get_weather", ""), ft.ToolCall(0, "", "", `{"city":`), ft.ToolCall(0, "", "", `"Seoul"}`),
+		ft.Usage(11, 9), ft.Completed("tool_calls"),
 	}})
 	stream := c.Messages.NewStreaming(t.Context(), anthropic.MessageNewParams{
 		Model: "m1", MaxTokens: 64, Tools: []anthropic.ToolUnionParam{weatherTool},
@@ -69,7 +71,7 @@ func TestOfficialClientAccumulatesTheStream(t *testing.T) {
 // (from the SDK's own ToParam) and the tool's result go back, and the
 // final answer comes.
 func TestOfficialClientToolUseRoundTrip(t *testing.T) {
-	f := &fakeRunner{script: []scripted{call(0, "call_1", "get_weather", `{"city":"Seoul"}`), used(5, 3), completed("stop")}}
+	f := &ft.Dispatcher{Events: []ft.Step{ft.ToolCall(0, "call_1", "get_weather", `{"city":"Seoul"}`), ft.Usage(5, 3), ft.Completed("stop")}}
 	c, _ := officialClient(t, f)
 	params := anthropic.MessageNewParams{
 		Model: "m1", MaxTokens: 64, Tools: []anthropic.ToolUnionParam{weatherTool},
@@ -88,7 +90,7 @@ func TestOfficialClientToolUseRoundTrip(t *testing.T) {
 		t.Fatalf("tool use %s", first.Content[0].RawJSON())
 	}
 
-	f2 := &fakeRunner{script: []scripted{text("Sunny in Seoul."), completed("stop")}}
+	f2 := &ft.Dispatcher{Events: []ft.Step{ft.Text("Sunny in Seoul."), ft.Completed("stop")}}
 	c2, _ := officialClient(t, f2)
 	params.Messages = append(params.Messages, first.ToParam(),
 		anthropic.NewUserMessage(anthropic.NewToolResultBlock(use.ID, "sunny, 21C", false)))
@@ -99,7 +101,7 @@ func TestOfficialClientToolUseRoundTrip(t *testing.T) {
 	if final.StopReason != anthropic.StopReasonEndTurn || final.Content[0].Text != "Sunny in Seoul." {
 		t.Errorf("final answer %s", final.RawJSON())
 	}
-	msgs := f2.request(t).GetMessages()
+	msgs := f2.RunRequest(t).GetMessages()
 	if len(msgs) != 4 || msgs[0].GetContent() != "be brief" ||
 		msgs[2].GetToolCalls()[0].GetId() != "call_1" || string(msgs[2].GetToolCalls()[0].GetArgumentsJson()) != `{"city":"Seoul"}` ||
 		msgs[3].GetRole() != "tool" || msgs[3].GetToolCallId() != "call_1" || msgs[3].GetName() != "get_weather" || msgs[3].GetContent() != "sunny, 21C" {
@@ -113,14 +115,14 @@ func TestOfficialClientToolUseRoundTrip(t *testing.T) {
 func TestOfficialClientSeesAnthropicErrors(t *testing.T) {
 	tests := []struct {
 		name   string
-		runner *fakeRunner
+		runner *ft.Dispatcher
 		status int
 		typ    shared.ErrorType
 	}{
-		{"unknown model", &fakeRunner{startErr: gateway.ErrUnknownModel}, 404, shared.ErrorTypeNotFoundError},
-		{"queue full", &fakeRunner{startErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1", RetryAfter: time.Second}},
+		{"unknown model", &ft.Dispatcher{StartErr: dispatch.ErrUnknownModel}, 404, shared.ErrorTypeNotFoundError},
+		{"queue full", &ft.Dispatcher{StartErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1", RetryAfter: time.Second}},
 			429, shared.ErrorTypeRateLimitError},
-		{"no candidate", &fakeRunner{startErr: &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1"}},
+		{"no candidate", &ft.Dispatcher{StartErr: &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1"}},
 			503, shared.ErrorTypeOverloadedError},
 	}
 	for _, tt := range tests {
@@ -141,7 +143,7 @@ func TestOfficialClientSeesAnthropicErrors(t *testing.T) {
 			}
 		})
 	}
-	c, _ := officialClient(t, &fakeRunner{script: []scripted{text("Hel"), failed(wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "provider crashed")}})
+	c, _ := officialClient(t, &ft.Dispatcher{Events: []ft.Step{ft.Text("Hel"), ft.Failed(wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "provider crashed")}})
 	stream := c.Messages.NewStreaming(t.Context(), anthropic.MessageNewParams{Model: "m1", MaxTokens: 8,
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
 	var msg anthropic.Message
@@ -161,11 +163,11 @@ func TestOfficialClientSeesAnthropicErrors(t *testing.T) {
 // ModelsOr in front, a client without the anthropic-version header gets
 // the other API's list.
 func TestOfficialClientListsModels(t *testing.T) {
-	var models []gateway.Model
+	var models []dispatch.Offering
 	for i := range 25 {
-		models = append(models, gateway.Model{ID: fmt.Sprintf("model-%02d", i)})
+		models = append(models, dispatch.Offering{ID: fmt.Sprintf("model-%02d", i)})
 	}
-	e := newEnv(t, &fakeRunner{models: models})
+	e := newEnv(t, &ft.Dispatcher{Offerings: models})
 	other := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(`{"object":"list"}`)) })
 	srv := httptest.NewServer(ModelsOr(e.handler, other))
 	t.Cleanup(srv.Close)

@@ -1,23 +1,12 @@
 package anthropicapi
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"math"
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
-	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 )
-
-// RefusalHeader names the response header that carries a scheduler
-// refusal's reason (queue_full, queue_timeout, no_candidate), as the other
-// APIs of the Edge send it.
-const RefusalHeader = "X-IOP-Refusal"
 
 // Anthropic's error types (https://docs.anthropic.com/en/api/errors).
 const (
@@ -65,23 +54,6 @@ func errorType(status int) string {
 	return typeInvalidRequest
 }
 
-// apiError is an error as the client sees it: an HTTP status before the
-// response starts, an SSE error event after.
-type apiError struct {
-	status  int
-	code    string // the outcome label of metrics.Requests; not on the wire (Anthropic's errors have no code)
-	message string
-	// refusal and retryAfter are set for scheduler refusals.
-	refusal    string
-	retryAfter time.Duration
-	// liveness is a stall's classification (gateway.LivenessHeader).
-	liveness string
-	// f is the gateway failure e renders, if it renders one.
-	f *gateway.Failure
-}
-
-func (e *apiError) Error() string { return e.message }
-
 // errorBody is Anthropic's error shape, as a response body and as the data
 // of an SSE error event.
 type errorBody struct {
@@ -92,116 +64,37 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-func (e *apiError) body() errorBody {
+// errorOf renders a failure in Anthropic's shape: its status picks the
+// error type. This API's own messages (Verbatim) are written as Anthropic
+// writes them, starting with the field at fault; every other failure keeps
+// the front end's words with its code in front, so that a client's log
+// says which outcome it was (Anthropic's error has no code field). A model
+// that is not found (or that the principal may not use) is answered in
+// Anthropic's words.
+func errorOf(f *frontend.Failure) errorBody {
 	b := errorBody{Type: "error"}
-	b.Error.Type, b.Error.Message = errorType(e.status), e.message
+	b.Error.Type, b.Error.Message = errorType(f.Status), f.Message
+	switch {
+	case f.Code == "model_not_found" && f.Model != "":
+		b.Error.Message = "model: " + f.Model
+	case !f.Verbatim && f.Code != "" && !strings.HasPrefix(f.Message, f.Code):
+		b.Error.Message = f.Code + ": " + f.Message
+	}
 	return b
 }
 
-// writeError answers with e as the HTTP response.
-func writeError(w http.ResponseWriter, e *apiError) {
-	if e.refusal != "" {
-		w.Header().Set(RefusalHeader, e.refusal)
-	}
-	if e.liveness != "" {
-		w.Header().Set(gateway.LivenessHeader, e.liveness)
-	}
-	if e.status == http.StatusTooManyRequests || e.retryAfter > 0 {
-		secs := max(int64(math.Ceil(e.retryAfter.Seconds())), 1)
-		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	}
-	writeJSON(w, e.status, e.body())
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil { // only our own types are written: a bug
-		panic(fmt.Sprintf("anthropicapi: marshal %T: %v", v, err))
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+// shape is how the Anthropic API answers with JSON and failures.
+var shape = &frontend.API{
+	ErrorBody: func(f *frontend.Failure) any { return errorOf(f) },
+	Trailer:   true,
 }
 
 // invalid is a 400 whose message starts with the offending field's path,
 // as Anthropic writes them ("messages.0.content.1.source: ...").
-func invalid(field, format string, args ...any) *apiError {
+func invalid(field, format string, args ...any) *frontend.Failure {
 	msg := fmt.Sprintf(format, args...)
 	if field != "" {
 		msg = field + ": " + msg
 	}
-	return &apiError{status: http.StatusBadRequest, code: "invalid_request", message: msg}
-}
-
-// bodyError is how a body the door refused is answered.
-func bodyError(err error) *apiError {
-	var be *frontdoor.BodyError
-	if !errors.As(err, &be) {
-		return invalid("", "the request body could not be read: %v", err)
-	}
-	switch be.Status {
-	case http.StatusRequestEntityTooLarge:
-		return tooLarge("the request body is larger than %d bytes", be.Limit)
-	case http.StatusServiceUnavailable:
-		return &apiError{status: be.Status, code: "server_busy", retryAfter: be.RetryAfter,
-			message: "the Edge is holding as many request bodies as it may; retry shortly"}
-	case http.StatusRequestTimeout:
-		return &apiError{status: be.Status, code: "request_timeout", message: "the request body did not arrive in time"}
-	}
-	return invalid("", "the request body could not be read: %v", be.Err)
-}
-
-func tooLarge(format string, args ...any) *apiError {
-	return &apiError{status: http.StatusRequestEntityTooLarge, code: "request_too_large", message: fmt.Sprintf(format, args...)}
-}
-
-// modelNotFound is how a model the principal may not use is answered, too,
-// so that a key does not learn which routes exist for others. The words
-// are Anthropic's.
-func modelNotFound(model string) *apiError {
-	return &apiError{status: http.StatusNotFound, code: "model_not_found", message: "model: " + model}
-}
-
-// Errors of the timers (SPEC S5), each its own, and of the client leaving.
-var (
-	errDeadline = &apiError{status: http.StatusGatewayTimeout, code: "deadline_exceeded",
-		message: "the request did not finish within its deadline", f: gateway.FailDeadline}
-	errIdle = &apiError{status: http.StatusGatewayTimeout, code: "idle_timeout",
-		message: "nothing was sent for the idle timeout; the request was ended", f: gateway.FailIdle}
-	errGone = &apiError{status: 499, code: "cancelled", message: "the client went away", f: gateway.FailClientGone}
-)
-
-// fromFailure renders a gateway failure in Anthropic's shape: its status
-// picks the error type; the message keeps the gateway's words, with the
-// failure's code in front so that a client's log says which outcome it was
-// (Anthropic's error has no code field).
-func fromFailure(f *gateway.Failure) *apiError {
-	switch f {
-	case gateway.FailClientGone:
-		return errGone
-	case gateway.FailIdle:
-		return errIdle
-	case gateway.FailDeadline:
-		return errDeadline
-	}
-	if f.Code == "model_not_found" && f.Model != "" {
-		e := modelNotFound(f.Model)
-		e.f = f
-		return e
-	}
-	msg := f.Message
-	if f.Code != "" && !strings.HasPrefix(msg, f.Code) {
-		msg = f.Code + ": " + msg
-	}
-	return &apiError{status: f.Status, code: f.Code, message: msg,
-		refusal: f.Refusal, retryAfter: f.RetryAfter, liveness: f.Liveness, f: f}
-}
-
-// failure is e as a gateway failure, for the exchange's record.
-func (e *apiError) failure() *gateway.Failure {
-	if e.f != nil {
-		return e.f
-	}
-	return &gateway.Failure{Status: e.status, Code: e.code, Message: e.message}
+	return frontend.Invalid(field, "%s", msg)
 }

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	"github.com/iop-dev/iop/internal/edge/frontend"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -21,29 +24,29 @@ import (
 func TestErrorsBeforeOutputAreTheStatus(t *testing.T) {
 	tests := []struct {
 		name       string
-		runner     *fakeRunner
+		runner     *ft.Dispatcher
 		status     int
 		typ        string
 		refusal    string
 		retryAfter string
 		outcome    string
 	}{
-		{"unknown model", &fakeRunner{startErr: fmt.Errorf("%w: %q", gateway.ErrUnknownModel, "m1")},
+		{"unknown model", &ft.Dispatcher{StartErr: fmt.Errorf("%w: %q", dispatch.ErrUnknownModel, "m1")},
 			404, typeNotFound, "", "", "model_not_found"},
-		{"a model the key may not use", &fakeRunner{profileErr: fmt.Errorf("%w: route r", gateway.ErrForbidden)},
+		{"a model the key may not use", &ft.Dispatcher{ResolveErr: fmt.Errorf("%w: route r", dispatch.ErrForbidden)},
 			404, typeNotFound, "", "", "model_not_found"},
-		{"queue full", &fakeRunner{startErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1", RetryAfter: 2500 * time.Millisecond}},
+		{"queue full", &ft.Dispatcher{StartErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1", RetryAfter: 2500 * time.Millisecond}},
 			429, typeRateLimit, "queue_full", "3", "queue_full"},
-		{"no candidate", &fakeRunner{startErr: &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1"}},
+		{"no candidate", &ft.Dispatcher{StartErr: &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1"}},
 			503, typeOverloaded, "no_candidate", "", "no_candidate"},
-		{"every candidate failed", &fakeRunner{startErr: &gateway.RunFailedError{Event: &wirepb.RunEvent{
+		{"every candidate failed", &ft.Dispatcher{StartErr: &dispatch.RunFailedError{Event: &wirepb.RunEvent{
 			Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_UPSTREAM, Message: "boom"}}}},
 			502, typeAPI, "", "", "upstream"},
-		{"deadline while queued", &fakeRunner{startErr: fmt.Errorf("queued: %w", context.DeadlineExceeded)},
+		{"deadline while queued", &ft.Dispatcher{StartErr: fmt.Errorf("queued: %w", context.DeadlineExceeded)},
 			504, typeTimeout, "", "", "deadline_exceeded"},
-		{"the provider rejects the request", &fakeRunner{script: []scripted{failed(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, "bad schema")}},
+		{"the provider rejects the request", &ft.Dispatcher{Events: []ft.Step{ft.Failed(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, "bad schema")}},
 			400, typeInvalidRequest, "", "", "invalid_request"},
-		{"stalled before output", &fakeRunner{script: []scripted{{ev: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED}}}},
+		{"stalled before output", &ft.Dispatcher{Events: []ft.Step{{Event: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED}}}},
 			504, typeTimeout, "", "", "response_stalled"},
 	}
 	for _, tt := range tests {
@@ -54,11 +57,11 @@ func TestErrorsBeforeOutputAreTheStatus(t *testing.T) {
 				if w.Code != tt.status {
 					t.Fatalf("status %d, want %d: %s", w.Code, tt.status, w.Body)
 				}
-				if b := errorOf(t, w.Body.String()); b.Error.Type != tt.typ {
+				if b := errorBodyOf(t, w.Body.String()); b.Error.Type != tt.typ {
 					t.Errorf("type %q, want %q: %s", b.Error.Type, tt.typ, w.Body)
 				}
-				if got := w.Header().Get(RefusalHeader); got != tt.refusal {
-					t.Errorf("%s = %q, want %q", RefusalHeader, got, tt.refusal)
+				if got := w.Header().Get(frontend.RefusalHeader); got != tt.refusal {
+					t.Errorf("%s = %q, want %q", frontend.RefusalHeader, got, tt.refusal)
 				}
 				if got := w.Header().Get("Retry-After"); got != tt.retryAfter {
 					t.Errorf("Retry-After = %q, want %q", got, tt.retryAfter)
@@ -74,13 +77,13 @@ func TestErrorsBeforeOutputAreTheStatus(t *testing.T) {
 // After output has started, a failure is an error event that ends the
 // stream: never a silent end, never message_stop.
 func TestAFailureAfterOutputIsAnErrorEvent(t *testing.T) {
-	e := newEnv(t, &fakeRunner{script: []scripted{text("Hel"), failed(wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "out of memory")}})
+	e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Text("Hel"), ft.Failed(wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "out of memory")}})
 	w := e.post(streamBody)
 	evs := events(t, w.Body.String())
 	if w.Code != http.StatusOK || names(evs) != "message_start content_block_start content_block_delta error" {
 		t.Fatalf("status %d, events %s", w.Code, names(evs))
 	}
-	b := errorOf(t, evs[len(evs)-1].data)
+	b := errorBodyOf(t, evs[len(evs)-1].data)
 	if b.Error.Type != typeAPI || !strings.Contains(b.Error.Message, "out of memory") || !strings.HasPrefix(b.Error.Message, "upstream: ") {
 		t.Errorf("error %+v", b.Error)
 	}
@@ -88,8 +91,8 @@ func TestAFailureAfterOutputIsAnErrorEvent(t *testing.T) {
 		t.Error("not counted as upstream")
 	}
 	// Sent whole, the same failure is the status: nothing went out before.
-	w = newEnv(t, &fakeRunner{script: []scripted{text("Hel"), failed(wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "out of memory")}}).post(plainBody)
-	if b := errorOf(t, w.Body.String()); w.Code != http.StatusBadGateway || b.Error.Type != typeAPI {
+	w = newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Text("Hel"), ft.Failed(wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "out of memory")}}).post(plainBody)
+	if b := errorBodyOf(t, w.Body.String()); w.Code != http.StatusBadGateway || b.Error.Type != typeAPI {
 		t.Errorf("whole: %d %s", w.Code, w.Body)
 	}
 }
@@ -110,7 +113,7 @@ func TestErrorTypeByStatus(t *testing.T) {
 // The key is checked first, from x-api-key (Anthropic's clients) or a
 // bearer token; other paths and methods get Anthropic's shape too.
 func TestAuthenticationAndUnknownPaths(t *testing.T) {
-	h := newEnv(t, &fakeRunner{script: []scripted{completed("stop")}}).handler
+	h := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Completed("stop")}}).handler
 	for _, tt := range []struct {
 		name, method, path string
 		header             http.Header
@@ -132,7 +135,7 @@ func TestAuthenticationAndUnknownPaths(t *testing.T) {
 			continue
 		}
 		if tt.typ != "" {
-			if b := errorOf(t, w.Body.String()); b.Error.Type != tt.typ {
+			if b := errorBodyOf(t, w.Body.String()); b.Error.Type != tt.typ {
 				t.Errorf("%s: type %q, want %q", tt.name, b.Error.Type, tt.typ)
 			}
 		}
@@ -142,7 +145,7 @@ func TestAuthenticationAndUnknownPaths(t *testing.T) {
 // The client going away ends the run with ErrClientGone and writes
 // nothing more.
 func TestClientGoneCancelsTheRun(t *testing.T) {
-	f := &fakeRunner{script: []scripted{text("a")}}
+	f := &ft.Dispatcher{Events: []ft.Step{ft.Text("a")}}
 	e := newEnv(t, f)
 	ctx, cancel := context.WithCancel(t.Context())
 	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/messages", strings.NewReader(streamBody))
@@ -155,8 +158,8 @@ func TestClientGoneCancelsTheRun(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if !errors.Is(context.Cause(f.runs[0].ctx), gateway.ErrClientGone) {
-		t.Errorf("run cause %v, want ErrClientGone", context.Cause(f.runs[0].ctx))
+	if run := f.Run(t); !errors.Is(context.Cause(run.Context()), frontend.ErrClientGone) {
+		t.Errorf("run cause %v, want ErrClientGone", context.Cause(run.Context()))
 	}
 	if strings.Contains(w.Body.String(), "event: error") {
 		t.Errorf("an error was written to a client that left: %s", w.Body)
@@ -167,8 +170,4 @@ func TestClientGoneCancelsTheRun(t *testing.T) {
 }
 
 // ran reports whether f has started a run.
-func ran(f *fakeRunner) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.runs) > 0
-}
+func ran(f *ft.Dispatcher) bool { return len(f.Runs()) > 0 }

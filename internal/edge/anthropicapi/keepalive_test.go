@@ -7,6 +7,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/internal/yamlconf"
@@ -44,8 +46,8 @@ func pingsFirst(evs []sse) int {
 // not cut it; then its answer.
 func TestAStreamWaitingGetsPingsThenItsAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRunner{profile: profileWith(15*time.Second, 0), queueFor: 50 * time.Second,
-			script: []scripted{later(80*time.Second, text("late")), completed("stop")}}
+		f := &ft.Dispatcher{Profile: profileWith(15*time.Second, 0), AdmitAfter: 50 * time.Second,
+			Events: []ft.Step{ft.After(80*time.Second, ft.Text("late")), ft.Completed("stop")}}
 		e := newEnv(t, f)
 		w := e.post(streamBody)
 		evs := events(t, w.Body.String())
@@ -69,15 +71,15 @@ func TestAStreamWaitingGetsPingsThenItsAnswer(t *testing.T) {
 // never a second status.
 func TestARefusalAfterAPingIsAnErrorEvent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRunner{profile: profileWith(10*time.Second, 0), queueFor: 30 * time.Second,
-			startErr: &sched.RefusalError{Reason: sched.ReasonQueueTimeout, Model: "m1", RetryAfter: time.Second}}
+		f := &ft.Dispatcher{Profile: profileWith(10*time.Second, 0), AdmitAfter: 30 * time.Second,
+			StartErr: &sched.RefusalError{Reason: sched.ReasonQueueTimeout, Model: "m1", RetryAfter: time.Second}}
 		e := newEnv(t, f)
 		w := e.post(streamBody)
 		evs := events(t, w.Body.String())
 		if w.Code != http.StatusOK || evs[0].name != "message_start" || evs[1].name != "ping" || evs[len(evs)-1].name != "error" {
 			t.Fatalf("status %d, events %s", w.Code, names(evs))
 		}
-		if b := errorOf(t, evs[len(evs)-1].data); b.Error.Type != typeRateLimit || !strings.Contains(b.Error.Message, "queue_timeout") {
+		if b := errorBodyOf(t, evs[len(evs)-1].data); b.Error.Type != typeRateLimit || !strings.Contains(b.Error.Message, "queue_timeout") {
 			t.Errorf("error %+v", b.Error)
 		}
 	})
@@ -87,13 +89,13 @@ func TestARefusalAfterAPingIsAnErrorEvent(t *testing.T) {
 // answers within the interval gets none either.
 func TestNoPingsWhenNotStreamedOrNotSilent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		slow := []scripted{later(40*time.Second, text("a")), completed("stop")}
-		w := newEnv(t, &fakeRunner{profile: profileWith(15*time.Second, 0), script: slow}).post(plainBody)
+		slow := []ft.Step{ft.After(40*time.Second, ft.Text("a")), ft.Completed("stop")}
+		w := newEnv(t, &ft.Dispatcher{Profile: profileWith(15*time.Second, 0), Events: slow}).post(plainBody)
 		if w.Code != http.StatusOK || strings.Contains(w.Body.String(), "ping") {
 			t.Errorf("whole response: %d %s", w.Code, w.Body)
 		}
-		quick := []scripted{later(5*time.Second, text("a")), completed("stop")}
-		w = newEnv(t, &fakeRunner{profile: profileWith(15*time.Second, 0), script: quick}).post(streamBody)
+		quick := []ft.Step{ft.After(5*time.Second, ft.Text("a")), ft.Completed("stop")}
+		w = newEnv(t, &ft.Dispatcher{Profile: profileWith(15*time.Second, 0), Events: quick}).post(streamBody)
 		if strings.Contains(w.Body.String(), "ping") {
 			t.Errorf("a prompt answer got pings: %s", w.Body)
 		}
@@ -106,17 +108,17 @@ func TestNoPingsWhenNotStreamedOrNotSilent(t *testing.T) {
 func TestIdleTimeoutEndsASilentRun(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
-		script []scripted
+		script []ft.Step
 		body   string
 		status int
 		event  bool
 	}{
 		{"silent prefill, whole", nil, plainBody, 504, false},
-		{"silent after output, streamed", []scripted{text("a")}, streamBody, 200, true},
+		{"silent after output, streamed", []ft.Step{ft.Text("a")}, streamBody, 200, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := &fakeRunner{profile: profileWith(5*time.Second, 30*time.Second), script: tt.script}
+				f := &ft.Dispatcher{Profile: profileWith(5*time.Second, 30*time.Second), Events: tt.script}
 				e := newEnv(t, f)
 				start := time.Now()
 				w := e.post(tt.body)
@@ -128,7 +130,7 @@ func TestIdleTimeoutEndsASilentRun(t *testing.T) {
 					evs := events(t, body)
 					body = evs[len(evs)-1].data
 				}
-				if b := errorOf(t, body); w.Code != tt.status || b.Error.Type != typeTimeout {
+				if b := errorBodyOf(t, body); w.Code != tt.status || b.Error.Type != typeTimeout {
 					t.Errorf("status %d, error %+v", w.Code, b.Error)
 				}
 				if e.requests(t, "idle_timeout") != 1 {

@@ -6,7 +6,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 )
 
 // Model listing limits, as Anthropic's: a page holds 20 models unless the
@@ -26,8 +27,8 @@ type modelInfo struct {
 	CreatedAt   time.Time `json:"created_at"`
 }
 
-func newModelInfo(m gateway.Model) modelInfo {
-	return modelInfo{Type: "model", ID: m.ID, DisplayName: m.ID, CreatedAt: time.Unix(0, 0).UTC()}
+func newModelInfo(id string) modelInfo {
+	return modelInfo{Type: "model", ID: id, DisplayName: id, CreatedAt: time.Unix(0, 0).UTC()}
 }
 
 // modelPage is one page of the list.
@@ -38,26 +39,19 @@ type modelPage struct {
 	LastID  *string     `json:"last_id"`
 }
 
-// models lists the models the principal may ask for (the gateway's
-// inventory, sorted by id, SPEC P1), a page at a time: limit, and the
-// after_id or before_id cursors, as Anthropic pages them.
-func (h *handler) models(w http.ResponseWriter, r *http.Request) {
-	p, ok := h.authenticate(w, r, routeModels)
-	if !ok {
-		return
-	}
+// modelsPage is a page of the models of the inventory (sorted by id, SPEC
+// P1): limit, and the after_id or before_id cursors, as Anthropic pages
+// them.
+func modelsPage(r *http.Request, all []dispatch.Offering) (any, *frontend.Failure) {
 	q := r.URL.Query()
 	limit := defaultPageSize
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxPageSize {
-			writeError(w, invalid("limit", "must be an integer from 1 to %d", maxPageSize))
-			h.count(routeModels, "invalid_request")
-			return
+			return nil, invalid("limit", "must be an integer from 1 to %d", maxPageSize)
 		}
 		limit = n
 	}
-	all := h.runner.Models(p) // sorted by id
 	// first is the position of the first model whose id is above id (or,
 	// with the id's own, at or above it).
 	first := func(id string, own bool) int {
@@ -77,30 +71,11 @@ func (h *handler) models(w http.ResponseWriter, r *http.Request) {
 		more = to < len(all)
 	}
 	page := modelPage{Data: []modelInfo{}, HasMore: more}
-	for _, m := range all[from:to] {
-		page.Data = append(page.Data, newModelInfo(m))
+	for _, o := range all[from:to] {
+		page.Data = append(page.Data, newModelInfo(o.ID))
 	}
 	if n := len(page.Data); n > 0 {
 		page.FirstID, page.LastID = &page.Data[0].ID, &page.Data[n-1].ID
 	}
-	writeJSON(w, http.StatusOK, page)
-	h.count(routeModels, "ok")
-}
-
-// model answers GET /v1/models/{model}.
-func (h *handler) model(w http.ResponseWriter, r *http.Request) {
-	p, ok := h.authenticate(w, r, routeModels)
-	if !ok {
-		return
-	}
-	id := r.PathValue("model")
-	for _, m := range h.runner.Models(p) {
-		if m.ID == id {
-			writeJSON(w, http.StatusOK, newModelInfo(m))
-			h.count(routeModels, "ok")
-			return
-		}
-	}
-	writeError(w, modelNotFound(id))
-	h.count(routeModels, "model_not_found")
+	return page, nil
 }

@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
-	"time"
+	"sync/atomic"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -102,9 +100,7 @@ type answerBlock struct {
 }
 
 // output writes a run's answer: as server-sent events as the events come
-// (stream), or as one message object at the end. Writes are the handler
-// goroutine's, but for the pings of a stream, which another goroutine
-// writes while the handler waits: mu orders them.
+// (stream), or as one message object at the end.
 //
 // Content blocks are sequential, as Anthropic sends them: a block starts
 // when the run's output changes kind (thinking, text, a tool call of
@@ -113,8 +109,7 @@ type answerBlock struct {
 // that interleaves the fragments of parallel calls) is still sent, as a
 // delta of that block's index, where the SDKs' accumulators append it.
 type output struct {
-	x      *exchange
-	rc     *http.ResponseController
+	resp   *frontend.Response
 	stream bool
 	id     string // the message id, "msg_..."
 	model  string // the model the client asked for
@@ -123,59 +118,34 @@ type output struct {
 	open   int           // index of the block still open, -1 for none
 	toolAt map[int32]int // tool call index → its block
 
-	mu        sync.Mutex
-	usage     *wirepb.Usage // written by the handler's goroutine under mu (setUsage)
-	started   bool          // the response is committed: its status and message_start have gone out
-	firstSent bool          // the first event of the answer (not a ping) went out
-	ended     bool          // the stream ended (message_stop or an error event): nothing more is written
-	lastWrite time.Time     // when anything last went to the client
-	buf       []byte
+	// usage is the run's last usage: message_start carries it, which the
+	// keep-alive's goroutine may write (the stream's preamble).
+	usage atomic.Pointer[wirepb.Usage]
+	buf   []byte
 }
 
-func newOutput(x *exchange) *output {
-	return &output{x: x, rc: http.NewResponseController(x.W), stream: x.req.stream, id: "msg_" + rand.Text(),
-		model: x.req.model, open: -1, toolAt: map[int32]int{}, lastWrite: time.Now()}
-}
-
-// keepAlive sends a ping event whenever nothing has gone to the client
-// for interval, until the returned stop is called (which waits for it).
-// The first one commits the response (its status and message_start), so
-// a request waiting in the queue or in a silent prefill gets its headers
-// and an event now and then, and proxies with a first-byte limit do not
-// cut it; clients skip pings. They are not answer bytes: the idle timer
-// does not hear of them.
-func (o *output) keepAlive(interval time.Duration) (stop func()) {
-	if interval <= 0 {
-		return func() {}
+func newOutput(resp *frontend.Response, req *parsedMessages) *output {
+	o := &output{resp: resp, stream: req.stream, id: "msg_" + rand.Text(), model: req.model, open: -1, toolAt: map[int32]int{}}
+	if o.stream {
+		// The stream opens with message_start, whoever commits it: the
+		// first event, or a ping while the request waits.
+		resp.Stream("text/event-stream", func() []byte {
+			b, _ := json.Marshal(messageStart{Type: "message_start", Message: o.message()})
+			return append(append([]byte("event: message_start\ndata: "), b...), "\n\n"...)
+		})
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(interval / 4)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			o.mu.Lock()
-			if !o.ended && time.Since(o.lastWrite) >= interval {
-				_ = o.writeLocked([]byte("event: ping\ndata: {\"type\":\"ping\"}\n\n"))
-			}
-			o.mu.Unlock()
-		}
-	})
-	return func() { close(done); wg.Wait() }
+	return o
 }
 
-// setUsage records the run's usage, which message_start (written by
+// Started: the message has its own id, not the run's.
+func (o *output) Started(string) {}
+
+// LogAttrs names the message in the request's log line.
+func (o *output) LogAttrs() []slog.Attr { return []slog.Attr{slog.String("message_id", o.id)} }
+
+// Usage records the run's usage, which message_start (written by
 // whichever goroutine commits the stream) and the end carry.
-func (o *output) Usage(u *wirepb.Usage) {
-	o.mu.Lock()
-	o.usage = u
-	o.mu.Unlock()
-}
+func (o *output) Usage(u *wirepb.Usage) { o.usage.Store(u) }
 
 // text relays a text delta, into a text block. Like the other event
 // methods it reports false when the client could not be written to.
@@ -195,7 +165,7 @@ func (o *output) delta(kind, s string) bool {
 	}
 	if !o.stream {
 		b.text.WriteString(s)
-		o.x.Wrote()
+		o.resp.Progress()
 		return true
 	}
 	d := delta{Type: "text_delta", Text: &s}
@@ -231,7 +201,7 @@ func (o *output) ToolCall(tc *wirepb.ToolCall) bool {
 	}
 	if !o.stream {
 		b.args = append(b.args, args...)
-		o.x.Wrote()
+		o.resp.Progress()
 		return true
 	}
 	s := string(args)
@@ -303,27 +273,19 @@ func (o *output) Complete(doneReason string) bool {
 		for _, b := range o.blocks {
 			msg.Content = append(msg.Content, b.content())
 		}
-		o.x.FirstByte()
-		o.mu.Lock()
-		o.started, o.ended = true, true
-		o.mu.Unlock()
-		o.x.BeforeWrite()
-		writeJSON(o.x.W, http.StatusOK, msg)
-		return true
+		return shape.WriteJSON(o.resp, http.StatusOK, msg)
 	}
 	if !o.stop() {
 		return false
 	}
 	md := messageDelta{Type: "message_delta"}
 	md.Delta.StopReason = reason
-	md.Usage.InputTokens, md.Usage.OutputTokens = o.usage.GetPromptTokens(), o.usage.GetCompletionTokens()
+	u := o.usage.Load()
+	md.Usage.InputTokens, md.Usage.OutputTokens = u.GetPromptTokens(), u.GetCompletionTokens()
 	if !o.event("message_delta", md) {
 		return false
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.ended = true
-	return o.writeLocked([]byte("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"))
+	return o.resp.End([]byte("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"))
 }
 
 // content is b as a block of a message sent whole, or, new, as the empty
@@ -351,29 +313,18 @@ func (b *answerBlock) content() contentBlock {
 }
 
 // message is the message object with what is known so far: its content
-// empty and no stop reason, as message_start carries it. Callers hold mu,
-// or are the only writer.
+// empty and no stop reason, as message_start carries it.
 func (o *output) message() messageObject {
+	u := o.usage.Load()
 	return messageObject{ID: o.id, Type: "message", Role: "assistant", Model: o.model, Content: []contentBlock{},
-		Usage: usage{InputTokens: o.usage.GetPromptTokens(), OutputTokens: o.usage.GetCompletionTokens()}}
+		Usage: usage{InputTokens: u.GetPromptTokens(), OutputTokens: u.GetCompletionTokens()}}
 }
 
-// committed reports whether the response has started: its status has
-// gone to the client, and an error can only be an error event.
-func (o *output) committed() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.started
-}
-
-// streamError ends a stream that has started with an error event: the
-// client sees why the answer stopped, never a silent end.
-func (o *output) streamError(e *apiError) {
-	b, _ := json.Marshal(e.body())
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.ended = true
-	o.writeLocked(append(append([]byte("event: error\ndata: "), b...), "\n\n"...))
+// Fail ends a stream that has started with an error event: the client
+// sees why the answer stopped, never a silent end.
+func (o *output) Fail(f *frontend.Failure) {
+	b, _ := json.Marshal(errorOf(f))
+	o.resp.End(append(append([]byte("event: error\ndata: "), b...), "\n\n"...))
 }
 
 // event writes one event of the answer, named name with v as its data.
@@ -382,65 +333,8 @@ func (o *output) event(name string, v any) bool {
 	if err != nil { // only our own types: a bug
 		panic(fmt.Sprintf("anthropicapi: marshal %s: %v", name, err))
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	o.buf = append(append(append(append(append(o.buf[:0], "event: "...), name...), "\ndata: "...), b...), "\n\n"...)
-	if !o.firstSent {
-		o.firstSent = true
-		o.x.FirstByte()
-	}
-	if !o.writeEventLocked(o.buf) {
-		return false
-	}
-	o.x.Wrote()
-	return true
+	return o.resp.Event(o.buf)
 }
 
-// writeLocked writes p and flushes it, committing the response first if
-// it is not; it reports false when the client could not be written to.
-// Callers hold mu.
-func (o *output) writeLocked(p []byte) bool { return o.write(p, false) }
-
-// writeEventLocked is writeLocked for an event of the run, on the relaying
-// goroutine: its flush waits for the next event if that one is here
-// already (gateway.Exchange.Flush). Callers hold mu.
-func (o *output) writeEventLocked(p []byte) bool { return o.write(p, true) }
-
-func (o *output) write(p []byte, event bool) bool {
-	o.x.BeforeWrite()
-	if !o.started && !o.commit() {
-		return false
-	}
-	if _, err := o.x.W.Write(p); err != nil {
-		return false
-	}
-	var err error
-	if event {
-		err = o.x.Flush(o.rc)
-	} else {
-		err = o.rc.Flush()
-	}
-	if err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return false
-	}
-	o.lastWrite = time.Now()
-	return true
-}
-
-// commit sends the 200, the event-stream headers and message_start. It
-// waits for the first event worth sending (or the first ping), so that a
-// run that fails before either is answered with an HTTP error instead.
-// Callers hold mu.
-func (o *output) commit() bool {
-	o.started = true
-	h := o.x.W.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // tell proxies not to buffer
-	o.x.W.WriteHeader(http.StatusOK)
-	b, _ := json.Marshal(messageStart{Type: "message_start", Message: o.message()})
-	_, err := io.WriteString(o.x.W, "event: message_start\ndata: "+string(b)+"\n\n")
-	return err == nil
-}
-
-var _ gateway.RunWriter = (*output)(nil)
+var _ frontend.RunWriter = (*output)(nil)

@@ -8,18 +8,18 @@ import (
 	"fmt"
 	"strings"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
 // MaxRequestBytes bounds a Messages request's body, as the OpenAI API's:
 // the request becomes one run request that must fit one dispatched-stream
-// frame (quicwire.MaxStreamFrameSize, 1 MiB, less what the gateway adds),
-// so a body past twice the frame is refused with 413 before any of it is
-// decoded, and one within it whose run is past the frame with 413 after.
+// frame (quicwire.MaxStreamFrameSize, 1 MiB, less what the dispatcher
+// adds), so a body past twice the frame is refused with 413 before any of
+// it is decoded, and one within it whose run is past the frame with 413
+// after (by the front end).
 const MaxRequestBytes = 2 * quicwire.MaxStreamFrameSize
 
 // Bounds on what one request's JSON may make the Edge build (P3), counted
@@ -35,10 +35,6 @@ const (
 	// MaxStopSequences bounds stop_sequences.
 	MaxStopSequences = 1_000
 )
-
-// runHeadroom is what the gateway and the stream header add to the run
-// request after the handler sized it (ids, provider, target, lease).
-const runHeadroom = 16 << 10
 
 // messagesRequest is the part of an Anthropic Messages request the Edge
 // reads. Every other field (metadata, service_tier, cache_control,
@@ -145,30 +141,28 @@ type parsedMessages struct {
 	run    *wirepb.RunRequest
 }
 
-// peeked is what the handler reads of a body before it decides whether
-// the request may run at all: decoding it allocates nothing but the model
-// name, however large the body.
-type peeked struct {
-	Model  string `json:"model"`
-	Stream bool   `json:"stream"`
-}
-
-// peekMessages reads the model of a request's body: 400 for a body that
-// is not a JSON object or names no model.
-func peekMessages(body []byte) (peeked, *apiError) {
-	var p peeked
+// peekMessages reads the model of a request's body, and whether it
+// streams, before the principal's right to the model is checked and the
+// rest is decoded: decoding it allocates nothing but the model's name,
+// however large the body. A body that is not a JSON object, or names no
+// model, is 400.
+func peekMessages(body []byte) (frontend.Peek, *frontend.Failure) {
+	var p struct {
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
+	}
 	if err := json.Unmarshal(body, &p); err != nil {
-		return p, jsonError(err)
+		return frontend.Peek{}, jsonError(err)
 	}
 	if p.Model == "" {
-		return p, invalid("model", "Field required")
+		return frontend.Peek{}, invalid("model", "Field required")
 	}
-	return p, nil
+	return frontend.Peek{Model: p.Model, Stream: p.Stream}, nil
 }
 
 // parseMessages decodes and validates a request's body, within the bounds
-// above: 400 naming the offending field, or 413.
-func parseMessages(body []byte) (*parsedMessages, *apiError) {
+// above: 400 naming the offending field.
+func parseMessages(body []byte) (*parsedMessages, *frontend.Failure) {
 	var req messagesRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, jsonError(err)
@@ -177,15 +171,11 @@ func parseMessages(body []byte) (*parsedMessages, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	if n := proto.Size(run); n > quicwire.MaxStreamFrameSize-runHeadroom {
-		return nil, tooLarge("the request is %d bytes once converted for the Node; the limit is %d",
-			n, quicwire.MaxStreamFrameSize-runHeadroom)
-	}
 	return &parsedMessages{model: req.Model, stream: req.Stream, run: run}, nil
 }
 
 // jsonError maps a decoding error to a 400 naming what it can.
-func jsonError(err error) *apiError {
+func jsonError(err error) *frontend.Failure {
 	var te *json.UnmarshalTypeError
 	var le *frontdoor.ListTooLong
 	switch {
@@ -209,7 +199,7 @@ func fieldPath(f string) string {
 }
 
 // toRun validates req and converts it to a run request.
-func (req *messagesRequest) toRun() (*wirepb.RunRequest, *apiError) {
+func (req *messagesRequest) toRun() (*wirepb.RunRequest, *frontend.Failure) {
 	if req.MaxTokens == nil {
 		return nil, invalid("max_tokens", "Field required")
 	}
@@ -260,7 +250,7 @@ func (req *messagesRequest) toRun() (*wirepb.RunRequest, *apiError) {
 
 // systemText is the system prompt: a string, or text blocks joined by
 // blank lines.
-func systemText(raw json.RawMessage) (string, *apiError) {
+func systemText(raw json.RawMessage) (string, *frontend.Failure) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", nil
@@ -277,7 +267,7 @@ func systemText(raw json.RawMessage) (string, *apiError) {
 
 // textAndImages reads content that is a string or text (and, with
 // images, image) blocks; texts are joined by blank lines.
-func textAndImages(raw json.RawMessage, field string, images bool) (string, [][]byte, *apiError) {
+func textAndImages(raw json.RawMessage, field string, images bool) (string, [][]byte, *frontend.Failure) {
 	if len(raw) > 0 && raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
@@ -314,7 +304,7 @@ func textAndImages(raw json.RawMessage, field string, images bool) (string, [][]
 }
 
 // decodeBlocks decodes an array of content blocks.
-func decodeBlocks(raw json.RawMessage, field string) (blockList, *apiError) {
+func decodeBlocks(raw json.RawMessage, field string) (blockList, *frontend.Failure) {
 	var blocks blockList
 	if err := json.Unmarshal(raw, &blocks); err != nil {
 		var le *frontdoor.ListTooLong
@@ -329,7 +319,7 @@ func decodeBlocks(raw json.RawMessage, field string) (blockList, *apiError) {
 // image decodes an image block's base64 source. URL and file sources are
 // refused: the Node that runs the request may not reach the client's
 // network, and the Edge keeps no files.
-func (b *block) image(field string) ([]byte, *apiError) {
+func (b *block) image(field string) ([]byte, *frontend.Failure) {
 	if b.Source == nil {
 		return nil, invalid(field+".source", "Field required")
 	}
@@ -355,7 +345,7 @@ func (b *block) image(field string) ([]byte, *apiError) {
 // in order, then one user message with the rest of its text and images
 // (and the images of the tool results, which chat APIs only take from a
 // user). toolNames maps the tool_use ids seen so far to their tool's name.
-func (m *message) toWire(field string, toolNames map[string]string) ([]*wirepb.ChatMessage, *apiError) {
+func (m *message) toWire(field string, toolNames map[string]string) ([]*wirepb.ChatMessage, *frontend.Failure) {
 	content := bytes.TrimSpace(m.Content)
 	if len(content) == 0 || bytes.Equal(content, []byte("null")) {
 		return nil, invalid(field+".content", "Field required")
@@ -386,7 +376,7 @@ func (m *message) toWire(field string, toolNames map[string]string) ([]*wirepb.C
 	return userMessages(blocks, field+".content", toolNames)
 }
 
-func assistantMessage(blocks blockList, field string, toolNames map[string]string) (*wirepb.ChatMessage, *apiError) {
+func assistantMessage(blocks blockList, field string, toolNames map[string]string) (*wirepb.ChatMessage, *frontend.Failure) {
 	wm := &wirepb.ChatMessage{Role: "assistant"}
 	var texts, thoughts []string
 	for j, b := range blocks {
@@ -415,7 +405,7 @@ func assistantMessage(blocks blockList, field string, toolNames map[string]strin
 	return wm, nil
 }
 
-func userMessages(blocks blockList, field string, toolNames map[string]string) ([]*wirepb.ChatMessage, *apiError) {
+func userMessages(blocks blockList, field string, toolNames map[string]string) ([]*wirepb.ChatMessage, *frontend.Failure) {
 	var out []*wirepb.ChatMessage
 	user := &wirepb.ChatMessage{Role: "user"}
 	var texts []string
@@ -465,7 +455,7 @@ func userMessages(blocks blockList, field string, toolNames map[string]string) (
 // {"type":"tool","name":"f"} as "function:f", which must name one of the
 // request's tools. disable_parallel_tool_use has no portable equivalent
 // and is ignored.
-func (c *toolChoice) toWire(tools []*wirepb.Tool) (string, *apiError) {
+func (c *toolChoice) toWire(tools []*wirepb.Tool) (string, *frontend.Failure) {
 	if c == nil {
 		return "", nil
 	}
@@ -495,7 +485,7 @@ func (c *toolChoice) toWire(tools []*wirepb.Tool) (string, *apiError) {
 // format of req. top_k has no field of its own on the wire: it travels in
 // extra_json, under the name both the OpenAI-compatible servers and the
 // ollama adapter know.
-func (req *messagesRequest) options(o *wirepb.RunOptions) *apiError {
+func (req *messagesRequest) options(o *wirepb.RunOptions) *frontend.Failure {
 	for _, f := range []struct {
 		name string
 		v    *float64

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -85,11 +87,11 @@ func TestRequestTranslation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, &fakeRunner{script: []scripted{completed("stop")}})
+			e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Completed("stop")}})
 			if w := e.post(tt.body); w.Code != http.StatusOK {
 				t.Fatalf("status %d: %s", w.Code, w.Body)
 			}
-			if got := e.runner.request(t); !proto.Equal(got, tt.want) {
+			if got := e.runner.RunRequest(t); !proto.Equal(got, tt.want) {
 				t.Errorf("run request\n got %v\nwant %v", got, tt.want)
 			}
 		})
@@ -130,16 +132,16 @@ func TestInvalidRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, &fakeRunner{})
+			e := newEnv(t, &ft.Dispatcher{})
 			w := e.post(tt.body)
 			if w.Code != http.StatusBadRequest {
 				t.Fatalf("status %d, want 400: %s", w.Code, w.Body)
 			}
-			b := errorOf(t, w.Body.String())
+			b := errorBodyOf(t, w.Body.String())
 			if b.Error.Type != typeInvalidRequest || !strings.HasPrefix(b.Error.Message, tt.field) {
 				t.Errorf("error %+v, want invalid_request_error about %q", b.Error, tt.field)
 			}
-			if len(e.runner.reqs) != 0 {
+			if len(e.runner.RunRequests()) != 0 {
 				t.Error("a run started")
 			}
 		})
@@ -150,21 +152,21 @@ func TestInvalidRequests(t *testing.T) {
 // its frame is 413 request_too_large.
 func TestBounds(t *testing.T) {
 	many := strings.Repeat(`{"role":"user","content":"x"},`, MaxMessages) + `{"role":"user","content":"x"}`
-	e := newEnv(t, &fakeRunner{})
+	e := newEnv(t, &ft.Dispatcher{})
 	w := e.post(`{"model":"m1","max_tokens":5,"messages":[` + many + `]}`)
-	if b := errorOf(t, w.Body.String()); w.Code != http.StatusBadRequest || !strings.Contains(b.Error.Message, fmt.Sprint(MaxMessages)) {
+	if b := errorBodyOf(t, w.Body.String()); w.Code != http.StatusBadRequest || !strings.Contains(b.Error.Message, fmt.Sprint(MaxMessages)) {
 		t.Errorf("too many messages: %d %s", w.Code, w.Body)
 	}
 	big := strings.Repeat("x", 700<<10)
 	w = e.post(`{"model":"m1","max_tokens":5,"messages":[{"role":"user","content":"` + big + `"},{"role":"user","content":"` + big + `"}]}`)
-	if b := errorOf(t, w.Body.String()); w.Code != http.StatusRequestEntityTooLarge || b.Error.Type != typeTooLarge {
+	if b := errorBodyOf(t, w.Body.String()); w.Code != http.StatusRequestEntityTooLarge || b.Error.Type != typeTooLarge {
 		t.Errorf("run past the frame: %d %s", w.Code, w.Body)
 	}
 	w = e.post(`{"model":"m1","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("x", MaxRequestBytes) + `"}]}`)
-	if b := errorOf(t, w.Body.String()); w.Code != http.StatusRequestEntityTooLarge || b.Error.Type != typeTooLarge {
+	if b := errorBodyOf(t, w.Body.String()); w.Code != http.StatusRequestEntityTooLarge || b.Error.Type != typeTooLarge {
 		t.Errorf("body past the cap: %d %s", w.Code, w.Body)
 	}
-	if len(e.runner.reqs) != 0 {
+	if len(e.runner.RunRequests()) != 0 {
 		t.Error("a run started")
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 )
 
 // messageID reads the message id of message_start, checking its form.
@@ -21,11 +23,11 @@ func messageID(t *testing.T, start sse) string {
 // message, then each block in order (thinking, text, tool_use), the stop
 // reason with the usage, and message_stop.
 func TestStreamIsAnthropicsEventSequence(t *testing.T) {
-	e := newEnv(t, &fakeRunner{script: []scripted{
-		thought("Hmm"), thought("."), text("Let me"), text(" check."),
-		call(0, "call_1", "get_weather", ""), call(0, "", "", `{"city":`), call(0, "", "", `"Seoul"}`),
-		call(1, "", "get_time", `{}`),
-		used(12, 7), completed("stop"),
+	e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{
+		ft.Reasoning("Hmm"), ft.Reasoning("."), ft.Text("Let me"), ft.Text(" check."),
+		ft.ToolCall(0, "call_1", "get_weather", ""), ft.ToolCall(0, "", "", `{"city":`), ft.ToolCall(0, "", "", `"Seoul"}`),
+		ft.ToolCall(1, "", "get_time", `{}`),
+		ft.Usage(12, 7), ft.Completed("stop"),
 	}})
 	w := e.post(streamBody)
 	if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "text/event-stream" {
@@ -83,13 +85,13 @@ func TestStopReasons(t *testing.T) {
 		{"content_filter", false, "refusal"},
 	}
 	for _, tt := range tests {
-		script := []scripted{text("a")}
+		script := []ft.Step{ft.Text("a")}
 		if tt.calls {
-			script = append(script, call(0, "c", "f", "{}"))
+			script = append(script, ft.ToolCall(0, "c", "f", "{}"))
 		}
-		script = append(script, completed(tt.done))
+		script = append(script, ft.Completed(tt.done))
 		for _, body := range []string{plainBody, streamBody} {
-			w := newEnv(t, &fakeRunner{script: script}).post(body)
+			w := newEnv(t, &ft.Dispatcher{Events: script}).post(body)
 			if !strings.Contains(w.Body.String(), `"stop_reason":"`+tt.want+`"`) {
 				t.Errorf("done %q, calls %v, stream %v: %s; want stop_reason %s", tt.done, tt.calls, body == streamBody, w.Body, tt.want)
 			}
@@ -100,11 +102,11 @@ func TestStopReasons(t *testing.T) {
 // An answer that is not streamed is one message object with the same
 // blocks, a tool call's fragments gathered into its input object.
 func TestWholeAnswerIsOneMessageObject(t *testing.T) {
-	e := newEnv(t, &fakeRunner{script: []scripted{
-		thought("Hmm."), text("Let me"), text(" check."),
-		call(0, "call_1", "get_weather", `{"city":`), call(0, "", "", `"Seoul"}`),
-		call(1, "call_2", "cut_off", `{"a":`),
-		used(12, 7), completed("length"),
+	e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{
+		ft.Reasoning("Hmm."), ft.Text("Let me"), ft.Text(" check."),
+		ft.ToolCall(0, "call_1", "get_weather", `{"city":`), ft.ToolCall(0, "", "", `"Seoul"}`),
+		ft.ToolCall(1, "call_2", "cut_off", `{"a":`),
+		ft.Usage(12, 7), ft.Completed("length"),
 	}})
 	w := e.post(plainBody)
 	if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "application/json" {
@@ -127,7 +129,7 @@ func TestWholeAnswerIsOneMessageObject(t *testing.T) {
 // Text after a tool call, and an empty answer: blocks follow the output,
 // and a message may have none.
 func TestBlocksFollowTheOutput(t *testing.T) {
-	w := newEnv(t, &fakeRunner{script: []scripted{text("a"), call(0, "c", "f", "{}"), text("b"), completed("stop")}}).post(streamBody)
+	w := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Text("a"), ft.ToolCall(0, "c", "f", "{}"), ft.Text("b"), ft.Completed("stop")}}).post(streamBody)
 	got := names(events(t, w.Body.String()))
 	want := "message_start content_block_start content_block_delta content_block_stop " +
 		"content_block_start content_block_delta content_block_stop " +
@@ -135,11 +137,11 @@ func TestBlocksFollowTheOutput(t *testing.T) {
 	if got != want {
 		t.Errorf("events\n got %s\nwant %s", got, want)
 	}
-	w = newEnv(t, &fakeRunner{script: []scripted{completed("stop")}}).post(streamBody)
+	w = newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Completed("stop")}}).post(streamBody)
 	if got := names(events(t, w.Body.String())); got != "message_start message_delta message_stop" {
 		t.Errorf("empty answer: %s", got)
 	}
-	w = newEnv(t, &fakeRunner{script: []scripted{completed("stop")}}).post(plainBody)
+	w = newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Completed("stop")}}).post(plainBody)
 	if !strings.Contains(w.Body.String(), `"content":[]`) {
 		t.Errorf("empty answer, whole: %s", w.Body)
 	}
@@ -148,16 +150,16 @@ func TestBlocksFollowTheOutput(t *testing.T) {
 // A fragment of a tool call whose block has stopped (a provider that
 // interleaves parallel calls) still reaches its block's index.
 func TestALateToolFragmentGoesToItsBlock(t *testing.T) {
-	w := newEnv(t, &fakeRunner{script: []scripted{
-		call(0, "a", "f", `{"x":`), call(1, "b", "g", `{}`), call(0, "", "", `1}`), completed("tool_calls"),
+	w := newEnv(t, &ft.Dispatcher{Events: []ft.Step{
+		ft.ToolCall(0, "a", "f", `{"x":`), ft.ToolCall(1, "b", "g", `{}`), ft.ToolCall(0, "", "", `1}`), ft.Completed("tool_calls"),
 	}}).post(streamBody)
 	evs := events(t, w.Body.String())
 	late := `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"1}"}}`
 	if evs[len(evs)-4].data != late {
 		t.Errorf("events: %v", evs)
 	}
-	w = newEnv(t, &fakeRunner{script: []scripted{
-		call(0, "a", "f", `{"x":`), call(1, "b", "g", `{}`), call(0, "", "", `1}`), completed("tool_calls"),
+	w = newEnv(t, &ft.Dispatcher{Events: []ft.Step{
+		ft.ToolCall(0, "a", "f", `{"x":`), ft.ToolCall(1, "b", "g", `{}`), ft.ToolCall(0, "", "", `1}`), ft.Completed("tool_calls"),
 	}}).post(plainBody)
 	if !strings.Contains(w.Body.String(), `"input":{"x":1}`) {
 		t.Errorf("whole: %s", w.Body)
@@ -167,7 +169,7 @@ func TestALateToolFragmentGoesToItsBlock(t *testing.T) {
 // Reasoning events with no text are not blocks; usage that arrives early
 // is in message_start.
 func TestEmptyDeltasMakeNoBlocks(t *testing.T) {
-	w := newEnv(t, &fakeRunner{script: []scripted{used(5, 0), thought(""), text(""), text("x"), completed("stop")}}).post(streamBody)
+	w := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Usage(5, 0), ft.Reasoning(""), ft.Text(""), ft.Text("x"), ft.Completed("stop")}}).post(streamBody)
 	evs := events(t, w.Body.String())
 	if got := names(evs); got != "message_start content_block_start content_block_delta content_block_stop message_delta message_stop" {
 		t.Errorf("events %s", got)

@@ -29,10 +29,11 @@ import (
 	"github.com/iop-dev/iop/internal/edge/anthropicapi"
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/credentials"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/enroll"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 	"github.com/iop-dev/iop/internal/edge/live"
 	"github.com/iop-dev/iop/internal/edge/metrics"
 	"github.com/iop-dev/iop/internal/edge/nodes"
@@ -107,7 +108,7 @@ func Module(cfg *edgeconfig.Config) fx.Option {
 	return fx.Options(
 		fx.Supply(cfg, quicwire.DefaultLiveness, ConfigPath("")),
 		fx.Provide(newLogger, newRegistry, newEdgeTLS, newQUICListener, newCredentials, newLeases, newTransport, newScheduler, newMetrics,
-			newRefusals, newDoor, newAuthenticator, newLive, newGateway, newReloader, newClientCerts, newHTTPServer),
+			newRefusals, newDoor, newAuthenticator, newLive, newDispatcher, newFront, newReloader, newClientCerts, newHTTPServer),
 		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: log}
 			// fx's own events are debugging detail; a failed start is
@@ -226,15 +227,15 @@ func newCredentials(cfg *edgeconfig.Config) (*credentials.Store, error) {
 // newLeases makes the lease issuer with a signing key of this process:
 // leases are short-lived and bound to one Node generation, and Nodes learn
 // the key at every registration, so it need not outlive the process.
-func newLeases(store *credentials.Store) (*gateway.Leases, error) {
+func newLeases(store *credentials.Store) (*dispatch.Leases, error) {
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("lease signing key: %w", err)
 	}
-	return gateway.NewLeases(store, key), nil
+	return dispatch.NewLeases(store, key), nil
 }
 
-func newTransport(cfg *edgeconfig.Config, liveness quicwire.Liveness, reg *nodes.Registry, store *credentials.Store, leases *gateway.Leases,
+func newTransport(cfg *edgeconfig.Config, liveness quicwire.Liveness, reg *nodes.Registry, store *credentials.Store, leases *dispatch.Leases,
 	refused *frontdoor.Refusals, enrolled *enroll.Service, log *slog.Logger) *nodeserver.Server {
 	var e nodeserver.Enrollment
 	if enrolled != nil { // a nil *Service in the interface would not be nil
@@ -313,10 +314,10 @@ func newAuthenticator(cfg *edgeconfig.Config, log *slog.Logger) (*auth.Authentic
 }
 
 // newReloader applies a changed configuration file to the authenticator
-// (the snapshot requests read), the credentials and the gateway.
-func newReloader(cfg *edgeconfig.Config, path ConfigPath, authn *auth.Authenticator, store *credentials.Store, g *gateway.Gateway,
+// (the snapshot requests read), the credentials and the dispatcher.
+func newReloader(cfg *edgeconfig.Config, path ConfigPath, authn *auth.Authenticator, store *credentials.Store, d *dispatch.Dispatcher,
 	m *metrics.Metrics, log *slog.Logger) *reload.Reloader {
-	return reload.New(cfg, reload.Options{Path: string(path), Auth: authn, Credentials: store, Gateway: g, Logger: log,
+	return reload.New(cfg, reload.Options{Path: string(path), Auth: authn, Credentials: store, Dispatcher: d, Logger: log,
 		Count: func(result string) { m.ConfigReloads.WithLabelValues(result).Inc() }})
 }
 
@@ -358,9 +359,15 @@ func newClientCerts(cfg *edgeconfig.Config, log *slog.Logger) (*frontdoor.CertFi
 	return frontdoor.NewCertFiles(cfg.API.TLS.CertFile, cfg.API.TLS.KeyFile, frontdoor.CertOptions{Logger: log})
 }
 
-func newGateway(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, m *metrics.Metrics, leases *gateway.Leases, runs *live.Tracker,
-	log *slog.Logger) *gateway.Gateway {
-	return gateway.New(cfg, s, srv, gateway.Options{Metrics: m, Leases: leases, Live: runs, Logger: log})
+func newDispatcher(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, m *metrics.Metrics, leases *dispatch.Leases,
+	log *slog.Logger) *dispatch.Dispatcher {
+	return dispatch.New(cfg, dispatch.SchedulerSlots(s), dispatch.ServerNodes(srv), dispatch.Options{Metrics: m, Leases: leases, Logger: log})
+}
+
+// newFront is the one front end every client API is a translation on.
+func newFront(d *dispatch.Dispatcher, authn *auth.Authenticator, door *frontdoor.Door, m *metrics.Metrics, runs *live.Tracker,
+	log *slog.Logger) *frontend.Front {
+	return frontend.New(frontend.FromDispatcher(d), authn, frontend.Options{Door: door, Metrics: m, Logger: log, Live: runs})
 }
 
 // HTTPServer is the Edge's HTTP listener and whether it is serving.
@@ -380,7 +387,7 @@ type HTTPServer struct {
 // the status page holds no data (its data are the admin reads), so it is
 // served to anyone.
 func newHTTPServer(cfg *edgeconfig.Config, reg *nodes.Registry, s *sched.Scheduler, m *metrics.Metrics, door *frontdoor.Door,
-	g *gateway.Gateway, authn *auth.Authenticator, store *credentials.Store, runs *live.Tracker, reloader *reload.Reloader,
+	front *frontend.Front, authn *auth.Authenticator, store *credentials.Store, runs *live.Tracker, reloader *reload.Reloader,
 	certs *frontdoor.CertFiles, log *slog.Logger) *HTTPServer {
 	h := &HTTPServer{addr: cfg.Listen.HTTP, door: door, certs: certs}
 	access := adminapi.Options{Authenticator: authn, Logger: log, ReadsOpen: authn.AdminReadsOpen, Reloader: reloader,
@@ -400,17 +407,17 @@ func newHTTPServer(cfg *edgeconfig.Config, reg *nodes.Registry, s *sched.Schedul
 	page := statuspage.Handler()
 	mux.Handle(statuspage.Path, page)
 	mux.Handle(statuspage.Path+"/", page)
-	openai := openaiapi.Handler(openaiapi.FromGateway(g, reg), authn, m, log, door)
+	openai := openaiapi.Handler(front)
 	mux.Handle("/v1/", openai)
 	// Anthropic's Messages API; its clients list models at OpenAI's path,
 	// told apart by their anthropic-version header.
-	anthropic := anthropicapi.Handler(anthropicapi.FromGateway(g), authn, m, log, door)
+	anthropic := anthropicapi.Handler(front)
 	mux.Handle("/v1/messages", anthropic)
 	mux.Handle("/v1/messages/", anthropic)
 	mux.Handle("/v1/models", anthropicapi.ModelsOr(anthropic, openai))
 	mux.Handle("/v1/models/", anthropicapi.ModelsOr(anthropic, openai))
 	// Ollama's API, and its root: the ollama CLI probes HEAD / first.
-	ollama := ollamaapi.Handler(ollamaapi.FromGateway(g, reg), authn, m, log, door)
+	ollama := ollamaapi.Handler(front)
 	mux.Handle("/api/", ollama)
 	mux.Handle("/{$}", ollama)
 	h.srv = door.Server(mux, log)

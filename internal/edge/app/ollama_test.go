@@ -9,7 +9,6 @@ import (
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/internal/edge/gateway"
 	"github.com/iop-dev/iop/internal/edge/live"
 	"github.com/iop-dev/iop/internal/edge/metrics"
 	"github.com/iop-dev/iop/internal/edge/nodes"
@@ -30,8 +29,9 @@ func TestHTTPServerMountsOllamaAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := gateway.New(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), gateway.Options{Metrics: m, Logger: log})
-	h := newHTTPServer(cfg, reg, s, m, frontdoor.New(frontdoor.Limits{}, nil), g, a, nil, live.New(live.Options{}), nil, nil, log).srv.Handler
+	door := frontdoor.New(frontdoor.Limits{}, nil)
+	d := newDispatcher(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), m, nil, log)
+	h := newHTTPServer(cfg, reg, s, m, door, newFront(d, a, door, m, live.New(live.Options{}), log), a, nil, live.New(live.Options{}), nil, nil, log).srv.Handler
 	tests := []struct {
 		method, path string
 		status       int

@@ -10,7 +10,6 @@ import (
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/internal/edge/gateway"
 	"github.com/iop-dev/iop/internal/edge/live"
 	"github.com/iop-dev/iop/internal/edge/metrics"
 	"github.com/iop-dev/iop/internal/edge/nodes"
@@ -40,8 +39,9 @@ func TestStatusPageIsServedAndItsDataAreGuardedLikeTheAdminReads(t *testing.T) {
 		}
 		runs := live.New(live.Options{})
 		runs.Start(live.Work{Kind: live.Run, ID: "run-1", Model: "m"})
-		g := gateway.New(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), gateway.Options{Metrics: m, Logger: log})
-		h := newHTTPServer(cfg, reg, s, m, frontdoor.New(frontdoor.Limits{}, nil), g, a, nil, runs, nil, nil, log).srv.Handler
+		door := frontdoor.New(frontdoor.Limits{}, nil)
+		d := newDispatcher(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), m, nil, log)
+		h := newHTTPServer(cfg, reg, s, m, door, newFront(d, a, door, m, runs, log), a, nil, runs, nil, nil, log).srv.Handler
 		do := func(path, key string) *httptest.ResponseRecorder {
 			r := httptest.NewRequest(http.MethodGet, path, nil)
 			if key != "" {

@@ -3,7 +3,8 @@
 // its phase (queued, prefill, streaming), time to first token and tokens
 // so far, and how recent work ended, by reason, over the last minutes.
 //
-// The gateway drives an Entry through its life:
+// The front end starts and ends an Entry (with the code its client is
+// answered with); the dispatcher drives it in between:
 //
 //	Start ──▶ queued ──Dispatched──▶ prefill ──First──▶ streaming ──End
 //	            ▲                       │
@@ -169,6 +170,17 @@ func (t *Tracker) Start(w Work) *Entry {
 	t.live[e] = struct{}{}
 	t.mu.Unlock()
 	return e
+}
+
+// Identify names the work with the id the dispatcher gave it, which it
+// has once it is resolved; the front end starts tracking before that.
+func (e *Entry) Identify(id string) {
+	if e == nil {
+		return
+	}
+	e.t.mu.Lock()
+	e.w.ID = id
+	e.t.mu.Unlock()
 }
 
 // Queued notes that the work waits for a slot again (a failover).

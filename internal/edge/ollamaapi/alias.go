@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
 	"github.com/iop-dev/iop/internal/edge/sched"
 )
 
@@ -17,20 +17,20 @@ import (
 // A target that is the client's name, or its ":latest" twin, is the same
 // model to Ollama and goes as sent.
 
-// bodyFor makes the body for each candidate StartTunnel tries: the
+// bodyFor makes the body for each candidate the dispatcher tries: the
 // client's body, or for a target that is another model, the body with that
-// target's name. x.target is left with the name the last body carries in
-// place of the client's ("" when it carries the client's): StartTunnel's
-// last call is for the candidate whose tunnel it returns.
-func (x *exchange) bodyFor(body []byte) gateway.TunnelBody {
+// target's name. r.target is left with the name the last body carries in
+// place of the client's ("" when it carries the client's): the last call
+// is for the candidate whose tunnel the dispatcher keeps.
+func (r *relay) bodyFor(body []byte) dispatch.TunnelBody {
 	var made []byte // the last rewrite, for madeFor
 	var madeFor string
 	return func(target string) ([]byte, error) {
-		if sameModel(target, x.Model) {
-			x.target = ""
+		if sameModel(target, r.model) {
+			r.target = ""
 			return body, nil
 		}
-		x.target = target
+		r.target = target
 		if made != nil && madeFor == target {
 			return made, nil
 		}
@@ -49,9 +49,9 @@ func sameModel(target, model string) bool {
 	return sched.SameModel(target, model) || sched.SameModel(model, target)
 }
 
-// withModel returns body (a JSON object, as readBody checked) with the
+// withModel returns body (a JSON object, as peekModel checked) with the
 // model's name replaced by target: in "model", or in Ollama's deprecated
-// "name" when "model" is empty (how readBody chose it for /api/show).
+// "name" when "model" is empty (how peekModel chose it for /api/show).
 // Every other member is kept as the client sent it, unknown ones included;
 // members come out in sorted order, with insignificant whitespace gone.
 func withModel(body []byte, target string) ([]byte, error) {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -68,11 +70,11 @@ func TestWithModelKeepsEveryOtherMember(t *testing.T) {
 // of the one that served comes back with the client's name; a line naming
 // another model, or not starting with the model, passes as it is.
 func TestAliasRouteSendsEachCandidateItsTarget(t *testing.T) {
-	f := &fakeRunner{targets: []string{"llama3.2:latest", "qwen3:8b"}, pieces: []piece{
-		line(`{"model":"qwen3:8b","message":{"content":"a"},"done":false}`),
-		line(`{"model":"llama3.2:latest","done":false}`),
-		line(`{"done":false,"model":"qwen3:8b"}`),
-		line(`{"model":"qwen3:8b","done":true}`),
+	f := &ft.Dispatcher{Targets: []string{"llama3.2:latest", "qwen3:8b"}, Pieces: []ft.Step{
+		ft.Line(`{"model":"qwen3:8b","message":{"content":"a"},"done":false}`),
+		ft.Line(`{"model":"llama3.2:latest","done":false}`),
+		ft.Line(`{"done":false,"model":"qwen3:8b"}`),
+		ft.Line(`{"model":"qwen3:8b","done":true}`),
 	}}
 	e := newEnv(t, f)
 	w := e.do(req(http.MethodPost, "/api/chat", `{"model":"fast","messages":[{"role":"user","content":"hi"}],"options":{"x":1}}`))
@@ -83,13 +85,13 @@ func TestAliasRouteSendsEachCandidateItsTarget(t *testing.T) {
 	if w.Code != 200 || w.Body.String() != want {
 		t.Fatalf("status %d:\n%s\nwant\n%s", w.Code, w.Body, want)
 	}
-	s := f.start(t)
+	s := f.Start(t)
 	wantBodies := []string{
 		`{"messages":[{"role":"user","content":"hi"}],"model":"llama3.2:latest","options":{"x":1}}`,
 		`{"messages":[{"role":"user","content":"hi"}],"model":"qwen3:8b","options":{"x":1}}`,
 	}
-	if s.model != "fast" || strings.Join(s.bodies, "\n") != strings.Join(wantBodies, "\n") {
-		t.Errorf("routed by %q, bodies:\n%s", s.model, strings.Join(s.bodies, "\n"))
+	if s.Model != "fast" || strings.Join(s.Bodies, "\n") != strings.Join(wantBodies, "\n") {
+		t.Errorf("routed by %q, bodies:\n%s", s.Model, strings.Join(s.Bodies, "\n"))
 	}
 	if e.requests(t, routeChat, "ok") != 1 {
 		t.Error("not counted ok")
@@ -114,14 +116,14 @@ func TestSameModelIsNotRewritten(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			answer := `{"model":"` + tt.targets[len(tt.targets)-1] + `","done":true}` + "\n"
-			f := &fakeRunner{targets: tt.targets, pieces: []piece{line(strings.TrimSuffix(answer, "\n"))}}
+			f := &ft.Dispatcher{Targets: tt.targets, Pieces: []ft.Step{ft.Line(strings.TrimSuffix(answer, "\n"))}}
 			e := newEnv(t, f)
 			body := `{ "model": "` + tt.model + `", "prompt": "hi" }`
 			if w := e.do(req(http.MethodPost, "/api/generate", body)); w.Code != 200 || w.Body.String() != answer {
 				t.Fatalf("status %d: %q, want %q", w.Code, w.Body, answer)
 			}
-			if s := f.start(t); string(s.body) != body {
-				t.Errorf("sent %s, want %s", s.body, body)
+			if s := f.Start(t); string(s.Body) != body {
+				t.Errorf("sent %s, want %s", s.Body, body)
 			}
 		})
 	}
@@ -132,23 +134,23 @@ func TestSameModelIsNotRewritten(t *testing.T) {
 // name back too.
 func TestAliasedShowAndEmbed(t *testing.T) {
 	jsonHead := &wirepb.TunnelResponseHead{Status: 200, Headers: []*wirepb.Header{{Name: "Content-Type", Value: "application/json; charset=utf-8"}}}
-	f := &fakeRunner{head: jsonHead, targets: []string{"llama3.2:latest"}, pieces: []piece{{data: `{"modelfile":"FROM llama3.2:latest"}`}}}
+	f := &ft.Dispatcher{Head: jsonHead, Targets: []string{"llama3.2:latest"}, Pieces: []ft.Step{{Data: `{"modelfile":"FROM llama3.2:latest"}`}}}
 	e := newEnv(t, f)
 	if w := e.do(req(http.MethodPost, "/api/show", `{"name":"fast"}`)); w.Code != 200 || w.Body.String() != `{"modelfile":"FROM llama3.2:latest"}` {
 		t.Fatalf("show: %d %s", w.Code, w.Body)
 	}
-	if s := f.start(t); s.model != "fast" || string(s.body) != `{"name":"llama3.2:latest"}` {
-		t.Errorf("show routed by %q, sent %s", s.model, s.body)
+	if s := f.Start(t); s.Model != "fast" || string(s.Body) != `{"name":"llama3.2:latest"}` {
+		t.Errorf("show routed by %q, sent %s", s.Model, s.Body)
 	}
 
-	f = &fakeRunner{head: jsonHead, targets: []string{"nomic-embed-text:latest"},
-		pieces: []piece{{data: `{"model":"nomic-embed-text:latest","embeddings":[[0.1,0.2]]}`}}}
+	f = &ft.Dispatcher{Head: jsonHead, Targets: []string{"nomic-embed-text:latest"},
+		Pieces: []ft.Step{{Data: `{"model":"nomic-embed-text:latest","embeddings":[[0.1,0.2]]}`}}}
 	e = newEnv(t, f)
 	w := e.do(req(http.MethodPost, "/api/embed", `{"model":"embedder","input":"a"}`))
 	if w.Code != 200 || w.Body.String() != `{"model":"embedder","embeddings":[[0.1,0.2]]}` {
 		t.Fatalf("embed: %d %s", w.Code, w.Body)
 	}
-	if s := f.start(t); string(s.body) != `{"input":"a","model":"nomic-embed-text:latest"}` {
-		t.Errorf("embed sent %s", s.body)
+	if s := f.Start(t); string(s.Body) != `{"input":"a","model":"nomic-embed-text:latest"}` {
+		t.Errorf("embed sent %s", s.Body)
 	}
 }

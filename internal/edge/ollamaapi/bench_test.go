@@ -9,8 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iop-dev/iop/internal/edge/auth"
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	"github.com/iop-dev/iop/internal/edge/frontend"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+	"github.com/iop-dev/iop/internal/edge/sched"
+
 	"github.com/iop-dev/iop/internal/edge/metrics"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -45,8 +48,8 @@ const (
 func benchEdgeHop(b *testing.B, sparse bool) {
 	tun := &benchTunnel{n: b.N, read: make(chan struct{}, 1), sparse: sparse}
 	tun.ctx, tun.cancel = context.WithCancelCause(context.Background())
-	r := &benchRunner{fakeRunner: &fakeRunner{}, tunnel: tun}
-	srv := httptest.NewServer(Handler(r, testAuth(b), metrics.New(nil, nil), nil, nil))
+	r := &benchRunner{Dispatcher: &ft.Dispatcher{}, tunnel: tun}
+	srv := httptest.NewServer(Handler(frontend.New(r, testAuth(b), frontend.Options{Metrics: metrics.New(nil, nil)})))
 	defer srv.Close()
 
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/chat", strings.NewReader(chatBody))
@@ -77,16 +80,16 @@ func benchEdgeHop(b *testing.B, sparse bool) {
 
 // benchRunner starts benchTunnels.
 type benchRunner struct {
-	*fakeRunner
+	*ft.Dispatcher
 	tunnel *benchTunnel
 }
 
-func (r *benchRunner) StartTunnel(ctx context.Context, _ auth.Principal, _ string, _ *wirepb.TunnelRequest, body gateway.TunnelBody, admitted func()) (Tunnel, error) {
+func (r *benchRunner) StartTunnel(_ context.Context, _ dispatch.Plan, _ *wirepb.TunnelRequest, body dispatch.TunnelBody, watch dispatch.Watch) (frontend.Tunnel, error) {
 	if _, err := body("m1"); err != nil {
 		return nil, err
 	}
-	if admitted != nil {
-		admitted()
+	if watch.Admitted != nil {
+		watch.Admitted()
 	}
 	return r.tunnel, nil
 }
@@ -102,7 +105,8 @@ type benchTunnel struct {
 	cancel  context.CancelCauseFunc
 }
 
-func (t *benchTunnel) ID() string { return "tun-bench" }
+func (t *benchTunnel) ID() string            { return "tun-bench" }
+func (t *benchTunnel) Node() sched.Candidate { return sched.Candidate{NodeID: "n1"} }
 func (t *benchTunnel) Head() *wirepb.TunnelResponseHead {
 	return &wirepb.TunnelResponseHead{Status: 200, Headers: []*wirepb.Header{{Name: "Content-Type", Value: "application/x-ndjson"}}}
 }

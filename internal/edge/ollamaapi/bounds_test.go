@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/iop-dev/iop/internal/edge/frontend"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 )
 
 // P3, issue 10 item 1: a body over the limit is refused with 413 before
@@ -19,7 +22,7 @@ func TestABodyOverTheLimitIsRefusedBeforeItIsRead(t *testing.T) {
 	big := `{"model":"m1","prompt":"` + strings.Repeat("a", maxRequestBody) + `"}`
 	for _, known := range []bool{true, false} {
 		t.Run(fmt.Sprintf("content-length known %v", known), func(t *testing.T) {
-			f := &fakeRunner{}
+			f := &ft.Dispatcher{}
 			e := newEnv(t, f)
 			read := 0
 			r := req(http.MethodPost, "/api/generate", "")
@@ -38,7 +41,7 @@ func TestABodyOverTheLimitIsRefusedBeforeItIsRead(t *testing.T) {
 			if !known && read > maxRequestBody+64<<10 {
 				t.Errorf("%d bytes read; the limit is %d", read, maxRequestBody)
 			}
-			if len(f.starts) != 0 {
+			if len(f.Starts()) != 0 {
 				t.Error("a too-large request reached the runner")
 			}
 		})
@@ -62,11 +65,11 @@ func (c readCounter) Read(p []byte) (int, error) {
 // block is in the kernel.
 func TestAClientThatStopsReadingIsEndedAndItsTunnelReleased(t *testing.T) {
 	chunk := `{"response":"` + strings.Repeat("x", 32<<10) + `"}`
-	pieces := make([]piece, 4096) // 128 MiB if anyone read it
+	pieces := make([]ft.Step, 4096) // 128 MiB if anyone read it
 	for i := range pieces {
-		pieces[i] = line(chunk)
+		pieces[i] = ft.Line(chunk)
 	}
-	f := &fakeRunner{idle: time.Second, pieces: pieces}
+	f := &ft.Dispatcher{Idle: time.Second, Pieces: pieces}
 	e := newEnv(t, f)
 	srv := httptest.NewServer(e.handler)
 	defer srv.Close()
@@ -86,25 +89,23 @@ func TestAClientThatStopsReadingIsEndedAndItsTunnelReleased(t *testing.T) {
 	if err != nil || !strings.Contains(line, "200") {
 		t.Fatalf("status line %q: %v", line, err)
 	}
-	var tun *fakeTunnel
+	var tun *ft.Tunnel
 	deadline := time.Now().Add(5 * time.Second)
 	for tun == nil && time.Now().Before(deadline) {
-		f.mu.Lock()
-		if len(f.tunnels) == 1 {
-			tun = f.tunnels[0]
+		if tunnels := f.Tunnels(); len(tunnels) == 1 {
+			tun = tunnels[0]
 		}
-		f.mu.Unlock()
 		time.Sleep(10 * time.Millisecond)
 	}
 	if tun == nil {
 		t.Fatal("no tunnel started")
 	}
 	select {
-	case <-tun.closed:
+	case <-tun.Closed():
 	case <-time.After(20 * time.Second):
 		t.Fatal("the tunnel of a client that stopped reading was not released 20 s later (idle timeout 1 s)")
 	}
-	if !tun.cancelledWith(ErrIdleTimeout) && !tun.cancelledWith(ErrClientGone) {
+	if !tun.CancelledWith(frontend.ErrIdleTimeout) && !tun.CancelledWith(frontend.ErrClientGone) {
 		t.Error("the tunnel was not cancelled with the idle timeout or client gone")
 	}
 }

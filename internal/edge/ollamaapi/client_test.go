@@ -9,9 +9,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	"github.com/iop-dev/iop/internal/edge/frontend"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/ollama/ollama/api"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -31,7 +34,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-func officialClient(t *testing.T, f *fakeRunner) (*api.Client, *env) {
+func officialClient(t *testing.T, f *ft.Dispatcher) (*api.Client, *env) {
 	t.Helper()
 	e := newEnv(t, f)
 	srv := httptest.NewServer(e.handler)
@@ -54,11 +57,11 @@ var weatherTool = api.Tool{Type: "function", Function: api.ToolFunction{
 }}
 
 func TestOfficialClientStreamsChatWithToolCalls(t *testing.T) {
-	c, e := officialClient(t, &fakeRunner{pieces: []piece{
-		line(`{"model":"m1","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"Let me"},"done":false}`),
-		line(`{"model":"m1","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":" check."},"done":false}`),
-		line(`{"model":"m1","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"","tool_calls":[{"function":{"index":0,"name":"get_weather","arguments":{"city":"Seoul"}}}]},"done":false}`),
-		line(`{"model":"m1","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":11,"eval_count":9}`),
+	c, e := officialClient(t, &ft.Dispatcher{Pieces: []ft.Step{
+		ft.Line(`{"model":"m1","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"Let me"},"done":false}`),
+		ft.Line(`{"model":"m1","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":" check."},"done":false}`),
+		ft.Line(`{"model":"m1","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"","tool_calls":[{"function":{"index":0,"name":"get_weather","arguments":{"city":"Seoul"}}}]},"done":false}`),
+		ft.Line(`{"model":"m1","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":11,"eval_count":9}`),
 	}})
 	var chunks int
 	var content strings.Builder
@@ -88,22 +91,22 @@ func TestOfficialClientStreamsChatWithToolCalls(t *testing.T) {
 		t.Errorf("arguments %v", calls[0].Function.Arguments.ToMap())
 	}
 	// What the client sent reached the provider as it was sent.
-	s := e.runner.start(t)
+	s := e.runner.Start(t)
 	var sent struct {
 		Model string
 		Tools []struct{ Function struct{ Name string } }
 	}
-	if err := json.Unmarshal(s.body, &sent); err != nil || sent.Model != "m1" || len(sent.Tools) != 1 ||
-		sent.Tools[0].Function.Name != "get_weather" || s.req.GetPath() != "/api/chat" {
-		t.Errorf("sent %s to %q (%v)", s.body, s.req.GetPath(), err)
+	if err := json.Unmarshal(s.Body, &sent); err != nil || sent.Model != "m1" || len(sent.Tools) != 1 ||
+		sent.Tools[0].Function.Name != "get_weather" || s.Req.GetPath() != "/api/chat" {
+		t.Errorf("sent %s to %q (%v)", s.Body, s.Req.GetPath(), err)
 	}
 }
 
 func TestOfficialClientStreamsGenerate(t *testing.T) {
-	c, _ := officialClient(t, &fakeRunner{pieces: []piece{
-		line(`{"model":"m1","response":"Hel","done":false}`),
-		line(`{"model":"m1","response":"lo","done":false}`),
-		line(`{"model":"m1","response":"","done":true,"done_reason":"stop"}`),
+	c, _ := officialClient(t, &ft.Dispatcher{Pieces: []ft.Step{
+		ft.Line(`{"model":"m1","response":"Hel","done":false}`),
+		ft.Line(`{"model":"m1","response":"lo","done":false}`),
+		ft.Line(`{"model":"m1","response":"","done":true,"done_reason":"stop"}`),
 	}})
 	var got strings.Builder
 	err := c.Generate(t.Context(), &api.GenerateRequest{Model: "m1", Prompt: "hi"}, func(r api.GenerateResponse) error {
@@ -116,13 +119,13 @@ func TestOfficialClientStreamsGenerate(t *testing.T) {
 }
 
 func TestOfficialClientListsShowsAndVersions(t *testing.T) {
-	c, _ := officialClient(t, &fakeRunner{
-		head:   &wirepb.TunnelResponseHead{Status: 200, Headers: []*wirepb.Header{{Name: "Content-Type", Value: "application/json; charset=utf-8"}}},
-		pieces: []piece{{data: `{"modelfile":"FROM m1","details":{"family":"llama","parameter_size":"3B"},"capabilities":["completion","tools"]}`}},
-		inventory: []gateway.Offering{offering("qwen3:8b", "ollama"),
+	c, _ := officialClient(t, &ft.Dispatcher{
+		Head:   &wirepb.TunnelResponseHead{Status: 200, Headers: []*wirepb.Header{{Name: "Content-Type", Value: "application/json; charset=utf-8"}}},
+		Pieces: []ft.Step{{Data: `{"modelfile":"FROM m1","details":{"family":"llama","parameter_size":"3B"},"capabilities":["completion","tools"]}`}},
+		Offerings: []dispatch.Offering{ft.Offer("qwen3:8b", "ollama"),
 			{ID: "llama3.2:latest", Candidates: []sched.Candidate{{NodeID: "n2", Provider: "ollama", Adapter: "ollama", Target: "llama3.2:latest"}}},
-			offering("m1", "ollama")},
-		replies: map[string][]gateway.MetadataReply{
+			ft.Offer("m1", "ollama")},
+		Replies: map[string][]dispatch.MetadataReply{
 			"/api/tags": {reply("n1", `{"models":[{"name":"qwen3:8b","model":"qwen3:8b","size":5},{"name":"m1","model":"m1"}]}`),
 				reply("n2", `{"models":[{"name":"llama3.2:latest","model":"llama3.2:latest","size":2}]}`)},
 			"/api/ps":      {reply("n1", `{"models":[{"name":"qwen3:8b","model":"qwen3:8b","size_vram":7}]}`)},
@@ -153,9 +156,9 @@ func TestOfficialClientListsShowsAndVersions(t *testing.T) {
 // TestOfficialClientSeesMidStreamFailure (issue 4): a tunnel that fails
 // after output is an error from Chat, not a success that just stopped.
 func TestOfficialClientSeesMidStreamFailure(t *testing.T) {
-	c, _ := officialClient(t, &fakeRunner{
-		pieces: []piece{line(`{"model":"m1","message":{"role":"assistant","content":"Hel"},"done":false}`)},
-		end:    ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED, wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "node lost"),
+	c, _ := officialClient(t, &ft.Dispatcher{
+		Pieces: []ft.Step{ft.Line(`{"model":"m1","message":{"role":"assistant","content":"Hel"},"done":false}`)},
+		End:    ft.TunnelEnd(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED, wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "node lost"),
 	})
 	var content strings.Builder
 	err := c.Chat(t.Context(), &api.ChatRequest{Model: "m1", Messages: []api.Message{{Role: "user", Content: "hi"}}},
@@ -173,13 +176,13 @@ func TestOfficialClientSeesMidStreamFailure(t *testing.T) {
 func TestOfficialClientSeesErrorsBeforeOutput(t *testing.T) {
 	tests := []struct {
 		name   string
-		runner *fakeRunner
+		runner *ft.Dispatcher
 		status int
 		msg    string
 	}{
-		{"queue full", &fakeRunner{startErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1"}}, 429, `queue full for model "m1"`},
-		{"no candidate", &fakeRunner{startErr: &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1"}}, 503, `no candidate for model "m1"`},
-		{"forbidden", &fakeRunner{forbidden: []string{"m1"}}, 404, `model 'm1' not found`},
+		{"queue full", &ft.Dispatcher{StartErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1"}}, 429, `queue full for model "m1"`},
+		{"no candidate", &ft.Dispatcher{StartErr: &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1"}}, 503, `no candidate for model "m1"`},
+		{"forbidden", &ft.Dispatcher{Forbidden: []string{"m1"}}, 404, `model 'm1' not found`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -203,21 +206,21 @@ func TestOfficialClientSeesErrorsBeforeOutput(t *testing.T) {
 // Chat and Generate (the client alone would report success), after the
 // chunks that came.
 func TestOfficialClientSeesStreamWithoutDoneLine(t *testing.T) {
-	c, _ := officialClient(t, &fakeRunner{pieces: []piece{
-		line(`{"model":"m1","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"Hel"},"response":"Hel","done":false}`),
+	c, _ := officialClient(t, &ft.Dispatcher{Pieces: []ft.Step{
+		ft.Line(`{"model":"m1","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"Hel"},"response":"Hel","done":false}`),
 	}})
 	var content strings.Builder
 	err := c.Chat(t.Context(), &api.ChatRequest{Model: "m1", Messages: []api.Message{{Role: "user", Content: "hi"}}},
 		func(r api.ChatResponse) error { content.WriteString(r.Message.Content); return nil })
-	if err == nil || err.Error() != errIncomplete.message {
-		t.Errorf("chat err = %v, want %q", err, errIncomplete.message)
+	if err == nil || err.Error() != frontend.IncompleteStream(missingDone).Message {
+		t.Errorf("chat err = %v, want %q", err, frontend.IncompleteStream(missingDone).Message)
 	}
 	if content.String() != "Hel" {
 		t.Errorf("content before the error %q", content.String())
 	}
 	err = c.Generate(t.Context(), &api.GenerateRequest{Model: "m1", Prompt: "hi"}, func(api.GenerateResponse) error { return nil })
-	if err == nil || err.Error() != errIncomplete.message {
-		t.Errorf("generate err = %v, want %q", err, errIncomplete.message)
+	if err == nil || err.Error() != frontend.IncompleteStream(missingDone).Message {
+		t.Errorf("generate err = %v, want %q", err, frontend.IncompleteStream(missingDone).Message)
 	}
 }
 
@@ -225,9 +228,9 @@ func TestOfficialClientSeesStreamWithoutDoneLine(t *testing.T) {
 // asking for "fast", on a route whose target is "llama3.2:latest", gets
 // every chunk named "fast", while the provider was asked for the target.
 func TestOfficialClientThroughAnAliasRoute(t *testing.T) {
-	c, e := officialClient(t, &fakeRunner{targets: []string{"llama3.2:latest"}, pieces: []piece{
-		line(`{"model":"llama3.2:latest","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"Hi"},"done":false}`),
-		line(`{"model":"llama3.2:latest","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop"}`),
+	c, e := officialClient(t, &ft.Dispatcher{Targets: []string{"llama3.2:latest"}, Pieces: []ft.Step{
+		ft.Line(`{"model":"llama3.2:latest","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":"Hi"},"done":false}`),
+		ft.Line(`{"model":"llama3.2:latest","created_at":"2026-01-01T00:00:00Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop"}`),
 	}})
 	var models []string
 	err := c.Chat(t.Context(), &api.ChatRequest{Model: "fast", Messages: []api.Message{{Role: "user", Content: "hi"}}},
@@ -235,9 +238,9 @@ func TestOfficialClientThroughAnAliasRoute(t *testing.T) {
 	if err != nil || strings.Join(models, ",") != "fast,fast" {
 		t.Errorf("chunks named %v, %v; want fast,fast", models, err)
 	}
-	s := e.runner.start(t)
+	s := e.runner.Start(t)
 	var sent api.ChatRequest
-	if err := json.Unmarshal(s.body, &sent); err != nil || sent.Model != "llama3.2:latest" || len(sent.Messages) != 1 || sent.Messages[0].Content != "hi" {
-		t.Errorf("the provider got %s (%v)", s.body, err)
+	if err := json.Unmarshal(s.Body, &sent); err != nil || sent.Model != "llama3.2:latest" || len(sent.Messages) != 1 || sent.Messages[0].Content != "hi" {
+		t.Errorf("the provider got %s (%v)", s.Body, err)
 	}
 }

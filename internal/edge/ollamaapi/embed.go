@@ -2,48 +2,27 @@ package ollamaapi
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
-	"time"
 
-	"google.golang.org/protobuf/proto"
-
-	"github.com/iop-dev/iop/internal/edge/auth"
-	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/internal/edge/gateway"
-	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
 // Embeddings over every provider (SPEC P2, issue 12). A model one of whose
 // candidates is an Ollama server is tunnelled to it (tunnel.go); any other
 // model answers /api/embed and the legacy /api/embeddings through an
-// embedding call of the gateway (on an adapter with the "embed"
+// embedding call (on an adapter with the "embed"
 // capability), written back in Ollama's shapes: {"model","embeddings",
 // durations, prompt_eval_count}, and {"embedding"} for the legacy
 // endpoint. input is a string or an array of strings (at most
 // wirepb.MaxEmbedInputs); dimensions is passed on; truncate and options
 // pass through to the provider. A call without input is Ollama's "load the
 // model": answered with no embeddings once the model can be scheduled.
-
-// Embedder is what the embed endpoints need from the gateway beside
-// Runner; tests fake it. A Runner that is not an Embedder tunnels every
-// embed request, as before.
-type Embedder interface {
-	// Embed computes req's embeddings for p on model, as
-	// gateway.Gateway.Embed does.
-	Embed(ctx context.Context, p auth.Principal, model string, req *wirepb.EmbedRequest, admitted, progress func()) (*gateway.Embedding, error)
-}
-
-var _ Embedder = gatewayRunner{}
-
-func (gr gatewayRunner) Embed(ctx context.Context, p auth.Principal, model string, req *wirepb.EmbedRequest, admitted, progress func()) (*gateway.Embedding, error) {
-	return gr.g.Embed(ctx, p, model, req, admitted, progress)
-}
 
 type (
 	// ollamaEmbed is the body of /api/embed.
@@ -68,7 +47,7 @@ func (l *inputList) UnmarshalJSON(b []byte) (err error) {
 
 // parseEmbed decodes an /api/embed or /api/embeddings body into an
 // embedding call; a call without inputs (Ollama's load) has none.
-func parseEmbed(route string, body []byte) (*wirepb.EmbedRequest, *apiError) {
+func parseEmbed(route string, body []byte) (*wirepb.EmbedRequest, *frontend.Failure) {
 	req := &wirepb.EmbedRequest{}
 	extra := map[string]json.RawMessage{}
 	if route == routeEmbeddings {
@@ -118,10 +97,6 @@ func parseEmbed(route string, body []byte) (*wirepb.EmbedRequest, *apiError) {
 	if len(extra) > 0 {
 		req.ExtraJson, _ = json.Marshal(extra)
 	}
-	if n := proto.Size(req); n > quicwire.MaxStreamFrameSize-runHeadroom {
-		return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: "request_too_large",
-			message: "the input is " + strconv.Itoa(n) + " bytes once converted for the Node; the limit is " + strconv.Itoa(quicwire.MaxStreamFrameSize-runHeadroom)}
-	}
 	return req, nil
 }
 
@@ -132,68 +107,56 @@ func setRaw(extra map[string]json.RawMessage, name string, v json.RawMessage) {
 	}
 }
 
-// serveEmbed answers /api/embed or /api/embeddings for a model no Ollama
-// server serves, through an embedding call. It returns how the request
-// ended: nil for success.
-func (x *exchange) serveEmbed(embedder Embedder, profile edgeconfig.Profile, body *frontdoor.Body) *apiError {
-	req, e := parseEmbed(x.Route, body.Bytes)
-	body.Release()
-	if e != nil {
-		return e
+// embedJob answers /api/embed or /api/embeddings for a model no Ollama
+// server serves, through an embedding call. A call without input is
+// Ollama's "load the model": answered with no embeddings once the model is
+// one a request could be scheduled for now.
+func embedJob(t *frontend.Turn, route string) (frontend.Job, *frontend.Failure) {
+	req, f := parseEmbed(route, t.Body)
+	if f != nil {
+		return nil, f
 	}
-	x.embedding = true
+	model := t.Plan.Model
 	if len(req.GetInputs()) == 0 {
-		// Ollama's "load the model": nothing to embed. The model must be
-		// one a request could be scheduled for now.
-		if err := x.h.runner.Available(x.P, x.Model); err != nil {
-			return fromFailure(gateway.StartFailure(err, nil, x.Model))
-		}
-		return x.writeEmbeddings(&gateway.Embedding{Terminal: &wirepb.RunEvent{}})
+		return frontend.Answer(func(resp *frontend.Response) *frontend.Failure {
+			if f := t.Unavailable(); f != nil {
+				return f
+			}
+			if !writeEmbeddings(resp, route, model, &dispatch.Embedding{Terminal: &wirepb.RunEvent{}}) {
+				return frontend.FailClientGone
+			}
+			return nil
+		}), nil
 	}
-	ctx := x.Begin(time.Duration(profile.IdleTimeout))
-	defer x.End()
-	done := x.Active("embed")
-	emb, err := embedder.Embed(ctx, x.P, x.Model, req, x.Admitted, x.Wrote)
-	done()
-	switch {
-	case err != nil:
-		return fromFailure(gateway.StartFailure(err, context.Cause(ctx), x.Model))
-	case emb.Terminal.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED:
-		return fromFailure(gateway.RunFailure(emb.Terminal, context.Cause(ctx)))
-	}
-	x.embedID = emb.ID
-	return x.writeEmbeddings(emb)
+	return &frontend.EmbedJob{Embed: req, Out: func(resp *frontend.Response, e *dispatch.Embedding) bool {
+		return writeEmbeddings(resp, route, model, e)
+	}}, nil
 }
 
-// writeEmbeddings writes the answer in Ollama's shape as it is encoded,
-// each write with its deadline.
-func (x *exchange) writeEmbeddings(emb *gateway.Embedding) *apiError {
-	x.started = true
-	x.status = http.StatusOK
-	x.FirstByte()
-	x.W.Header().Set("Content-Type", "application/json; charset=utf-8")
-	x.BeforeWrite()
-	x.W.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(x.Exchange, 64<<10)
+// writeEmbeddings writes the answer in Ollama's shape as it is encoded;
+// it reports false when the client could not be written to.
+func writeEmbeddings(resp *frontend.Response, route, model string, emb *dispatch.Embedding) bool {
+	resp.Relay(http.StatusOK, func(h http.Header) { h.Set("Content-Type", shape.ContentType) })
+	bw := bufio.NewWriterSize(resp, 64<<10)
 	var b []byte
-	if x.Route == routeEmbeddings {
+	if route == routeEmbeddings {
 		b = append(b, `{"embedding":`...)
 		if len(emb.Vectors) == 0 {
 			b = append(b, "[]"...)
 		} else {
-			b = gateway.AppendValues(b, emb.Vectors[0])
+			b = frontend.AppendValues(b, emb.Vectors[0])
 		}
 		b = append(b, "}"...)
 	} else {
-		model, _ := json.Marshal(x.Model)
-		b = append(append(append(b, `{"model":`...), model...), `,"embeddings":[`...)
+		name, _ := json.Marshal(model)
+		b = append(append(append(b, `{"model":`...), name...), `,"embeddings":[`...)
 		for i, v := range emb.Vectors {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if b = gateway.AppendValues(b, v); len(b) >= 32<<10 {
+			if b = frontend.AppendValues(b, v); len(b) >= 32<<10 {
 				if _, err := bw.Write(b); err != nil {
-					return errGone
+					return false
 				}
 				b = b[:0]
 			}
@@ -211,10 +174,7 @@ func (x *exchange) writeEmbeddings(emb *gateway.Embedding) *apiError {
 		b = append(b, '}')
 	}
 	if _, err := bw.Write(b); err != nil {
-		return errGone
+		return false
 	}
-	if bw.Flush() != nil {
-		return errGone
-	}
-	return nil
+	return bw.Flush() == nil
 }

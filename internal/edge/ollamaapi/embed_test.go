@@ -1,76 +1,52 @@
 package ollamaapi
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/ollama/ollama/api"
 
-	"github.com/iop-dev/iop/internal/edge/auth"
-	"github.com/iop-dev/iop/internal/edge/gateway"
-	"github.com/iop-dev/iop/internal/edge/metrics"
 	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
-// fakeEmbedder is a fake runner that also embeds: each call gets emb, or
-// fails with err.
-type fakeEmbedder struct {
-	*fakeRunner
-	emb  *gateway.Embedding
-	err  error
-	reqs []*wirepb.EmbedRequest
-}
-
-func (f *fakeEmbedder) Embed(_ context.Context, _ auth.Principal, _ string, req *wirepb.EmbedRequest, admitted, _ func()) (*gateway.Embedding, error) {
-	f.reqs = append(f.reqs, req)
-	if f.err != nil {
-		return nil, f.err
-	}
-	admitted()
-	return f.emb, nil
-}
-
-func embedEnv(t *testing.T, f *fakeEmbedder) *env {
-	t.Helper()
-	m := metrics.New(nil, nil)
-	return &env{runner: f.fakeRunner, metrics: m, handler: Handler(f, testAuth(t), m, nil, nil)}
-}
-
-// simulated is an inventory where m1 is served by the simulator alone.
-func simulated() *fakeRunner {
-	return &fakeRunner{inventory: []gateway.Offering{offering("m1", "simulator")}}
+// simulated is an inventory where m1 is served by the simulator alone,
+// whose embedding calls end with emb.
+func simulated(emb *dispatch.Embedding) *ft.Dispatcher {
+	return &ft.Dispatcher{Offerings: []dispatch.Offering{ft.Offer("m1", "simulator")}, Embedding: emb}
 }
 
 // P2, issue 12: /api/embed on a model no Ollama server serves is an
 // embedding call, answered in Ollama's shape with its counts; the legacy
 // /api/embeddings answers one embedding.
 func TestEmbedOnAModelNoOllamaServes(t *testing.T) {
-	f := &fakeEmbedder{fakeRunner: simulated(), emb: &gateway.Embedding{ID: "emb-1",
+	f := simulated(&dispatch.Embedding{ID: "emb-1",
 		Vectors: []*wirepb.Vector{{Values: []float32{0.5, -1}}, {Values: []float32{0.25, 2}}},
 		Terminal: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED,
-			Usage: &wirepb.Usage{PromptTokens: 3, TotalDurationNs: 1500}}}}
-	e := embedEnv(t, f)
+			Usage: &wirepb.Usage{PromptTokens: 3, TotalDurationNs: 1500}}})
+	e := newEnv(t, f)
 	w := e.do(req(http.MethodPost, "/api/embed", `{"model":"m1","input":["a","b"],"dimensions":2,"truncate":false,"keep_alive":"5m"}`))
 	if want := `{"model":"m1","embeddings":[[0.5,-1],[0.25,2]],"total_duration":1500,"prompt_eval_count":3}`; w.Code != http.StatusOK || w.Body.String() != want {
 		t.Fatalf("%d\n got %s\nwant %s", w.Code, w.Body, want)
 	}
-	r := f.reqs[0]
+	r := f.EmbedRequests()[0]
 	if strings.Join(r.GetInputs(), ",") != "a,b" || r.GetDimensions() != 2 || string(r.GetExtraJson()) != `{"truncate":false}` {
 		t.Errorf("request %v", r)
 	}
-	if len(e.runner.starts) != 0 {
+	if len(e.runner.Starts()) != 0 {
 		t.Error("the request was tunnelled")
 	}
 	w = e.do(req(http.MethodPost, "/api/embeddings", `{"model":"m1","prompt":"a"}`))
 	if want := `{"embedding":[0.5,-1]}`; w.Code != http.StatusOK || w.Body.String() != want {
 		t.Errorf("legacy: %d %s", w.Code, w.Body)
 	}
-	if got := f.reqs[1].GetInputs(); len(got) != 1 || got[0] != "a" {
+	if got := f.EmbedRequests()[1].GetInputs(); len(got) != 1 || got[0] != "a" {
 		t.Errorf("legacy inputs %q", got)
 	}
 	if got := metricstest.Sum(t, e.metrics.Requests, "route", routeEmbed, "outcome", "ok"); got != 1 {
@@ -81,9 +57,9 @@ func TestEmbedOnAModelNoOllamaServes(t *testing.T) {
 // A call without input is Ollama's "load the model": no embeddings, once
 // the model can be scheduled; an unknown model is 404 in Ollama's words.
 func TestEmbedLoadAndErrorsOnTheCallPath(t *testing.T) {
-	f := &fakeEmbedder{fakeRunner: simulated()}
-	e := embedEnv(t, f)
-	if w := e.do(req(http.MethodPost, "/api/embed", `{"model":"m1"}`)); w.Code != http.StatusOK || w.Body.String() != `{"model":"m1","embeddings":[]}` || len(f.reqs) != 0 {
+	f := simulated(nil)
+	e := newEnv(t, f)
+	if w := e.do(req(http.MethodPost, "/api/embed", `{"model":"m1"}`)); w.Code != http.StatusOK || w.Body.String() != `{"model":"m1","embeddings":[]}` || len(f.EmbedRequests()) != 0 {
 		t.Errorf("load: %d %s", w.Code, w.Body)
 	}
 	for _, c := range []struct {
@@ -96,29 +72,29 @@ func TestEmbedLoadAndErrorsOnTheCallPath(t *testing.T) {
 		{`{"model":"m1","input":"a","dimensions":-1}`, 400, "dimensions"},
 	} {
 		w := e.do(req(http.MethodPost, "/api/embed", c.body))
-		if w.Code != c.status || !strings.Contains(errorOf(t, w.Body.String()), c.says) {
+		if w.Code != c.status || !strings.Contains(errorTextOf(t, w.Body.String()), c.says) {
 			t.Errorf("%s: %d %s", c.body, w.Code, w.Body)
 		}
 	}
-	f.err = fmt.Errorf("%w: m1", gateway.ErrUnsupported)
+	f.EmbedErr = fmt.Errorf("%w: m1", dispatch.ErrUnsupported)
 	if w := e.do(req(http.MethodPost, "/api/embed", `{"model":"m1","input":"a"}`)); w.Code != http.StatusBadRequest {
 		t.Errorf("unsupported: %d %s", w.Code, w.Body)
 	}
-	f.fakeRunner.unknown = []string{"ghost"}
-	f.err = fmt.Errorf("%w: ghost", gateway.ErrUnknownModel)
+	f.Unknown = []string{"ghost"}
+	f.EmbedErr = fmt.Errorf("%w: ghost", dispatch.ErrUnknownModel)
 	w := e.do(req(http.MethodPost, "/api/embed", `{"model":"ghost","input":"a"}`))
-	if w.Code != http.StatusNotFound || errorOf(t, w.Body.String()) != "model 'ghost' not found" {
+	if w.Code != http.StatusNotFound || errorTextOf(t, w.Body.String()) != "model 'ghost' not found" {
 		t.Errorf("unknown model: %d %s", w.Code, w.Body)
 	}
 }
 
 // A model an Ollama server serves is still tunnelled, byte for byte.
 func TestEmbedOnAnOllamaModelIsTunnelled(t *testing.T) {
-	f := &fakeEmbedder{fakeRunner: &fakeRunner{pieces: []piece{line(`{"model":"m1","embeddings":[[1]]}`)}}}
-	e := embedEnv(t, f)
+	f := &ft.Dispatcher{Pieces: []ft.Step{ft.Line(`{"model":"m1","embeddings":[[1]]}`)}}
+	e := newEnv(t, f)
 	w := e.do(req(http.MethodPost, "/api/embed", `{"model":"m1","input":"a"}`))
-	if w.Code != http.StatusOK || len(f.reqs) != 0 || len(f.fakeRunner.starts) != 1 {
-		t.Errorf("%d %s, %d calls, %d tunnels", w.Code, w.Body, len(f.reqs), len(f.fakeRunner.starts))
+	if w.Code != http.StatusOK || len(f.EmbedRequests()) != 0 || len(f.Starts()) != 1 {
+		t.Errorf("%d %s, %d calls, %d tunnels", w.Code, w.Body, len(f.EmbedRequests()), len(f.Starts()))
 	}
 }
 
@@ -126,7 +102,7 @@ func TestEmbedOnAnOllamaModelIsTunnelled(t *testing.T) {
 // server serves is a raw completion run, for providers that complete; a
 // system prompt or images with it are refused.
 func TestGenerateWithASuffixIsARawCompletion(t *testing.T) {
-	f := &fakeRunner{inventory: []gateway.Offering{offering("m1", "openai")}, events: []runStep{text("return a + b"), used(3, 4), finished("stop")}}
+	f := &ft.Dispatcher{Offerings: []dispatch.Offering{ft.Offer("m1", "openai")}, Events: []ft.Step{ft.Text("return a + b"), used(3, 4), ft.Completed("stop")}}
 	c, _ := officialClient(t, f)
 	var out strings.Builder
 	err := c.Generate(t.Context(), &api.GenerateRequest{Model: "m1", Prompt: "def add(a, b):", Suffix: "print(add(1, 2))"},
@@ -134,17 +110,17 @@ func TestGenerateWithASuffixIsARawCompletion(t *testing.T) {
 	if err != nil || out.String() != "return a + b" {
 		t.Fatalf("%q, %v", out.String(), err)
 	}
-	req := f.runReqs[0]
+	req := f.RunRequests()[0]
 	if c := req.GetCompletion(); c.GetPrompt() != "def add(a, b):" || c.GetSuffix() != "print(add(1, 2))" || len(req.GetMessages()) != 0 {
 		t.Errorf("run %v", req)
 	}
 	if err := c.Generate(t.Context(), &api.GenerateRequest{Model: "m1", Prompt: "p", Raw: true}, func(api.GenerateResponse) error { return nil }); err != nil ||
-		f.runReqs[1].GetCompletion().GetPrompt() != "p" {
-		t.Errorf("raw: %v %v", err, f.runReqs[1])
+		f.RunRequests()[1].GetCompletion().GetPrompt() != "p" {
+		t.Errorf("raw: %v %v", err, f.RunRequests()[1])
 	}
 	err = c.Generate(t.Context(), &api.GenerateRequest{Model: "m1", Prompt: "p", Suffix: "s", System: "be brief"}, func(api.GenerateResponse) error { return nil })
 	var se api.StatusError
-	if !errors.As(err, &se) || se.StatusCode != http.StatusBadRequest || len(f.runReqs) != 2 {
+	if !errors.As(err, &se) || se.StatusCode != http.StatusBadRequest || len(f.RunRequests()) != 2 {
 		t.Errorf("a system prompt with a suffix: %v", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"mime"
-	"net/http"
 	"net/textproto"
 
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -23,10 +22,6 @@ import (
 // long fields ("context", the counts): the head always holds it. A line
 // whose head does not is judged not final.
 const maxJudgedLine = 32 << 10
-
-// errIncomplete is a completed tunnel whose stream lacked its final line.
-var errIncomplete = &apiError{status: http.StatusBadGateway, code: "incomplete_stream",
-	message: `the provider's stream ended without its final message (no line with "done": true); the answer is incomplete`}
 
 // ending is how a stream's last line ends it.
 type ending int

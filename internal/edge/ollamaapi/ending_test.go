@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iop-dev/iop/internal/edge/frontend"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -96,22 +99,22 @@ func TestStreamWithoutDoneLineEndsWithAnErrorLine(t *testing.T) {
 	tests := []struct {
 		name    string
 		path    string
-		pieces  []piece
+		pieces  []ft.Step
 		want    string // the body; an error line at its end is checked apart
 		err     bool   // the body ends with the incomplete_stream line
 		outcome string
 	}{
-		{"chat stops after a token", "/api/chat", []piece{line(tok), line(tok)}, tok + "\n" + tok + "\n", true, "incomplete_stream"},
-		{"generate stops after a token", "/api/generate", []piece{line(tok)}, tok + "\n", true, "incomplete_stream"},
-		{"chat stops mid-line", "/api/chat", []piece{line(tok), {data: tok[:12]}}, tok + "\n" + tok[:12] + "\n", true, "incomplete_stream"},
-		{"done line", "/api/chat", []piece{line(tok), line(`{"model":"m1","done":true}`)}, tok + "\n" + `{"model":"m1","done":true}` + "\n", false, "ok"},
-		{"provider's error line", "/api/generate", []piece{line(tok), line(`{"error":"out of memory"}`)},
+		{"chat stops after a token", "/api/chat", []ft.Step{ft.Line(tok), ft.Line(tok)}, tok + "\n" + tok + "\n", true, "incomplete_stream"},
+		{"generate stops after a token", "/api/generate", []ft.Step{ft.Line(tok)}, tok + "\n", true, "incomplete_stream"},
+		{"chat stops mid-line", "/api/chat", []ft.Step{ft.Line(tok), {Data: tok[:12]}}, tok + "\n" + tok[:12] + "\n", true, "incomplete_stream"},
+		{"done line", "/api/chat", []ft.Step{ft.Line(tok), ft.Line(`{"model":"m1","done":true}`)}, tok + "\n" + `{"model":"m1","done":true}` + "\n", false, "ok"},
+		{"provider's error line", "/api/generate", []ft.Step{ft.Line(tok), ft.Line(`{"error":"out of memory"}`)},
 			tok + "\n" + `{"error":"out of memory"}` + "\n", false, "provider_error"},
-		{"embed has no done line", "/api/embed", []piece{line(`{"model":"m1","embeddings":[]}`)}, `{"model":"m1","embeddings":[]}` + "\n", false, "ok"},
+		{"embed has no done line", "/api/embed", []ft.Step{ft.Line(`{"model":"m1","embeddings":[]}`)}, `{"model":"m1","embeddings":[]}` + "\n", false, "ok"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, &fakeRunner{head: ndjson, pieces: tt.pieces})
+			e := newEnv(t, &ft.Dispatcher{Head: ndjson, Pieces: tt.pieces})
 			w := e.do(req(http.MethodPost, tt.path, `{"model":"m1","prompt":"hi","input":"a"}`))
 			if w.Code != 200 {
 				t.Fatalf("status %d: %s", w.Code, w.Body)
@@ -121,7 +124,7 @@ func TestStreamWithoutDoneLineEndsWithAnErrorLine(t *testing.T) {
 				t.Fatalf("body %q does not start with %q", w.Body, tt.want)
 			}
 			switch {
-			case tt.err && errorOf(t, strings.TrimSuffix(body, "\n")) != errIncomplete.message:
+			case tt.err && errorTextOf(t, strings.TrimSuffix(body, "\n")) != frontend.IncompleteStream(missingDone).Message:
 				t.Errorf("after the output %q, want the incomplete_stream error line", body)
 			case tt.err && !strings.HasSuffix(body, "\n"):
 				t.Errorf("the error line %q is not a whole line", body)
@@ -142,9 +145,9 @@ func TestStreamWithoutDoneLineEndsWithAnErrorLine(t *testing.T) {
 // TestEmptyStreamIsAnHTTPError: a stream that completes before its first
 // byte had no output to follow, so its error is the HTTP answer.
 func TestEmptyStreamIsAnHTTPError(t *testing.T) {
-	e := newEnv(t, &fakeRunner{})
+	e := newEnv(t, &ft.Dispatcher{})
 	w := e.do(req(http.MethodPost, "/api/chat", chatBody))
-	if w.Code != http.StatusBadGateway || errorOf(t, w.Body.String()) != errIncomplete.message {
+	if w.Code != http.StatusBadGateway || errorTextOf(t, w.Body.String()) != frontend.IncompleteStream(missingDone).Message {
 		t.Fatalf("status %d: %s", w.Code, w.Body)
 	}
 	if e.requests(t, routeChat, "incomplete_stream") != 1 {
@@ -155,8 +158,8 @@ func TestEmptyStreamIsAnHTTPError(t *testing.T) {
 // TestSingleAnswerIsNotWatched: stream:false answers one JSON object with
 // Content-Type application/json, done line or not; it passes as it is.
 func TestSingleAnswerIsNotWatched(t *testing.T) {
-	e := newEnv(t, &fakeRunner{head: &wirepb.TunnelResponseHead{Status: 200, Headers: []*wirepb.Header{
-		{Name: "Content-Type", Value: "application/json; charset=utf-8"}}}, pieces: []piece{{data: `{"model":"m1"}`}}})
+	e := newEnv(t, &ft.Dispatcher{Head: &wirepb.TunnelResponseHead{Status: 200, Headers: []*wirepb.Header{
+		{Name: "Content-Type", Value: "application/json; charset=utf-8"}}}, Pieces: []ft.Step{{Data: `{"model":"m1"}`}}})
 	w := e.do(req(http.MethodPost, "/api/chat", chatBody))
 	if w.Code != 200 || w.Body.String() != `{"model":"m1"}` || e.requests(t, routeChat, "ok") != 1 {
 		t.Fatalf("status %d: %s", w.Code, w.Body)

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	"github.com/iop-dev/iop/internal/edge/frontend"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -38,7 +41,7 @@ func TestStartErrorsCarryStatusAndRefusalHeader(t *testing.T) {
 			429, "queue_full", "1", "queue full", "queue_full"},
 		{"no candidate", &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1", Detail: "no ready node offers it"},
 			503, "no_candidate", "", "no ready node offers it", "no_candidate"},
-		{"forbidden", fmt.Errorf("%w: principal may not use route", gateway.ErrForbidden),
+		{"forbidden", fmt.Errorf("%w: principal may not use route", dispatch.ErrForbidden),
 			404, "", "", `model 'm1' not found`, "model_not_found"},
 		{"deadline while queued", fmt.Errorf("sched: queued: %w", context.DeadlineExceeded),
 			504, "", "", "deadline", "deadline_exceeded"},
@@ -54,16 +57,16 @@ func TestStartErrorsCarryStatusAndRefusalHeader(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, &fakeRunner{startErr: tt.err})
+			e := newEnv(t, &ft.Dispatcher{StartErr: tt.err})
 			w := e.do(req(http.MethodPost, "/api/chat", chatBody))
 			if w.Code != tt.status {
 				t.Fatalf("status %d, want %d: %s", w.Code, tt.status, w.Body)
 			}
-			if msg := errorOf(t, w.Body.String()); !strings.Contains(msg, tt.msg) {
+			if msg := errorTextOf(t, w.Body.String()); !strings.Contains(msg, tt.msg) {
 				t.Errorf("error %q, want it to contain %q", msg, tt.msg)
 			}
-			if got := w.Header().Get(RefusalHeader); got != tt.refusal {
-				t.Errorf("%s = %q, want %q", RefusalHeader, got, tt.refusal)
+			if got := w.Header().Get(frontend.RefusalHeader); got != tt.refusal {
+				t.Errorf("%s = %q, want %q", frontend.RefusalHeader, got, tt.refusal)
 			}
 			if got := w.Header().Get("Retry-After"); got != tt.retryAfter {
 				t.Errorf("Retry-After = %q, want %q", got, tt.retryAfter)
@@ -72,23 +75,5 @@ func TestStartErrorsCarryStatusAndRefusalHeader(t *testing.T) {
 				t.Errorf("outcome %q not counted", tt.outcome)
 			}
 		})
-	}
-}
-
-// TestTerminalCauseWins: a CANCELLED terminal is explained by why the
-// tunnel's context ended, whatever failure the Node raced it with.
-func TestTerminalCauseWins(t *testing.T) {
-	te := &nodeserver.TunnelError{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED}
-	for cause, want := range map[error]*apiError{
-		ErrClientGone:            errGone,
-		ErrIdleTimeout:           errIdle,
-		context.DeadlineExceeded: errDeadline,
-	} {
-		if got := relayError(te, cause); got != want {
-			t.Errorf("cause %v: %q, want %q", cause, got.code, want.code)
-		}
-	}
-	if got := relayError(errors.New("stream reset"), nil); got.status != 502 || got.code != "protocol" {
-		t.Errorf("an error that is no terminal: %d %q", got.status, got.code)
 	}
 }

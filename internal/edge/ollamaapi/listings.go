@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 	"github.com/iop-dev/iop/internal/edge/sched"
 )
 
@@ -66,58 +68,64 @@ func (n nodeEntries) find(c sched.Candidate) (json.RawMessage, bool) {
 	return raw, ok
 }
 
-// listing answers /api/tags (running false) or /api/ps (running true).
-func (h *handler) listing(w http.ResponseWriter, r *http.Request, route, path string, running bool) {
-	p, ok := h.authenticate(w, r, route)
-	if !ok {
-		return
+// listing answers /api/tags (running false) or /api/ps (running true):
+// every model the principal may ask for and that can be served now (the
+// inventory), with an Ollama server's own entry where one serves it,
+// sorted by name. For ps, a model an Ollama server has loaded is listed
+// once per server that has it (two processes); a model another kind of
+// server serves is loaded while it is served.
+func (h *handler) listing(path string, running bool) func(r *http.Request, p auth.Principal) (any, *frontend.Failure) {
+	route := routeTags
+	if running {
+		route = routePS
 	}
-	inv := h.runner.Inventory(p)
-	entries := nodeEntries{}
-	if slices.ContainsFunc(inv, func(o gateway.Offering) bool { return o.Has(Adapter) }) {
-		replies, _ := h.fanOut(r, route, path) // failures are logged; their models get made entries
-		for _, rep := range replies {
-			var list modelList
-			if rep.Err != nil || json.Unmarshal(rep.Body, &list) != nil {
-				continue
-			}
-			for _, raw := range list.Models {
-				if name := entryName(raw); name != "" {
-					entries[[3]string{rep.NodeID, rep.Provider, name}] = raw
+	return func(r *http.Request, p auth.Principal) (any, *frontend.Failure) {
+		inv := h.d.Inventory(p)
+		entries := nodeEntries{}
+		if slices.ContainsFunc(inv, func(o dispatch.Offering) bool { return o.Has(Adapter) }) {
+			replies, _ := h.fanOut(r, route, path) // failures are logged; their models get made entries
+			for _, rep := range replies {
+				var list modelList
+				if rep.Err != nil || json.Unmarshal(rep.Body, &list) != nil {
+					continue
+				}
+				for _, raw := range list.Models {
+					if name := entryName(raw); name != "" {
+						entries[[3]string{rep.NodeID, rep.Provider, name}] = raw
+					}
 				}
 			}
 		}
-	}
-	out := modelList{Models: []json.RawMessage{}}
-	for _, o := range inv {
-		listed := false
-		for _, c := range o.Candidates {
-			if c.Adapter != Adapter {
-				continue
+		out := modelList{Models: []json.RawMessage{}}
+		for _, o := range inv {
+			listed := false
+			for _, c := range o.Candidates {
+				if c.Adapter != Adapter {
+					continue
+				}
+				raw, ok := entries.find(c)
+				if !ok {
+					continue
+				}
+				out.Models = append(out.Models, renamed(raw, o.ID))
+				listed = true
+				if !running {
+					break // one entry per model; ps lists every process
+				}
 			}
-			raw, ok := entries.find(c)
-			if !ok {
-				continue
-			}
-			out.Models = append(out.Models, renamed(raw, o.ID))
-			listed = true
-			if !running {
-				break // one entry per model; ps lists every process
+			switch {
+			case listed:
+			case running && o.Has(Adapter):
+				// An Ollama model that no server has loaded now is not running.
+			case running:
+				out.Models = append(out.Models, mustJSON(psEntry{Name: o.ID, Model: o.ID}))
+			default:
+				out.Models = append(out.Models, mustJSON(tagEntry{Name: o.ID, Model: o.ID, ModifiedAt: h.started}))
 			}
 		}
-		switch {
-		case listed:
-		case running && o.Has(Adapter):
-			// An Ollama model that no server has loaded now is not running.
-		case running:
-			out.Models = append(out.Models, mustJSON(psEntry{Name: o.ID, Model: o.ID}))
-		default:
-			out.Models = append(out.Models, mustJSON(tagEntry{Name: o.ID, Model: o.ID, ModifiedAt: h.started}))
-		}
+		slices.SortStableFunc(out.Models, func(a, b json.RawMessage) int { return cmp.Compare(entryName(a), entryName(b)) })
+		return out, nil
 	}
-	slices.SortStableFunc(out.Models, func(a, b json.RawMessage) int { return cmp.Compare(entryName(a), entryName(b)) })
-	writeJSON(w, http.StatusOK, out)
-	h.count(route, "ok")
 }
 
 // renamed is an Ollama server's entry listed under name (an alias route's
@@ -156,19 +164,21 @@ type showAnswer struct {
 	ModifiedAt   time.Time      `json:"modified_at"`
 }
 
-// show answers /api/show for a model that no Ollama server serves: 404 for
-// a model nobody offers, 503 for one known but unavailable, as a run would.
-func (x *exchange) show() *apiError {
-	if err := x.h.runner.Available(x.P, x.Model); err != nil {
-		return fromFailure(gateway.StartFailure(err, nil, x.Model))
+// show answers /api/show for a model that no Ollama server serves: 404
+// for a model nobody offers, 503 for one known but unavailable, as a run
+// would.
+func (h *handler) show(t *frontend.Turn) frontend.Answer {
+	return func(resp *frontend.Response) *frontend.Failure {
+		if f := t.Unavailable(); f != nil {
+			return f
+		}
+		caps := []string{"completion", "tools"}
+		if slices.ContainsFunc(t.Candidates(), func(c sched.Candidate) bool { return slices.Contains(c.Capabilities, dispatch.CapEmbed) }) {
+			caps = append(caps, "embedding")
+		}
+		if !shape.WriteJSON(resp, http.StatusOK, showAnswer{ModelInfo: map[string]any{}, Capabilities: caps, ModifiedAt: h.started}) {
+			return frontend.FailClientGone
+		}
+		return nil
 	}
-	caps := []string{"completion", "tools"}
-	if off, ok := x.h.runner.Offered(x.P, x.Model); ok && slices.ContainsFunc(off.Candidates, func(c sched.Candidate) bool {
-		return slices.Contains(c.Capabilities, gateway.CapEmbed)
-	}) {
-		caps = append(caps, "embedding")
-	}
-	x.BeforeWrite()
-	writeJSON(x.W, http.StatusOK, showAnswer{ModelInfo: map[string]any{}, Capabilities: caps, ModifiedAt: x.h.started})
-	return nil
 }

@@ -8,12 +8,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/internal/edge/sched"
 )
 
-func reply(node, body string) gateway.MetadataReply {
-	return gateway.MetadataReply{NodeID: node, Provider: "ollama", Status: 200, Body: []byte(body)}
+func reply(node, body string) dispatch.MetadataReply {
+	return dispatch.MetadataReply{NodeID: node, Provider: "ollama", Status: 200, Body: []byte(body)}
 }
 
 // TestTagsListTheInventory (P1, issue 11): /api/tags lists exactly the
@@ -24,14 +26,14 @@ func reply(node, body string) gateway.MetadataReply {
 // lists but no route or candidate offers. A Node that fails the fan-out
 // costs its details, not its models.
 func TestTagsListTheInventory(t *testing.T) {
-	f := &fakeRunner{
-		inventory: []gateway.Offering{
-			offering("llama3.2:latest", "ollama"),
-			offering("qwen3:8b", "openai"),
+	f := &ft.Dispatcher{
+		Offerings: []dispatch.Offering{
+			ft.Offer("llama3.2:latest", "ollama"),
+			ft.Offer("qwen3:8b", "openai"),
 			{ID: "fast", Candidates: []sched.Candidate{{NodeID: "n1", Provider: "ollama", Adapter: "ollama", Target: "llama3.2:latest"}}},
-			offering("gemma3:1b", "ollama"),
+			ft.Offer("gemma3:1b", "ollama"),
 		},
-		replies: map[string][]gateway.MetadataReply{"/api/tags": {
+		Replies: map[string][]dispatch.MetadataReply{"/api/tags": {
 			reply("n1", `{"models":[{"name":"llama3.2:latest","size":2,"x_extra":true},{"name":"not-routed:latest","size":9}]}`),
 			{NodeID: "n2", Provider: "ollama", Err: errors.New("node lost")},
 		}},
@@ -76,15 +78,15 @@ func TestTagsListTheInventory(t *testing.T) {
 // server that has it loaded, and not at all when none has; a model of
 // another kind of server is loaded while it is served.
 func TestPSListsWhatRunsOfTheInventory(t *testing.T) {
-	f := &fakeRunner{
-		inventory: []gateway.Offering{
+	f := &ft.Dispatcher{
+		Offerings: []dispatch.Offering{
 			{ID: "qwen3:8b", Candidates: []sched.Candidate{
 				{NodeID: "n1", Provider: "ollama", Adapter: "ollama", Target: "qwen3:8b"},
 				{NodeID: "n2", Provider: "ollama", Adapter: "ollama", Target: "qwen3:8b"}}},
-			offering("idle:latest", "ollama"),
-			offering("sim-small", "simulator"),
+			ft.Offer("idle:latest", "ollama"),
+			ft.Offer("sim-small", "simulator"),
 		},
-		replies: map[string][]gateway.MetadataReply{"/api/ps": {
+		Replies: map[string][]dispatch.MetadataReply{"/api/ps": {
 			reply("n1", `{"models":[{"name":"qwen3:8b","size_vram":1}]}`),
 			{NodeID: "n2", Provider: "ollama", Status: 200, Body: []byte(`{"models":[{"name":"qwen3:8b","size_vram":2},{"name":"secret"}]}`)},
 		}},
@@ -101,7 +103,7 @@ func TestPSListsWhatRunsOfTheInventory(t *testing.T) {
 // fan-out says.
 func TestListingsWithoutNodes(t *testing.T) {
 	for _, path := range []string{"/api/tags", "/api/ps"} {
-		e := newEnv(t, &fakeRunner{inventory: []gateway.Offering{}, replies: map[string][]gateway.MetadataReply{path: {
+		e := newEnv(t, &ft.Dispatcher{Offerings: []dispatch.Offering{}, Replies: map[string][]dispatch.MetadataReply{path: {
 			reply("n1", `{"models":[{"name":"stale:latest"}]}`)}}})
 		if w := e.do(req(http.MethodGet, path, "")); w.Code != 200 || w.Body.String() != `{"models":[]}` {
 			t.Errorf("%s without an inventory: %d %s", path, w.Code, w.Body)
@@ -114,19 +116,19 @@ func TestListingsWithoutNodes(t *testing.T) {
 func TestVersionIsOneNodesOllama(t *testing.T) {
 	tests := []struct {
 		name    string
-		replies []gateway.MetadataReply
+		replies []dispatch.MetadataReply
 		status  int
 		body    string
 	}{
-		{"first success", []gateway.MetadataReply{{NodeID: "n1", Err: errors.New("lost")}, reply("n2", `{"version":"0.17.4"}`),
+		{"first success", []dispatch.MetadataReply{{NodeID: "n1", Err: errors.New("lost")}, reply("n2", `{"version":"0.17.4"}`),
 			reply("n3", `{"version":"0.1.0"}`)}, 200, `{"version":"0.17.4"}`},
 		{"none connected", nil, 503, `{"error":"no Ollama provider is connected"}`},
-		{"all failing", []gateway.MetadataReply{{NodeID: "n1", Provider: "ollama", Err: errors.New("lost")}}, 502,
+		{"all failing", []dispatch.MetadataReply{{NodeID: "n1", Provider: "ollama", Err: errors.New("lost")}}, 502,
 			`{"error":"no Node answered /api/version: node n1 provider ollama: lost"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &fakeRunner{replies: map[string][]gateway.MetadataReply{"/api/version": tt.replies}}
+			f := &ft.Dispatcher{Replies: map[string][]dispatch.MetadataReply{"/api/version": tt.replies}}
 			w := newEnv(t, f).do(req(http.MethodGet, "/api/version", ""))
 			if w.Code != tt.status || w.Body.String() != tt.body {
 				t.Errorf("status %d: %s", w.Code, w.Body)
@@ -137,11 +139,11 @@ func TestVersionIsOneNodesOllama(t *testing.T) {
 
 // TestListingsNeedAKey: the merged endpoints authenticate like the others.
 func TestListingsNeedAKey(t *testing.T) {
-	e := newEnv(t, &fakeRunner{})
+	e := newEnv(t, &ft.Dispatcher{})
 	for _, path := range []string{"/api/tags", "/api/ps", "/api/version"} {
 		r := req(http.MethodGet, path, "")
 		r.Header.Set("Authorization", "Bearer wrong")
-		if w := e.do(r); w.Code != 401 || errorOf(t, w.Body.String()) != "invalid API key" {
+		if w := e.do(r); w.Code != 401 || errorTextOf(t, w.Body.String()) != "invalid API key" {
 			t.Errorf("%s: %d %s", path, w.Code, w.Body)
 		}
 	}

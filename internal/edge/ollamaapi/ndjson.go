@@ -2,13 +2,12 @@ package ollamaapi
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -51,10 +50,11 @@ type (
 // ndjson writes a normalized run as Ollama's answer: a line per delta and
 // the final done line (streamed), or one object at the end.
 type ndjson struct {
-	x        *exchange
+	resp     *frontend.Response
+	model    string
+	arrived  time.Time
 	stream   bool
 	generate bool // /api/generate's shape (response), else /api/chat's (message)
-	started  bool // the response is committed
 	usage    *wirepb.Usage
 	buf      []byte
 
@@ -63,6 +63,13 @@ type ndjson struct {
 	// by index from their fragments and sent before the done line.
 	content, thinking strings.Builder
 	calls             []gatheredCall
+}
+
+func newNDJSON(t *frontend.Turn, stream, generate bool) *ndjson {
+	if stream {
+		t.Response().Stream("application/x-ndjson", nil)
+	}
+	return &ndjson{resp: t.Response(), model: t.Plan.Model, arrived: t.Exchange().Arrived(), stream: stream, generate: generate}
 }
 
 type gatheredCall struct {
@@ -81,18 +88,18 @@ func (o *ndjson) delta(content, thinking string) bool {
 	if !o.stream {
 		o.content.WriteString(content)
 		o.thinking.WriteString(thinking)
-		o.x.Wrote()
+		o.resp.Progress()
 		return true
 	}
 	if o.generate {
-		return o.line(&generateLine{Model: o.x.Model, CreatedAt: time.Now().UTC(), Response: content, Thinking: thinking})
+		return o.line(&generateLine{Model: o.model, CreatedAt: time.Now().UTC(), Response: content, Thinking: thinking})
 	}
-	return o.line(&chatLine{Model: o.x.Model, CreatedAt: time.Now().UTC(),
+	return o.line(&chatLine{Model: o.model, CreatedAt: time.Now().UTC(),
 		Message: lineMessage{Role: "assistant", Content: content, Thinking: thinking}})
 }
 
 // Text, Reasoning, ToolCall, Usage and Complete write the run as a
-// gateway.RunWriter.
+// frontend.RunWriter.
 func (o *ndjson) Text(s string) bool      { return o.delta(s, "") }
 func (o *ndjson) Reasoning(s string) bool { return o.delta("", s) }
 func (o *ndjson) ToolCall(tc *wirepb.ToolCall) bool {
@@ -101,8 +108,12 @@ func (o *ndjson) ToolCall(tc *wirepb.ToolCall) bool {
 }
 func (o *ndjson) Usage(u *wirepb.Usage)           { o.usage = u }
 func (o *ndjson) Complete(doneReason string) bool { return o.done(doneReason, o.usage) }
+func (o *ndjson) Started(string)                  {}
 
-var _ gateway.RunWriter = (*ndjson)(nil)
+// Fail ends a started stream with an error line: never a silent end.
+func (o *ndjson) Fail(f *frontend.Failure) { o.resp.End(errorLine(f)) }
+
+var _ frontend.RunWriter = (*ndjson)(nil)
 
 // toolCall gathers a fragment of a tool call.
 func (o *ndjson) toolCall(tc *wirepb.ToolCall) {
@@ -122,7 +133,7 @@ func (o *ndjson) toolCall(tc *wirepb.ToolCall) {
 		c.name = tc.GetName()
 	}
 	c.args = append(c.args, tc.GetArgumentsJson()...)
-	o.x.Wrote()
+	o.resp.Progress()
 }
 
 // gathered returns the tool calls in Ollama's shape. Arguments that are
@@ -154,24 +165,24 @@ func (o *ndjson) done(reason string, u *wirepb.Usage) bool {
 		PromptEvalCount: u.GetPromptTokens(), PromptEvalDuration: u.GetPromptEvalDurationNs(),
 		EvalCount: u.GetCompletionTokens(), EvalDuration: u.GetEvalDurationNs()}
 	if end.TotalDuration == 0 && reason != "load" {
-		end.TotalDuration = int64(time.Since(o.x.Arrived))
+		end.TotalDuration = int64(time.Since(o.arrived))
 	}
 	now := time.Now().UTC()
 	calls := o.gathered()
 	if o.generate {
-		l := &generateLine{Model: o.x.Model, CreatedAt: now, lineEnd: end}
+		l := &generateLine{Model: o.model, CreatedAt: now, lineEnd: end}
 		if !o.stream {
 			l.Response, l.Thinking = o.content.String(), o.thinking.String()
 		}
 		return o.line(l)
 	}
 	if o.stream && len(calls) > 0 {
-		if !o.line(&chatLine{Model: o.x.Model, CreatedAt: now, Message: lineMessage{Role: "assistant", ToolCalls: calls}}) {
+		if !o.line(&chatLine{Model: o.model, CreatedAt: now, Message: lineMessage{Role: "assistant", ToolCalls: calls}}) {
 			return false
 		}
 		calls = nil
 	}
-	l := &chatLine{Model: o.x.Model, CreatedAt: now, Message: lineMessage{Role: "assistant", ToolCalls: calls}, lineEnd: end}
+	l := &chatLine{Model: o.model, CreatedAt: now, Message: lineMessage{Role: "assistant", ToolCalls: calls}, lineEnd: end}
 	if !o.stream {
 		l.Message.Content, l.Message.Thinking = o.content.String(), o.thinking.String()
 	}
@@ -186,30 +197,8 @@ func (o *ndjson) line(v any) bool {
 		panic("ollamaapi: marshal a line: " + err.Error())
 	}
 	o.buf = append(append(o.buf[:0], b...), '\n')
-	o.x.BeforeWrite()
-	if !o.started {
-		o.started = true
-		ct := "application/x-ndjson"
-		if !o.stream {
-			ct = "application/json; charset=utf-8"
-		}
-		o.x.W.Header().Set("Content-Type", ct)
-		o.x.W.WriteHeader(http.StatusOK)
-		o.x.FirstByte()
+	if !o.stream {
+		return o.resp.Whole(http.StatusOK, shape.ContentType, o.buf)
 	}
-	if _, err := o.x.W.Write(o.buf); err != nil {
-		return false
-	}
-	if err := o.x.Flush(http.NewResponseController(o.x.W)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return false
-	}
-	o.x.Wrote()
-	return true
-}
-
-// fail ends a started stream with an error line: never a silent end.
-func (o *ndjson) fail(e *apiError) {
-	o.x.BeforeWrite()
-	_, _ = o.x.W.Write(e.line())
-	_ = http.NewResponseController(o.x.W).Flush()
+	return o.resp.Event(o.buf)
 }

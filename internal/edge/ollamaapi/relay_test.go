@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/frontend"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -19,8 +21,8 @@ import (
 // client has read the first, so a relay that buffered would hang here.
 func TestStreamReachesClientLineByLine(t *testing.T) {
 	gate := make(chan struct{})
-	f := &fakeRunner{pieces: []piece{line(`{"message":{"content":"Hel"},"done":false}`),
-		gated(gate, line(`{"message":{"content":"lo"},"done":false}`)), line(`{"done":true,"done_reason":"stop"}`)}}
+	f := &ft.Dispatcher{Pieces: []ft.Step{ft.Line(`{"message":{"content":"Hel"},"done":false}`),
+		ft.Gated(gate, ft.Line(`{"message":{"content":"lo"},"done":false}`)), ft.Line(`{"done":true,"done_reason":"stop"}`)}}
 	e := newEnv(t, f)
 	srv := httptest.NewServer(e.handler)
 	defer srv.Close()
@@ -65,7 +67,7 @@ func TestStreamReachesClientLineByLine(t *testing.T) {
 // the gateway sets the length of the body it sends (which an alias route
 // rewrites).
 func TestRequestGoesToProviderWithoutClientKey(t *testing.T) {
-	f := &fakeRunner{pieces: []piece{line(`{}`)}}
+	f := &ft.Dispatcher{Pieces: []ft.Step{ft.Line(`{}`)}}
 	e := newEnv(t, f)
 	r := req(http.MethodPost, "/api/generate?x=1&y=%20", `{"model":"llama3.2","prompt":"hi"}`)
 	r.Header.Set("X-Api-Key", testKey)
@@ -79,15 +81,15 @@ func TestRequestGoesToProviderWithoutClientKey(t *testing.T) {
 	if w := e.do(r); w.Code != 200 {
 		t.Fatalf("status %d: %s", w.Code, w.Body)
 	}
-	s := f.start(t)
-	if s.model != "llama3.2" || string(s.body) != `{"model":"llama3.2","prompt":"hi"}` {
-		t.Errorf("model %q, body %q", s.model, s.body)
+	s := f.Start(t)
+	if s.Model != "llama3.2" || string(s.Body) != `{"model":"llama3.2","prompt":"hi"}` {
+		t.Errorf("model %q, body %q", s.Model, s.Body)
 	}
-	if s.req.GetMethod() != "POST" || s.req.GetPath() != "/api/generate?x=1&y=%20" {
-		t.Errorf("method %q path %q", s.req.GetMethod(), s.req.GetPath())
+	if s.Req.GetMethod() != "POST" || s.Req.GetPath() != "/api/generate?x=1&y=%20" {
+		t.Errorf("method %q path %q", s.Req.GetMethod(), s.Req.GetPath())
 	}
 	got := map[string]string{}
-	for _, h := range s.req.GetHeaders() {
+	for _, h := range s.Req.GetHeaders() {
 		if _, dup := got[h.GetName()]; dup {
 			t.Errorf("header %s twice", h.GetName())
 		}
@@ -107,16 +109,16 @@ func TestRequestGoesToProviderWithoutClientKey(t *testing.T) {
 // TestShowIsRoutedByNameToo: /api/show takes Ollama's deprecated "name"
 // when there is no "model"; the other endpoints do not.
 func TestShowIsRoutedByNameToo(t *testing.T) {
-	f := &fakeRunner{pieces: []piece{{data: `{"modelfile":""}`}}}
+	f := &ft.Dispatcher{Pieces: []ft.Step{{Data: `{"modelfile":""}`}}}
 	e := newEnv(t, f)
 	if w := e.do(req(http.MethodPost, "/api/show", `{"name":"qwen3:8b"}`)); w.Code != 200 || w.Body.String() != `{"modelfile":""}` {
 		t.Fatalf("status %d: %s", w.Code, w.Body)
 	}
-	if m := f.start(t).model; m != "qwen3:8b" {
+	if m := f.Start(t).Model; m != "qwen3:8b" {
 		t.Errorf("model %q", m)
 	}
 	w := e.do(req(http.MethodPost, "/api/chat", `{"name":"qwen3:8b"}`))
-	if w.Code != 400 || errorOf(t, w.Body.String()) != "model is required" {
+	if w.Code != 400 || errorTextOf(t, w.Body.String()) != "model is required" {
 		t.Errorf("chat by name: %d %s", w.Code, w.Body)
 	}
 }
@@ -125,11 +127,11 @@ func TestShowIsRoutedByNameToo(t *testing.T) {
 // headers pass, minus hop-by-hop headers and Content-Length (the body is
 // relayed as it comes, and an error line may follow it).
 func TestResponseHeadIsRelayedWithoutHopByHop(t *testing.T) {
-	f := &fakeRunner{head: &wirepb.TunnelResponseHead{Status: 404, Headers: []*wirepb.Header{
+	f := &ft.Dispatcher{Head: &wirepb.TunnelResponseHead{Status: 404, Headers: []*wirepb.Header{
 		{Name: "content-type", Value: "application/json; charset=utf-8"}, {Name: "Content-Length", Value: "53"},
 		{Name: "Connection", Value: "X-Hop"}, {Name: "X-Hop", Value: "1"}, {Name: "Transfer-Encoding", Value: "chunked"},
 		{Name: "X-Provider", Value: "a"}, {Name: "X-Provider", Value: "b"},
-	}}, pieces: []piece{{data: `{"error":"model \"x\" not found, try pulling it first"}`}}}
+	}}, Pieces: []ft.Step{{Data: `{"error":"model \"x\" not found, try pulling it first"}`}}}
 	e := newEnv(t, f)
 	w := e.do(req(http.MethodPost, "/api/chat", `{"model":"x"}`))
 	if w.Code != 404 || w.Body.String() != `{"error":"model \"x\" not found, try pulling it first"}` {
@@ -152,7 +154,7 @@ func TestResponseHeadIsRelayedWithoutHopByHop(t *testing.T) {
 // TestCompletedWithoutBodyRelaysHead: a head and a completed terminal with
 // no body is the provider's empty answer, relayed.
 func TestCompletedWithoutBodyRelaysHead(t *testing.T) {
-	e := newEnv(t, &fakeRunner{head: &wirepb.TunnelResponseHead{Status: 200}})
+	e := newEnv(t, &ft.Dispatcher{Head: &wirepb.TunnelResponseHead{Status: 200}})
 	if w := e.do(req(http.MethodPost, "/api/chat", chatBody)); w.Code != 200 || w.Body.Len() != 0 {
 		t.Fatalf("status %d: %q", w.Code, w.Body)
 	}
@@ -173,31 +175,31 @@ func TestErrorLineAfterOutput(t *testing.T) {
 		want    string
 		outcome string
 	}{
-		{"failed", ended(failed, upstream, "ollama crashed"), false, "the provider failed: ollama crashed", "upstream"},
-		{"failed mid-line", ended(failed, upstream, "ollama crashed"), true, "the provider failed: ollama crashed", "upstream"},
-		{"disconnected", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED, wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "node lost"), false,
+		{"failed", ft.TunnelEnd(failed, upstream, "ollama crashed"), false, "the provider failed: ollama crashed", "upstream"},
+		{"failed mid-line", ft.TunnelEnd(failed, upstream, "ollama crashed"), true, "the provider failed: ollama crashed", "upstream"},
+		{"disconnected", ft.TunnelEnd(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED, wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "node lost"), false,
 			"the Node running the request was lost: node lost", "node_disconnected"},
-		{"stalled", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED, 0, ""), false,
-			stallText, "response_stalled"},
-		{"deadline", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DEADLINE_EXCEEDED, 0, ""), false,
+		{"stalled", ft.TunnelEnd(wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED, 0, ""), false,
+			ft.StallText, "response_stalled"},
+		{"deadline", ft.TunnelEnd(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DEADLINE_EXCEEDED, 0, ""), false,
 			"the request did not finish within its deadline", "deadline_exceeded"},
-		{"cancelled by the node", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED, 0, "shutting down"), false,
+		{"cancelled by the node", ft.TunnelEnd(wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED, 0, "shutting down"), false,
 			"the request was cancelled: shutting down", "cancelled"},
-		{"protocol", ended(failed, wirepb.FailureKind_FAILURE_KIND_PROTOCOL, "frame after the terminal"), false,
+		{"protocol", ft.TunnelEnd(failed, wirepb.FailureKind_FAILURE_KIND_PROTOCOL, "frame after the terminal"), false,
 			"the provider failed: frame after the terminal", "protocol"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			first := line(`{"message":{"content":"Hel"},"done":false}`)
+			first := ft.Line(`{"message":{"content":"Hel"},"done":false}`)
 			if tt.partial {
-				first.data = `{"message":{"con`
+				first.Data = `{"message":{"con`
 			}
-			e := newEnv(t, &fakeRunner{pieces: []piece{first}, end: tt.end})
+			e := newEnv(t, &ft.Dispatcher{Pieces: []ft.Step{first}, End: tt.end})
 			w := e.do(req(http.MethodPost, "/api/chat", chatBody))
 			if w.Code != 200 {
 				t.Fatalf("status %d", w.Code)
 			}
-			body, ok := strings.CutPrefix(w.Body.String(), first.data)
+			body, ok := strings.CutPrefix(w.Body.String(), first.Data)
 			if !ok {
 				t.Fatalf("body %q does not start with the output", w.Body)
 			}
@@ -211,7 +213,7 @@ func TestErrorLineAfterOutput(t *testing.T) {
 			if !ok || strings.Contains(last, "\n") {
 				t.Fatalf("not one line after the output: %q", body)
 			}
-			if got := errorOf(t, last); got != tt.want {
+			if got := errorTextOf(t, last); got != tt.want {
 				t.Errorf("error %q, want %q", got, tt.want)
 			}
 			if e.requests(t, routeChat, tt.outcome) != 1 {
@@ -231,33 +233,33 @@ func TestHTTPErrorBeforeOutput(t *testing.T) {
 		status int
 		msg    string
 	}{
-		{"model not found", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, wirepb.FailureKind_FAILURE_KIND_MODEL_NOT_FOUND, "no m1"),
+		{"model not found", ft.TunnelEnd(wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, wirepb.FailureKind_FAILURE_KIND_MODEL_NOT_FOUND, "no m1"),
 			404, "the provider does not have the model: no m1"},
-		{"rate limited", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, wirepb.FailureKind_FAILURE_KIND_RATE_LIMITED, ""),
+		{"rate limited", ft.TunnelEnd(wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, wirepb.FailureKind_FAILURE_KIND_RATE_LIMITED, ""),
 			429, "the provider is rate limited"},
-		{"upstream", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "boom"),
+		{"upstream", ft.TunnelEnd(wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "boom"),
 			502, "the provider failed: boom"},
-		{"unavailable", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "down"),
+		{"unavailable", ft.TunnelEnd(wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "down"),
 			503, "the provider is unavailable: down"},
-		{"stalled in prefill", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED, 0, ""),
-			504, stallText},
-		{"deadline", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DEADLINE_EXCEEDED, 0, ""),
+		{"stalled in prefill", ft.TunnelEnd(wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED, 0, ""),
+			504, ft.StallText},
+		{"deadline", ft.TunnelEnd(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DEADLINE_EXCEEDED, 0, ""),
 			504, "the request did not finish within its deadline"},
-		{"disconnected", ended(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED, 0, ""),
+		{"disconnected", ft.TunnelEnd(wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED, 0, ""),
 			502, "the Node running the request was lost"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, &fakeRunner{end: tt.end})
+			e := newEnv(t, &ft.Dispatcher{End: tt.end})
 			w := e.do(req(http.MethodPost, "/api/generate", `{"model":"m1","prompt":"hi"}`))
 			if w.Code != tt.status || w.Header().Get("Content-Type") != "application/json; charset=utf-8" {
 				t.Fatalf("status %d, content type %q, want %d", w.Code, w.Header().Get("Content-Type"), tt.status)
 			}
-			if got := errorOf(t, w.Body.String()); got != tt.msg {
+			if got := errorTextOf(t, w.Body.String()); got != tt.msg {
 				t.Errorf("error %q, want %q", got, tt.msg)
 			}
-			if tt.status == http.StatusGatewayTimeout && tt.msg == stallText && w.Header().Get(gateway.LivenessHeader) != "request_stalled" {
-				t.Errorf("%s = %q, want request_stalled", gateway.LivenessHeader, w.Header().Get(gateway.LivenessHeader))
+			if tt.status == http.StatusGatewayTimeout && tt.msg == ft.StallText && w.Header().Get(frontend.LivenessHeader) != "request_stalled" {
+				t.Errorf("%s = %q, want request_stalled", frontend.LivenessHeader, w.Header().Get(frontend.LivenessHeader))
 			}
 			if e.ttftCount(t, routeGenerate) != 0 {
 				t.Error("a time to first token was observed without output")
@@ -269,9 +271,9 @@ func TestHTTPErrorBeforeOutput(t *testing.T) {
 // TestInvalidProviderStatusIsAnError: a head whose status cannot be
 // relayed is a 502, not a panic in WriteHeader.
 func TestInvalidProviderStatusIsAnError(t *testing.T) {
-	e := newEnv(t, &fakeRunner{head: &wirepb.TunnelResponseHead{Status: 42}, pieces: []piece{line("{}")}})
+	e := newEnv(t, &ft.Dispatcher{Head: &wirepb.TunnelResponseHead{Status: 42}, Pieces: []ft.Step{ft.Line("{}")}})
 	w := e.do(req(http.MethodPost, "/api/chat", chatBody))
-	if w.Code != 502 || !strings.Contains(errorOf(t, w.Body.String()), "invalid status 42") {
+	if w.Code != 502 || !strings.Contains(errorTextOf(t, w.Body.String()), "invalid status 42") {
 		t.Fatalf("status %d: %s", w.Code, w.Body)
 	}
 }
@@ -289,26 +291,26 @@ func TestRequestsRefusedBeforeTheTunnel(t *testing.T) {
 		{"no model", req(http.MethodPost, "/api/chat", `{"messages":[]}`), 400, "model is required"},
 		{"empty body", req(http.MethodPost, "/api/embed", ``), 400, "missing request body"},
 		{"not JSON", req(http.MethodPost, "/api/embed", `{"model":`), 400, "unexpected end of JSON input"},
-		{"too large", req(http.MethodPost, "/api/generate", big), 413, "request body too large: the limit is 33554432 bytes"},
+		{"too large", req(http.MethodPost, "/api/generate", big), 413, "the request body is larger than 33554432 bytes"},
 		{"no key", httptest.NewRequest(http.MethodPost, "/api/chat", strings.NewReader(chatBody)), 401,
 			`missing API key: send it as "Authorization: Bearer KEY" or "x-api-key: KEY"`},
 		{"forbidden model", req(http.MethodPost, "/api/chat", `{"model":"secret"}`), 404, `model 'secret' not found`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &fakeRunner{forbidden: []string{"secret"}}
+			f := &ft.Dispatcher{Forbidden: []string{"secret"}}
 			e := newEnv(t, f)
 			w := e.do(tt.r)
 			if w.Code != tt.status {
 				t.Fatalf("status %d, want %d: %s", w.Code, tt.status, w.Body)
 			}
-			if got := errorOf(t, w.Body.String()); got != tt.msg {
+			if got := errorTextOf(t, w.Body.String()); got != tt.msg {
 				t.Errorf("error %q, want %q", got, tt.msg)
 			}
-			if tt.status == http.StatusGatewayTimeout && tt.msg == stallText && w.Header().Get(gateway.LivenessHeader) != "request_stalled" {
-				t.Errorf("%s = %q, want request_stalled", gateway.LivenessHeader, w.Header().Get(gateway.LivenessHeader))
+			if tt.status == http.StatusGatewayTimeout && tt.msg == ft.StallText && w.Header().Get(frontend.LivenessHeader) != "request_stalled" {
+				t.Errorf("%s = %q, want request_stalled", frontend.LivenessHeader, w.Header().Get(frontend.LivenessHeader))
 			}
-			if len(f.starts) != 0 {
+			if len(f.Starts()) != 0 {
 				t.Error("a tunnel was started")
 			}
 		})
@@ -319,13 +321,13 @@ func TestRequestsRefusedBeforeTheTunnel(t *testing.T) {
 // 405, both {"error": ...}; GET and HEAD / say Ollama is running, without
 // a key, since the ollama CLI probes it first.
 func TestRoutingAnswersInOllamaShape(t *testing.T) {
-	e := newEnv(t, &fakeRunner{})
+	e := newEnv(t, &ft.Dispatcher{})
 	w := e.do(req(http.MethodPost, "/api/pull", `{"model":"m1"}`))
-	if w.Code != 404 || errorOf(t, w.Body.String()) != "unknown endpoint: POST /api/pull" {
+	if w.Code != 404 || errorTextOf(t, w.Body.String()) != "unknown request URL: POST /api/pull" {
 		t.Errorf("unknown: %d %s", w.Code, w.Body)
 	}
 	w = e.do(req(http.MethodGet, "/api/chat", ""))
-	if w.Code != 405 || w.Header().Get("Allow") != "POST" || !strings.Contains(errorOf(t, w.Body.String()), "use POST") {
+	if w.Code != 405 || w.Header().Get("Allow") != "POST" || !strings.Contains(errorTextOf(t, w.Body.String()), "use POST") {
 		t.Errorf("wrong method: %d %v %s", w.Code, w.Header(), w.Body)
 	}
 	w = e.do(req(http.MethodPost, "/api/tags", ""))
@@ -346,7 +348,7 @@ func TestRoutingAnswersInOllamaShape(t *testing.T) {
 // TestEveryReadIsFlushed: each body read of the tunnel is flushed to the
 // client at once, not left in the server's write buffer.
 func TestEveryReadIsFlushed(t *testing.T) {
-	e := newEnv(t, &fakeRunner{pieces: []piece{line("a"), line("b"), line(`{"done":true}`)}})
+	e := newEnv(t, &ft.Dispatcher{Pieces: []ft.Step{ft.Line("a"), ft.Line("b"), ft.Line(`{"done":true}`)}})
 	w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
 	e.handler.ServeHTTP(w, req(http.MethodPost, "/api/chat", chatBody))
 	if w.flushes != 3 || w.Body.String() != "a\nb\n{\"done\":true}\n" {
@@ -366,23 +368,23 @@ func (f *flushCounter) Flush() { f.flushes++; f.ResponseRecorder.Flush() }
 // completed; the request is counted by its model and principal. An answer
 // cut short has no final line and counts no tokens.
 func TestTunnelCountsTheFinalLinesTokens(t *testing.T) {
-	f := &fakeRunner{pieces: []piece{line(`{"message":{"content":"Hi"},"done":false}`),
-		line(`{"done":true,"done_reason":"stop","prompt_eval_count":11,"eval_count":2}`)}}
+	f := &ft.Dispatcher{Pieces: []ft.Step{ft.Line(`{"message":{"content":"Hi"},"done":false}`),
+		ft.Line(`{"done":true,"done_reason":"stop","prompt_eval_count":11,"eval_count":2}`)}}
 	e := newEnv(t, f)
 	if w := e.do(req(http.MethodPost, "/api/chat", chatBody)); w.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", w.Code, w.Body)
 	}
-	if got := f.tunnel(t).counted(); len(got) != 1 || got[0] != [2]int64{11, 2} {
+	if got := f.Tunnel(t).Counted(); len(got) != 1 || got[0] != [2]int64{11, 2} {
 		t.Errorf("CountUsage calls %v, want one with 11 prompt and 2 completion tokens", got)
 	}
 	if got := metricstest.Sum(t, e.metrics.Requests, "route", routeChat, "model", "m1", "principal", "tester", "outcome", "ok"); got != 1 {
 		t.Errorf("requests by route, model, principal and outcome: %v, want 1", got)
 	}
 
-	cut := &fakeRunner{pieces: []piece{line(`{"message":{"content":"Hi"},"done":false}`)}}
+	cut := &ft.Dispatcher{Pieces: []ft.Step{ft.Line(`{"message":{"content":"Hi"},"done":false}`)}}
 	e = newEnv(t, cut)
 	e.do(req(http.MethodPost, "/api/chat", chatBody))
-	if got := cut.tunnel(t).counted(); len(got) != 0 {
+	if got := cut.Tunnel(t).Counted(); len(got) != 0 {
 		t.Errorf("an answer without its final line counted tokens: %v", got)
 	}
 }

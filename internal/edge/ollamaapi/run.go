@@ -1,21 +1,14 @@
 package ollamaapi
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
-	"time"
 
-	"google.golang.org/protobuf/proto"
-
-	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/internal/edge/gateway"
-	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -37,9 +30,6 @@ const (
 	maxToolCalls = 1_000
 	maxImages    = 100
 	maxOptions   = 100
-	// runHeadroom is what the gateway adds to the run request (ids,
-	// provider, target, lease) after it is sized here.
-	runHeadroom = 16 << 10
 )
 
 type (
@@ -124,14 +114,14 @@ type parsedRun struct {
 }
 
 // parseRun decodes a chat or generate body for a normalized run.
-func parseRun(route string, body []byte) (*parsedRun, *apiError) {
+func parseRun(route string, body []byte) (*parsedRun, *frontend.Failure) {
 	var (
 		pr              = &parsedRun{run: &wirepb.RunRequest{Options: &wirepb.RunOptions{}}}
 		stream          *bool
 		format, options json.RawMessage
 		think           json.RawMessage
 	)
-	decodeErr := func(err error) *apiError {
+	decodeErr := func(err error) *frontend.Failure {
 		var le *frontdoor.ListTooLong
 		if errors.As(err, &le) {
 			return invalid("too many %s: at most %d are accepted", le.Param, le.Max)
@@ -174,8 +164,7 @@ func parseRun(route string, body []byte) (*parsedRun, *apiError) {
 			// (issue 12), which only a provider that completes runs (400
 			// unsupported otherwise). It has no system message or images.
 			if req.System != "" || len(req.Images) > 0 {
-				return nil, &apiError{status: http.StatusBadRequest, code: "unsupported",
-					message: "system and images are not supported with suffix or raw on this model"}
+				return nil, frontend.Unsupported("", "system and images are not supported with suffix or raw on this model")
 			}
 			pr.run.Completion = &wirepb.CompletionInput{Prompt: req.Prompt, Suffix: req.Suffix}
 		} else if e := req.toMessages(pr.run); e != nil {
@@ -186,16 +175,12 @@ func parseRun(route string, body []byte) (*parsedRun, *apiError) {
 	if e := runOptions(pr.run.Options, format, options, think); e != nil {
 		return nil, e
 	}
-	if n := proto.Size(pr.run); n > quicwire.MaxStreamFrameSize-runHeadroom {
-		return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: "request_too_large",
-			message: fmt.Sprintf("the request is %d bytes once converted for the Node; the limit is %d", n, quicwire.MaxStreamFrameSize-runHeadroom)}
-	}
 	return pr, nil
 }
 
 // toMessages makes a generate request's system prompt and prompt (with its
 // images) the run's messages.
-func (req *ollamaGenerate) toMessages(run *wirepb.RunRequest) *apiError {
+func (req *ollamaGenerate) toMessages(run *wirepb.RunRequest) *frontend.Failure {
 	if req.System != "" {
 		run.Messages = append(run.Messages, &wirepb.ChatMessage{Role: "system", Content: req.System})
 	}
@@ -212,7 +197,7 @@ func (req *ollamaGenerate) toMessages(run *wirepb.RunRequest) *apiError {
 }
 
 // toWire converts message i.
-func (m *ollamaMessage) toWire(i int) (*wirepb.ChatMessage, *apiError) {
+func (m *ollamaMessage) toWire(i int) (*wirepb.ChatMessage, *frontend.Failure) {
 	wm := &wirepb.ChatMessage{Role: m.Role, Content: m.Content, Reasoning: m.Thinking, Name: m.ToolName, ToolCallId: m.ToolCallID}
 	switch m.Role {
 	case "system", "user", "assistant", "tool":
@@ -240,7 +225,7 @@ func (m *ollamaMessage) toWire(i int) (*wirepb.ChatMessage, *apiError) {
 }
 
 // decodeImage decodes a base64 image, as Ollama sends them.
-func decodeImage(s, param string) ([]byte, *apiError) {
+func decodeImage(s, param string) ([]byte, *frontend.Failure) {
 	b, err := base64.StdEncoding.DecodeString(s)
 	if err != nil {
 		return nil, invalid("%s: not valid base64", param)
@@ -259,7 +244,7 @@ var passThroughOptions = map[string]string{
 }
 
 // runOptions fills o from Ollama's format, options and think.
-func runOptions(o *wirepb.RunOptions, format, options, think json.RawMessage) *apiError {
+func runOptions(o *wirepb.RunOptions, format, options, think json.RawMessage) *frontend.Failure {
 	switch f := strings.TrimSpace(string(format)); {
 	case f == "" || f == "null" || f == `""`:
 	case f == `"json"`:
@@ -288,7 +273,7 @@ func runOptions(o *wirepb.RunOptions, format, options, think json.RawMessage) *a
 	if err != nil {
 		return invalid("options: %v", err)
 	}
-	num := func(key string, into func(float64)) *apiError {
+	num := func(key string, into func(float64)) *frontend.Failure {
 		raw, ok := opts[key]
 		if !ok {
 			return nil
@@ -300,7 +285,7 @@ func runOptions(o *wirepb.RunOptions, format, options, think json.RawMessage) *a
 		into(v)
 		return nil
 	}
-	for _, e := range []*apiError{
+	for _, e := range []*frontend.Failure{
 		num("temperature", func(v float64) { o.Temperature = &v }),
 		num("top_p", func(v float64) { o.TopP = &v }),
 		num("num_predict", func(v float64) {
@@ -359,39 +344,26 @@ func boundedObject(data []byte, max int) (map[string]json.RawMessage, error) {
 	return out, nil
 }
 
-// serveRun runs a chat or generate request as a normalized run and writes
-// it in Ollama's NDJSON (or one object, not streamed). It returns how the
-// request ended: nil for success.
-func (x *exchange) serveRun(profile edgeconfig.Profile, body *frontdoor.Body) *apiError {
-	pr, e := parseRun(x.Route, body.Bytes)
-	body.Release()
-	if e != nil {
-		return e
+// runJob makes a chat or generate request a normalized run, written in
+// Ollama's NDJSON (or one object, not streamed). A call without messages
+// or prompt is Ollama's "load the model": nothing runs, and it is answered
+// once the model is one a request could be scheduled for now.
+func runJob(t *frontend.Turn, route string) (frontend.Job, *frontend.Failure) {
+	pr, f := parseRun(route, t.Body)
+	if f != nil {
+		return nil, f
 	}
-	x.out = &ndjson{x: x, stream: pr.stream, generate: x.Route == routeGenerate}
+	out := newNDJSON(t, pr.stream, route == routeGenerate)
 	if pr.load {
-		// Ollama's "load the model" call: nothing to run. The model must
-		// be one a request could be scheduled for now.
-		if err := x.h.runner.Available(x.P, x.Model); err != nil {
-			return fromFailure(gateway.StartFailure(err, nil, x.Model))
-		}
-		if !x.out.done("load", nil) {
-			return errGone
-		}
-		return nil
+		return frontend.Answer(func(*frontend.Response) *frontend.Failure {
+			if f := t.Unavailable(); f != nil {
+				return f
+			}
+			if !out.done("load", nil) {
+				return frontend.FailClientGone
+			}
+			return nil
+		}), nil
 	}
-	ctx := x.Begin(time.Duration(profile.IdleTimeout))
-	defer x.End()
-	run, err := x.h.runner.StartRun(ctx, x.P, x.Model, pr.run, x.Admitted)
-	if err != nil {
-		return fromFailure(gateway.StartFailure(err, context.Cause(ctx), x.Model))
-	}
-	x.run = run
-	defer run.Close()
-	x.Attach(run)
-	defer x.Active("run")()
-	if f := x.Relay(run, x.out); f != nil {
-		return fromFailure(f)
-	}
-	return nil
+	return &frontend.RunJob{Run: pr.run, Out: out}, nil
 }

@@ -6,32 +6,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/ollama/ollama/api"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
-// Events a run script is made of.
-func text(s string) runStep {
-	return runStep{ev: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA, Text: s}}
-}
-func thought(s string) runStep {
-	return runStep{ev: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_REASONING_DELTA, Text: s}}
-}
-func callFragment(i int32, name, args string) runStep {
-	return runStep{ev: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_TOOL_CALL_DELTA,
-		ToolCall: &wirepb.ToolCall{Index: i, Name: name, ArgumentsJson: []byte(args)}}}
-}
-func used(prompt, completion int64) runStep {
-	return runStep{ev: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_USAGE,
-		Usage: &wirepb.Usage{PromptTokens: prompt, CompletionTokens: completion, EvalDurationNs: 1e6}}}
-}
-func finished(reason string) runStep {
-	return runStep{ev: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED, DoneReason: reason}}
-}
-func failed(kind wirepb.FailureKind, msg string) runStep {
-	return runStep{ev: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: &wirepb.Failure{Kind: kind, Message: msg}}}
+// used is a usage event with the eval duration Ollama's final line
+// reports.
+func used(prompt, completion int64) ft.Step {
+	s := ft.Usage(prompt, completion)
+	s.Event.Usage.EvalDurationNs = 1e6
+	return s
 }
 
 // P2, issue 11: a model that no Ollama server serves (here an
@@ -41,9 +29,9 @@ func failed(kind wirepb.FailureKind, msg string) runStep {
 // then done:true with the reason and the counts. The request became a run
 // request with the messages, tools and options.
 func TestChatOnAModelNoOllamaServesIsANormalizedRun(t *testing.T) {
-	f := &fakeRunner{inventory: []gateway.Offering{offering("qwen3-8b", "openai")},
-		events: []runStep{thought("hmm"), text("Let me "), text("check."), callFragment(0, "get_weather", `{"city":`),
-			callFragment(0, "", `"Seoul"}`), used(12, 5), finished("tool_calls")}}
+	f := &ft.Dispatcher{Offerings: []dispatch.Offering{ft.Offer("qwen3-8b", "openai")},
+		Events: []ft.Step{ft.Reasoning("hmm"), ft.Text("Let me "), ft.Text("check."), ft.ToolCall(0, "", "get_weather", `{"city":`),
+			ft.ToolCall(0, "", "", `"Seoul"}`), used(12, 5), ft.Completed("tool_calls")}}
 	c, _ := officialClient(t, f)
 	var got []api.ChatResponse
 	err := c.Chat(t.Context(), &api.ChatRequest{Model: "qwen3-8b", Tools: api.Tools{weatherTool},
@@ -71,13 +59,13 @@ func TestChatOnAModelNoOllamaServesIsANormalizedRun(t *testing.T) {
 	if city, _ := calls[0].Function.Arguments.Get("city"); city != "Seoul" {
 		t.Errorf("tool call arguments %v", calls[0].Function.Arguments)
 	}
-	req := f.runReqs[0]
+	req := f.RunRequests()[0]
 	o := req.GetOptions()
 	if len(req.GetMessages()) != 2 || len(req.GetTools()) != 1 || o.GetTemperature() != 0.2 || o.GetMaxTokens() != 64 ||
 		!strings.Contains(string(o.GetExtraJson()), `"top_k":40`) || strings.Contains(string(o.GetExtraJson()), "num_ctx") {
 		t.Errorf("run request %v", req)
 	}
-	if len(f.tunnels) != 0 {
+	if len(f.Tunnels()) != 0 {
 		t.Error("a model no Ollama server serves was tunnelled")
 	}
 }
@@ -85,8 +73,8 @@ func TestChatOnAModelNoOllamaServesIsANormalizedRun(t *testing.T) {
 // Generate, streamed and not, on such a model; a "load" call (no prompt)
 // answers done_reason load without running anything.
 func TestGenerateOnAModelNoOllamaServes(t *testing.T) {
-	steps := []runStep{text("4"), used(3, 1), finished("stop")}
-	f := &fakeRunner{inventory: []gateway.Offering{offering("sim-small", "simulator")}, events: steps}
+	steps := []ft.Step{ft.Text("4"), used(3, 1), ft.Completed("stop")}
+	f := &ft.Dispatcher{Offerings: []dispatch.Offering{ft.Offer("sim-small", "simulator")}, Events: steps}
 	c, _ := officialClient(t, f)
 	var out strings.Builder
 	var last api.GenerateResponse
@@ -97,7 +85,7 @@ func TestGenerateOnAModelNoOllamaServes(t *testing.T) {
 	if out.String() != "4" || !last.Done || last.EvalCount != 1 {
 		t.Errorf("streamed: %q %+v", out.String(), last)
 	}
-	if msgs := f.runReqs[0].GetMessages(); len(msgs) != 2 || msgs[0].GetRole() != "system" || msgs[1].GetContent() != "2+2?" {
+	if msgs := f.RunRequests()[0].GetMessages(); len(msgs) != 2 || msgs[0].GetRole() != "system" || msgs[1].GetContent() != "2+2?" {
 		t.Errorf("messages %v", msgs)
 	}
 	no := false
@@ -114,8 +102,8 @@ func TestGenerateOnAModelNoOllamaServes(t *testing.T) {
 		func(r api.GenerateResponse) error { load = append(load, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if len(load) != 1 || load[0].DoneReason != "load" || len(f.runReqs) != 2 {
-		t.Errorf("load: %+v, runs %d", load, len(f.runReqs))
+	if len(load) != 1 || load[0].DoneReason != "load" || len(f.RunRequests()) != 2 {
+		t.Errorf("load: %+v, runs %d", load, len(f.RunRequests()))
 	}
 }
 
@@ -123,7 +111,7 @@ func TestGenerateOnAModelNoOllamaServes(t *testing.T) {
 // streamed or not, load call included; a known model nobody can serve now
 // is 503. /api/show of a model no Ollama server serves says what is known.
 func TestUnknownAndUnavailableModelsOnTheRunPath(t *testing.T) {
-	f := &fakeRunner{inventory: []gateway.Offering{offering("sim-small", "simulator")}, unknown: []string{"ghost"}}
+	f := &ft.Dispatcher{Offerings: []dispatch.Offering{ft.Offer("sim-small", "simulator")}, Unknown: []string{"ghost"}}
 	c, _ := officialClient(t, f)
 	for _, stream := range []bool{true, false} {
 		err := c.Chat(t.Context(), &api.ChatRequest{Model: "ghost", Stream: &stream, Messages: []api.Message{{Role: "user", Content: "hi"}}},
@@ -150,8 +138,8 @@ func TestUnknownAndUnavailableModelsOnTheRunPath(t *testing.T) {
 // A run that fails after output ends with an error line the client
 // reports: never a silent end. One that fails before is an HTTP error.
 func TestARunThatFailsEndsWithAnErrorLine(t *testing.T) {
-	f := &fakeRunner{inventory: []gateway.Offering{offering("m", "openai")},
-		events: []runStep{text("partial"), failed(wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "upstream reset")}}
+	f := &ft.Dispatcher{Offerings: []dispatch.Offering{ft.Offer("m", "openai")},
+		Events: []ft.Step{ft.Text("partial"), ft.Failed(wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "upstream reset")}}
 	c, _ := officialClient(t, f)
 	var out strings.Builder
 	err := c.Chat(t.Context(), &api.ChatRequest{Model: "m", Messages: []api.Message{{Role: "user", Content: "hi"}}},
@@ -159,7 +147,7 @@ func TestARunThatFailsEndsWithAnErrorLine(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "upstream reset") || out.String() != "partial" {
 		t.Errorf("after output: %v (content %q)", err, out.String())
 	}
-	f.events = []runStep{failed(wirepb.FailureKind_FAILURE_KIND_RATE_LIMITED, "slow down")}
+	f.Events = []ft.Step{ft.Failed(wirepb.FailureKind_FAILURE_KIND_RATE_LIMITED, "slow down")}
 	err = c.Chat(t.Context(), &api.ChatRequest{Model: "m", Messages: []api.Message{{Role: "user", Content: "hi"}}},
 		func(api.ChatResponse) error { return nil })
 	var se api.StatusError

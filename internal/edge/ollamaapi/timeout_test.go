@@ -9,6 +9,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/iop-dev/iop/internal/edge/frontend"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 )
 
 // The timer tests run in a synctest bubble, with the handler served
@@ -22,17 +25,17 @@ func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
 	const idle = 30 * time.Second
 	tests := []struct {
 		name    string
-		runner  *fakeRunner
+		runner  *ft.Dispatcher
 		started bool // output had started: the error is in-stream
 	}{
-		{"silent prefill", &fakeRunner{silent: true}, false},
-		{"silent after output", &fakeRunner{silent: true, pieces: []piece{line(`{"response":"a"}`)}}, true},
+		{"silent prefill", &ft.Dispatcher{Silent: true}, false},
+		{"silent after output", &ft.Dispatcher{Silent: true, Pieces: []ft.Step{ft.Line(`{"response":"a"}`)}}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := tt.runner
-				f.idle = idle
+				f.Idle = idle
 				e := newEnv(t, f)
 				start := time.Now()
 				w := e.do(req(http.MethodPost, "/api/generate", `{"model":"m1","prompt":"hi"}`))
@@ -51,11 +54,11 @@ func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
 				if w.Code != want {
 					t.Fatalf("status %d, want %d: %s", w.Code, want, w.Body)
 				}
-				if msg := errorOf(t, strings.TrimSuffix(body, "\n")); msg != errIdle.message {
+				if msg := errorTextOf(t, strings.TrimSuffix(body, "\n")); msg != frontend.FailIdle.Message {
 					t.Errorf("error %q", msg)
 				}
-				if !f.startBlocks && !f.tunnel(t).cancelledWith(ErrIdleTimeout) {
-					t.Error("the tunnel was not cancelled with ErrIdleTimeout")
+				if !f.StartBlocks && !f.Tunnel(t).CancelledWith(frontend.ErrIdleTimeout) {
+					t.Error("the tunnel was not cancelled with frontend.ErrIdleTimeout")
 				}
 				if e.cancellations(t, "idle_timeout") != 1 || e.requests(t, routeGenerate, "idle_timeout") != 1 {
 					t.Errorf("cancellations %v, requests %v", e.cancellations(t, "idle_timeout"), e.requests(t, routeGenerate, "idle_timeout"))
@@ -69,16 +72,16 @@ func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
 // timeout shorter than the wait, the request still gets 429 queue_timeout.
 func TestQueueTimeoutWinsOverAShorterIdleTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRunner{idle: 5 * time.Second, queueFor: 30 * time.Second}
+		f := &ft.Dispatcher{Idle: 5 * time.Second, QueueFor: 30 * time.Second}
 		e := newEnv(t, f)
 		start := time.Now()
 		w := e.do(req(http.MethodPost, "/api/chat", `{"model":"m1","messages":[]}`))
 		if d := time.Since(start); d != 30*time.Second {
 			t.Errorf("ended after %v, want the queue timeout (30s)", d)
 		}
-		if w.Code != http.StatusTooManyRequests || w.Header().Get(RefusalHeader) != "queue_timeout" || w.Header().Get("Retry-After") == "" {
+		if w.Code != http.StatusTooManyRequests || w.Header().Get(frontend.RefusalHeader) != "queue_timeout" || w.Header().Get("Retry-After") == "" {
 			t.Fatalf("status %d refusal %q Retry-After %q, want 429 queue_timeout: %s",
-				w.Code, w.Header().Get(RefusalHeader), w.Header().Get("Retry-After"), w.Body)
+				w.Code, w.Header().Get(frontend.RefusalHeader), w.Header().Get("Retry-After"), w.Body)
 		}
 		if e.cancellations(t, "idle_timeout") != 0 {
 			t.Error("the idle timer fired during the queue wait")
@@ -90,8 +93,8 @@ func TestQueueTimeoutWinsOverAShorterIdleTimeout(t *testing.T) {
 // not end a request however long it runs.
 func TestIdleTimerRestartsOnEveryByte(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newEnv(t, &fakeRunner{idle: 10 * time.Second, pieces: []piece{
-			after(8*time.Second, line("a")), after(8*time.Second, line("b")), after(8*time.Second, line(`{"done":true}`)),
+		e := newEnv(t, &ft.Dispatcher{Idle: 10 * time.Second, Pieces: []ft.Step{
+			ft.After(8*time.Second, ft.Line("a")), ft.After(8*time.Second, ft.Line("b")), ft.After(8*time.Second, ft.Line(`{"done":true}`)),
 		}})
 		w := e.do(req(http.MethodPost, "/api/chat", chatBody))
 		if w.Code != 200 || w.Body.String() != "a\nb\n{\"done\":true}\n" {
@@ -104,9 +107,9 @@ func TestIdleTimerRestartsOnEveryByte(t *testing.T) {
 // ends the tunnel's context, the client hears that, not a generic cancel,
 // before output as 504 and after it as the error line.
 func TestDeadlineReportsDeadlineExceeded(t *testing.T) {
-	for _, pieces := range [][]piece{nil, {line("a")}} {
+	for _, pieces := range [][]ft.Step{nil, {ft.Line("a")}} {
 		synctest.Test(t, func(t *testing.T) {
-			e := newEnv(t, &fakeRunner{silent: true, pieces: pieces, deadline: 20 * time.Second, idle: 30 * time.Second})
+			e := newEnv(t, &ft.Dispatcher{Silent: true, Pieces: pieces, Deadline: 20 * time.Second, Idle: 30 * time.Second})
 			w := e.do(req(http.MethodPost, "/api/chat", chatBody))
 			body := w.Body.String()
 			if pieces != nil {
@@ -114,7 +117,7 @@ func TestDeadlineReportsDeadlineExceeded(t *testing.T) {
 			} else if w.Code != 504 {
 				t.Fatalf("status %d", w.Code)
 			}
-			if msg := errorOf(t, body); msg != errDeadline.message {
+			if msg := errorTextOf(t, body); msg != frontend.FailDeadline.Message {
 				t.Errorf("error %q", msg)
 			}
 			if e.cancellations(t, "deadline") != 1 {
@@ -125,16 +128,16 @@ func TestDeadlineReportsDeadlineExceeded(t *testing.T) {
 }
 
 // TestClientGoneCancelsTunnel: a client that goes away cancels its tunnel
-// with ErrClientGone, whether it was waiting for a slot, in a prefill or
+// with frontend.ErrClientGone, whether it was waiting for a slot, in a prefill or
 // reading a stream.
 func TestClientGoneCancelsTunnel(t *testing.T) {
 	tests := []struct {
 		name   string
-		runner *fakeRunner
+		runner *ft.Dispatcher
 	}{
-		{"waiting in StartTunnel", &fakeRunner{startBlocks: true}},
-		{"silent prefill", &fakeRunner{silent: true}},
-		{"mid-stream", &fakeRunner{silent: true, pieces: []piece{line("a")}}},
+		{"waiting in StartTunnel", &ft.Dispatcher{StartBlocks: true}},
+		{"silent prefill", &ft.Dispatcher{Silent: true}},
+		{"mid-stream", &ft.Dispatcher{Silent: true, Pieces: []ft.Step{ft.Line("a")}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,8 +151,8 @@ func TestClientGoneCancelsTunnel(t *testing.T) {
 				if d := time.Since(start); d != 5*time.Second {
 					t.Errorf("handler returned after %v, want 5s", d)
 				}
-				if !f.startBlocks && !f.tunnel(t).cancelledWith(ErrClientGone) {
-					t.Error("the tunnel was not cancelled with ErrClientGone")
+				if !f.StartBlocks && !f.Tunnel(t).CancelledWith(frontend.ErrClientGone) {
+					t.Error("the tunnel was not cancelled with frontend.ErrClientGone")
 				}
 				if e.cancellations(t, "client_gone") != 1 || e.requests(t, routeChat, "cancelled") != 1 {
 					t.Errorf("cancellations %v, requests %v", e.cancellations(t, "client_gone"), e.requests(t, routeChat, "cancelled"))
@@ -163,7 +166,7 @@ func TestClientGoneCancelsTunnel(t *testing.T) {
 // the tunnel, and through it the provider's request, ends when the client
 // hangs up during a silence.
 func TestClientClosingConnectionCancelsTunnel(t *testing.T) {
-	f := &fakeRunner{silent: true, pieces: []piece{line("a")}}
+	f := &ft.Dispatcher{Silent: true, Pieces: []ft.Step{ft.Line("a")}}
 	e := newEnv(t, f)
 	srv := httptest.NewServer(e.handler)
 	defer srv.Close()
@@ -181,12 +184,12 @@ func TestClientClosingConnectionCancelsTunnel(t *testing.T) {
 	cancel() // the client goes away while the provider is silent
 	res.Body.Close()
 	select {
-	case <-f.tunnel(t).closed:
+	case <-f.Tunnel(t).Closed():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the tunnel was not ended after the client left")
 	}
-	if !f.tunnel(t).cancelledWith(ErrClientGone) {
-		t.Error("the tunnel was not cancelled with ErrClientGone")
+	if !f.Tunnel(t).CancelledWith(frontend.ErrClientGone) {
+		t.Error("the tunnel was not cancelled with frontend.ErrClientGone")
 	}
 	srv.Close() // waits for the handler to return
 	if e.cancellations(t, "client_gone") != 1 || e.activeTunnels(t) != 0 {

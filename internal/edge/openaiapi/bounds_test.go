@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	"github.com/iop-dev/iop/internal/edge/frontend"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 )
 
 // emptyMessages is a chat body of n empty message objects: 3 bytes of JSON
@@ -41,7 +43,7 @@ func TestABodyOverTheLimitIsRefusedBeforeItIsRead(t *testing.T) {
 	big := emptyMessages("m1", MaxRequestBytes/3+1000)
 	for _, known := range []bool{true, false} {
 		t.Run(fmt.Sprintf("content-length known %v", known), func(t *testing.T) {
-			e := newEnv(t, &fakeRunner{})
+			e := newEnv(t, &ft.Dispatcher{})
 			body := &countingReader{r: strings.NewReader(big)}
 			r := chatReq("")
 			r.Body = io.NopCloser(body)
@@ -59,7 +61,7 @@ func TestABodyOverTheLimitIsRefusedBeforeItIsRead(t *testing.T) {
 			if !known && body.n > MaxRequestBytes+64<<10 {
 				t.Errorf("%d bytes read; the limit is %d", body.n, MaxRequestBytes)
 			}
-			if len(e.runner.reqs) != 0 {
+			if len(e.runner.RunRequests()) != 0 {
 				t.Error("a too-large request reached the runner")
 			}
 		})
@@ -70,7 +72,7 @@ func TestABodyOverTheLimitIsRefusedBeforeItIsRead(t *testing.T) {
 // MaxMessages is refused at the first message past the bound, with a 400
 // naming messages; the decoder never builds the rest.
 func TestTooManyMessagesAreRefusedAsTheyAreDecoded(t *testing.T) {
-	e := newEnv(t, &fakeRunner{})
+	e := newEnv(t, &ft.Dispatcher{})
 	w := e.do(chatReq(emptyMessages("m1", MaxRequestBytes/3-100)))
 	b := apiErrorOf(t, w.Body.String())
 	if w.Code != http.StatusBadRequest || paramOf(b) != "messages" || !strings.Contains(b.Error.Message, "at most 10000") {
@@ -91,7 +93,7 @@ func TestTooManyMessagesAreRefusedAsTheyAreDecoded(t *testing.T) {
 // before the messages are decoded: a key without the route is answered 404
 // for the largest body without the Edge building a message of it.
 func TestTheRouteIsCheckedBeforeTheMessagesAreDecoded(t *testing.T) {
-	e := newEnv(t, &fakeRunner{profileErr: fmt.Errorf("%w: no route", gateway.ErrForbidden)})
+	e := newEnv(t, &ft.Dispatcher{ResolveErr: fmt.Errorf("%w: no route", dispatch.ErrForbidden)})
 	body := emptyMessages("secret", MaxRequestBytes/3-100) // too many messages, were they decoded
 	allocs := allocBytes(func() {
 		w := e.do(chatReq(body))
@@ -109,7 +111,7 @@ func TestTheRouteIsCheckedBeforeTheMessagesAreDecoded(t *testing.T) {
 // multiple of the body cap, whatever the body holds. Before the bounds, a
 // body of empty messages grew about a hundred times in memory.
 func TestTheWorstBodyAllocatesABoundedMultipleOfItsSize(t *testing.T) {
-	e := newEnv(t, &fakeRunner{})
+	e := newEnv(t, &ft.Dispatcher{})
 	for name, body := range map[string]string{
 		"empty messages":       emptyMessages("m1", MaxRequestBytes/3-100),
 		"empty content parts":  `{"model":"m1","messages":[{"role":"user","content":[` + strings.Repeat(`{},`, MaxRequestBytes/3-100) + `{}]}]}`,
@@ -137,7 +139,7 @@ func allocBytes(f func()) uint64 {
 // (go test -bench WorstCaseBody -benchmem ./internal/edge/openaiapi): a body of
 // MaxRequestBytes of empty messages, refused at MaxMessages.
 func BenchmarkWorstCaseBody(b *testing.B) {
-	e := newEnv(&testing.T{}, &fakeRunner{})
+	e := newEnv(&testing.T{}, &ft.Dispatcher{})
 	body := emptyMessages("m1", MaxRequestBytes/3-100)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
@@ -154,11 +156,11 @@ func BenchmarkWorstCaseBody(b *testing.B) {
 // slot it holds) is released. Real sockets: the block is in the kernel.
 func TestAClientThatStopsReadingIsEndedAndItsRunReleased(t *testing.T) {
 	chunk := strings.Repeat("x", 32<<10)
-	steps := make([]step, 4096) // 128 MiB if anyone read it
+	steps := make([]ft.Step, 4096) // 128 MiB if anyone read it
 	for i := range steps {
-		steps[i] = textEv(chunk)
+		steps[i] = ft.Text(chunk)
 	}
-	f := &fakeRunner{idle: time.Second, steps: steps}
+	f := &ft.Dispatcher{Idle: time.Second, Events: steps}
 	e := newEnv(t, f)
 	srv := httptest.NewServer(e.handler)
 	defer srv.Close()
@@ -178,26 +180,24 @@ func TestAClientThatStopsReadingIsEndedAndItsRunReleased(t *testing.T) {
 	if err != nil || !strings.Contains(line, "200") {
 		t.Fatalf("status line %q: %v", line, err)
 	}
-	var run *fakeRun
+	var run *ft.Run
 	deadline := time.Now().Add(5 * time.Second)
 	for run == nil && time.Now().Before(deadline) {
-		f.mu.Lock()
-		if len(f.runs) == 1 {
-			run = f.runs[0]
+		if runs := f.Runs(); len(runs) == 1 {
+			run = runs[0]
 		}
-		f.mu.Unlock()
 		time.Sleep(10 * time.Millisecond)
 	}
 	if run == nil {
 		t.Fatal("no run started")
 	}
 	select {
-	case <-run.closed:
+	case <-run.Closed():
 	case <-time.After(20 * time.Second):
 		t.Fatal("the run of a client that stopped reading was not released 20 s later (idle timeout 1 s)")
 	}
-	if !run.cancelledWith(ErrIdleTimeout) && !run.cancelledWith(ErrClientGone) {
-		t.Errorf("run cancelled with %v, want the idle timeout or client gone", run.cancels)
+	if !run.CancelledWith(frontend.ErrIdleTimeout) && !run.CancelledWith(frontend.ErrClientGone) {
+		t.Errorf("run cancelled with %v, want the idle timeout or client gone", "something else")
 	}
 }
 

@@ -7,13 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -21,7 +23,7 @@ import (
 // These tests put the official OpenAI Go client, which nobody here wrote,
 // in front of the handler: what it parses is what OpenAI clients see.
 
-func officialClient(t *testing.T, f *fakeRunner) (openai.Client, *env) {
+func officialClient(t *testing.T, f *ft.Dispatcher) (openai.Client, *env) {
 	t.Helper()
 	e := newEnv(t, f)
 	srv := httptest.NewServer(e.handler)
@@ -44,10 +46,10 @@ var weatherTool = openai.ChatCompletionFunctionTool(shared.FunctionDefinitionPar
 
 func TestOfficialClientAccumulatesStreamedToolCallsAndUsage(t *testing.T) {
 	const args = `{"city":"Seoul"}`
-	c, e := officialClient(t, &fakeRunner{steps: []step{
-		textEv("Let me"), textEv(" check."),
-		toolEv(0, "call_abc", "get_weather", ""), toolEv(0, "", "", `{"city":`), toolEv(0, "", "", `"Seoul"}`),
-		usageEv(11, 9), completedEv("stop"),
+	c, e := officialClient(t, &ft.Dispatcher{Events: []ft.Step{
+		ft.Text("Let me"), ft.Text(" check."),
+		ft.ToolCall(0, "call_abc", "get_weather", ""), ft.ToolCall(0, "", "", `{"city":`), ft.ToolCall(0, "", "", `"Seoul"}`),
+		ft.Usage(11, 9), ft.Completed("stop"),
 	}})
 	stream := c.Chat.Completions.NewStreaming(t.Context(), openai.ChatCompletionNewParams{
 		Model:         "m1",
@@ -91,13 +93,13 @@ func TestOfficialClientAccumulatesStreamedToolCallsAndUsage(t *testing.T) {
 			ParametersJson: []byte(`{"properties":{"city":{"type":"string"}},"type":"object"}`)}},
 		Options: &wirepb.RunOptions{},
 	}
-	if got := e.runner.reqs[0]; !proto.Equal(got, want) {
+	if got := e.runner.RunRequests()[0]; !proto.Equal(got, want) {
 		t.Errorf("run request %v, want %v", got, want)
 	}
 }
 
 func TestOfficialClientSendsToolResultsBack(t *testing.T) {
-	c, e := officialClient(t, &fakeRunner{steps: []step{textEv("Sunny."), completedEv("stop")}})
+	c, e := officialClient(t, &ft.Dispatcher{Events: []ft.Step{ft.Text("Sunny."), ft.Completed("stop")}})
 	assistant := openai.ChatCompletionMessage{Role: "assistant", ToolCalls: []openai.ChatCompletionMessageToolCallUnion{{
 		ID: "call_abc", Type: "function",
 		Function: openai.ChatCompletionMessageFunctionToolCallFunction{Name: "get_weather", Arguments: `{"city":"Seoul"}`},
@@ -121,7 +123,7 @@ func TestOfficialClientSendsToolResultsBack(t *testing.T) {
 	if res.Choices[0].Message.Content != "Sunny." || res.Choices[0].FinishReason != "stop" || res.Object != "chat.completion" {
 		t.Errorf("answer %+v", res.Choices[0])
 	}
-	got := e.runner.reqs[0]
+	got := e.runner.RunRequests()[0]
 	msgs := got.GetMessages()
 	if len(msgs) != 4 || msgs[0].GetRole() != "system" || msgs[2].GetToolCalls()[0].GetId() != "call_abc" ||
 		string(msgs[2].GetToolCalls()[0].GetArgumentsJson()) != `{"city":"Seoul"}` ||
@@ -136,14 +138,14 @@ func TestOfficialClientSendsToolResultsBack(t *testing.T) {
 func TestOfficialClientSeesErrorsAsOpenAIErrors(t *testing.T) {
 	tests := []struct {
 		name   string
-		runner *fakeRunner
+		runner *ft.Dispatcher
 		status int
 		code   string
 	}{
-		{"queue full", &fakeRunner{startErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1", RetryAfter: time.Second}}, 429, "queue_full"},
-		{"no candidate", &fakeRunner{startErr: &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1"}}, 503, "no_candidate"},
-		{"forbidden", &fakeRunner{profileErr: gateway.ErrForbidden}, 404, "model_not_found"},
-		{"stalled before output", &fakeRunner{steps: []step{terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED, 0, "")}}, 504, "response_stalled"},
+		{"queue full", &ft.Dispatcher{StartErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1", RetryAfter: time.Second}}, 429, "queue_full"},
+		{"no candidate", &ft.Dispatcher{StartErr: &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1"}}, 503, "no_candidate"},
+		{"forbidden", &ft.Dispatcher{ResolveErr: dispatch.ErrForbidden}, 404, "model_not_found"},
+		{"stalled before output", &ft.Dispatcher{Events: []ft.Step{ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED, 0, "")}}, 504, "response_stalled"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,8 +170,8 @@ func TestOfficialClientSeesErrorsAsOpenAIErrors(t *testing.T) {
 }
 
 func TestOfficialClientSeesMidStreamError(t *testing.T) {
-	c, _ := officialClient(t, &fakeRunner{steps: []step{textEv("Hel"),
-		terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "provider crashed")}})
+	c, _ := officialClient(t, &ft.Dispatcher{Events: []ft.Step{ft.Text("Hel"),
+		ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "provider crashed")}})
 	stream := c.Chat.Completions.NewStreaming(t.Context(), openai.ChatCompletionNewParams{
 		Model: "m1", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
 	})
@@ -189,7 +191,7 @@ func TestOfficialClientSeesMidStreamError(t *testing.T) {
 }
 
 func TestOfficialClientListsModels(t *testing.T) {
-	c, _ := officialClient(t, &fakeRunner{models: []gateway.Model{{ID: "llama3.2"}, {ID: "qwen3"}}})
+	c, _ := officialClient(t, &ft.Dispatcher{Offerings: []dispatch.Offering{{ID: "llama3.2"}, {ID: "qwen3"}}})
 	page, err := c.Models.List(t.Context())
 	if err != nil {
 		t.Fatal(err)

@@ -2,17 +2,11 @@ package openaiapi
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
 
-	"google.golang.org/protobuf/proto"
-
-	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/gateway"
-	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -24,13 +18,8 @@ import (
 // completion: an OpenAI-compatible server's /v1/completions, Ollama's
 // /api/generate. A model served by none of them is 400 unsupported, and so
 // is a suffix on a provider that cannot fill in the middle. Its life is
-// chat's (gateway.Exchange, the chat exchange and its SSE plumbing); only
-// the answer's shape differs: text_completion objects, streamed as chunks
-// and [DONE], or whole.
-
-// routeCompletions is the route label of text completions in metrics and
-// logs.
-const routeCompletions = "openai_completions"
+// chat's; only the answer's shape differs: text_completion objects,
+// streamed as chunks and [DONE], or whole.
 
 // completionRequest is the part of a text completion request the Edge
 // reads; the rest passes through (completionInterpreted).
@@ -56,9 +45,9 @@ var completionInterpreted = []string{
 	"model", "prompt", "suffix", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop", "seed", "echo",
 }
 
-// parseCompletion decodes and validates a text completion request. Its
-// errors are *apiError: 400 naming the param, or 413.
-func parseCompletion(body []byte) (*parsedChat, *apiError) {
+// parseCompletion decodes and validates a text completion request: 400
+// naming the param at fault.
+func parseCompletion(body []byte) (*parsedChat, *frontend.Failure) {
 	var req completionRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, jsonError(err)
@@ -85,10 +74,6 @@ func parseCompletion(body []byte) (*parsedChat, *apiError) {
 	if run.Options.ExtraJson, e = extraFieldsExcept(body, completionInterpreted); e != nil {
 		return nil, e
 	}
-	if n := proto.Size(run); n > quicwire.MaxStreamFrameSize-wireHeadroom {
-		return nil, tooLarge("The request is %d bytes once converted for the Node; the limit is %d.",
-			n, quicwire.MaxStreamFrameSize-wireHeadroom)
-	}
 	return &parsedChat{
 		model:        req.Model,
 		stream:       req.Stream,
@@ -99,7 +84,7 @@ func parseCompletion(body []byte) (*parsedChat, *apiError) {
 
 // promptOf reads prompt: a string, or an array of one string. Several
 // prompts (a batch) and token arrays are refused, naming prompt.
-func promptOf(raw json.RawMessage) (string, *apiError) {
+func promptOf(raw json.RawMessage) (string, *frontend.Failure) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", invalid("prompt", "You must provide a prompt.")
@@ -123,41 +108,23 @@ func promptOf(raw json.RawMessage) (string, *apiError) {
 	return one, nil
 }
 
-// completions serves POST /v1/completions, bounded as chat is (P3).
-func (h *handler) completions(w http.ResponseWriter, r *http.Request) {
-	h.runRequest(w, r, routeCompletions, parseCompletion, (*exchange).serveCompletion)
-}
-
-// serveCompletion runs a text completion under profile and returns how it
-// ended: nil for success. An error after output started goes in-stream,
-// as an error event and [DONE] (x.end).
-func (x *exchange) serveCompletion(profile edgeconfig.Profile) *apiError {
-	ctx := x.Begin(time.Duration(profile.IdleTimeout))
-	defer x.End()
-	x.out = newOutput(x)
-	x.out.roleSent = true // a text completion has no role chunk
-	if x.req.stream {
-		stop := x.out.keepAlive(time.Duration(profile.KeepAliveInterval))
-		defer stop()
+// translateCompletion makes a text completion's run, written back as
+// text_completion objects.
+func translateCompletion(t *frontend.Turn) (frontend.Job, *frontend.Failure) {
+	req, f := parseCompletion(t.Body)
+	if f != nil {
+		return nil, f
 	}
-	run, err := x.h.runner.StartRun(ctx, x.P, x.req.model, x.req.run, x.Admitted)
-	if err != nil {
-		return fromFailure(gateway.StartFailure(err, context.Cause(ctx), x.req.model))
-	}
-	x.run = run
-	defer run.Close()
-	x.Attach(run)
-	defer x.Active("run")()
-
-	out := &textOutput{o: x.out, frame: textCompletion{ID: "cmpl-" + run.ID(), Object: "text_completion",
-		Created: x.Arrived.Unix(), Model: x.req.model, Choices: make([]textChoice, 1)}}
-	if x.out.includeUsage {
+	x := t.Exchange()
+	out := &textOutput{resp: t.Response(), stream: req.stream, includeUsage: req.includeUsage,
+		frame: textCompletion{Object: "text_completion", Created: x.Arrived().Unix(), Model: req.model, Choices: make([]textChoice, 1)}}
+	if out.includeUsage {
 		out.frame.Usage = json.RawMessage("null")
 	}
-	if f := x.Relay(run, out); f != nil {
-		return fromFailure(f)
+	if req.stream {
+		t.Response().Stream("text/event-stream", nil)
 	}
-	return nil
+	return req.job(out), nil
 }
 
 // Wire shapes of a text completion, as OpenAI sends them.
@@ -180,25 +147,27 @@ type (
 	}
 )
 
-// textOutput writes a run's answer as a text completion, through the chat
-// output's event-stream plumbing (o: its commit, flushed writes,
-// keep-alives and in-stream errors).
+// textOutput writes a run's answer as a text completion: chunks and
+// [DONE] (stream), or one object at the end.
 type textOutput struct {
-	o     *output
-	frame textCompletion
-	whole []byte // the answer, when sent whole
-	buf   []byte
-	first bool // the first chunk went out
+	resp         *frontend.Response
+	stream       bool
+	includeUsage bool
+	frame        textCompletion
+	usage        *wirepb.Usage
+	whole        []byte // the answer, when sent whole
+	buf          []byte
 }
 
 // Reasoning and tool calls have no place in a text completion: only the
 // text is the answer.
-func (t *textOutput) Reasoning(string) bool           { return true }
-func (t *textOutput) ToolCall(*wirepb.ToolCall) bool  { return true }
-func (t *textOutput) Usage(u *wirepb.Usage)           { t.o.usage = u }
-func (t *textOutput) Complete(doneReason string) bool { return t.complete(doneReason) }
+func (t *textOutput) Reasoning(string) bool          { return true }
+func (t *textOutput) ToolCall(*wirepb.ToolCall) bool { return true }
+func (t *textOutput) Usage(u *wirepb.Usage)          { t.usage = u }
+func (t *textOutput) Started(runID string)           { t.frame.ID = "cmpl-" + runID }
+func (t *textOutput) Fail(f *frontend.Failure)       { t.resp.End(streamError(f)) }
 
-var _ gateway.RunWriter = (*textOutput)(nil)
+var _ frontend.RunWriter = (*textOutput)(nil)
 
 // Text relays a piece of the answer; false when the client could not be
 // written to.
@@ -206,44 +175,40 @@ func (t *textOutput) Text(s string) bool {
 	if s == "" {
 		return true
 	}
-	if !t.o.stream {
+	if !t.stream {
 		t.whole = append(t.whole, s...)
-		t.o.x.Wrote()
+		t.resp.Progress()
 		return true
 	}
 	t.frame.Choices[0] = textChoice{Text: s}
 	return t.write(&t.frame)
 }
 
-// complete ends the answer with its finish reason and usage.
-func (t *textOutput) complete(doneReason string) bool {
+// Complete ends the answer with its finish reason and usage.
+func (t *textOutput) Complete(doneReason string) bool {
 	finish := "stop"
 	if doneReason == "length" || doneReason == "content_filter" {
 		finish = doneReason
 	}
-	u, _ := json.Marshal(t.o.usageValue())
-	if !t.o.stream {
+	u, _ := json.Marshal(usageOf(t.usage))
+	if !t.stream {
 		whole := t.frame
 		whole.Choices = []textChoice{{Text: string(t.whole), FinishReason: &finish}}
 		whole.Usage = u
-		t.o.x.FirstByte()
-		t.o.started = true
-		t.o.x.BeforeWrite()
-		writeJSON(t.o.x.W, http.StatusOK, whole)
-		return true
+		return shape.WriteJSON(t.resp, http.StatusOK, whole)
 	}
 	t.frame.Choices[0] = textChoice{FinishReason: &finish}
 	if !t.write(&t.frame) {
 		return false
 	}
-	if t.o.includeUsage {
+	if t.includeUsage {
 		last := t.frame
 		last.Choices, last.Usage = []textChoice{}, u
 		if !t.write(&last) {
 			return false
 		}
 	}
-	return t.o.raw("data: [DONE]\n\n")
+	return t.resp.End(done)
 }
 
 // write sends c as one event.
@@ -252,10 +217,6 @@ func (t *textOutput) write(c *textCompletion) bool {
 	if err != nil { // only our own types: a bug
 		panic(fmt.Sprintf("openaiapi: marshal text completion: %v", err))
 	}
-	if !t.first {
-		t.first = true
-		t.o.x.FirstByte()
-	}
 	t.buf = append(append(append(t.buf[:0], "data: "...), b...), "\n\n"...)
-	return t.o.send(t.buf)
+	return t.resp.Event(t.buf)
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -22,7 +24,7 @@ func completionReq(body string) *http.Request {
 // suffix, chat's sampling options, the rest passed through), answered as
 // one text_completion with its finish reason and usage.
 func TestACompletionRunsAsARawCompletion(t *testing.T) {
-	f := &fakeRunner{steps: []step{textEv("def "), reasoningEv("hidden"), textEv("f(x):"), usageEv(4, 2), completedEv("length")}}
+	f := &ft.Dispatcher{Events: []ft.Step{ft.Text("def "), ft.Reasoning("hidden"), ft.Text("f(x):"), ft.Usage(4, 2), ft.Completed("length")}}
 	e := newEnv(t, f)
 	w := e.do(completionReq(`{"model":"m1","prompt":["def"],"suffix":"return x","max_tokens":8,"temperature":0.2,"stop":"\n","best_of":2,"user":"u1"}`))
 	const want = `{"id":"cmpl-run-1","object":"text_completion","created":%d,"model":"m1","choices":[{"text":"def f(x):","index":0,"logprobs":null,"finish_reason":"length"}],` +
@@ -30,7 +32,7 @@ func TestACompletionRunsAsARawCompletion(t *testing.T) {
 	if got := compact(t, w.Body.String()); w.Code != http.StatusOK || got != fmt.Sprintf(want, createdOf(t, got)) {
 		t.Fatalf("%d\n got %s\nwant %s", w.Code, got, want)
 	}
-	req := f.reqs[0]
+	req := f.RunRequests()[0]
 	if c := req.GetCompletion(); c.GetPrompt() != "def" || c.GetSuffix() != "return x" || len(req.GetMessages()) != 0 {
 		t.Errorf("completion %v, messages %v", c, req.GetMessages())
 	}
@@ -46,7 +48,7 @@ func TestACompletionRunsAsARawCompletion(t *testing.T) {
 // Streamed, a completion is chunks of text_completion objects, the finish
 // reason on the last choice, the usage chunk when asked for, then [DONE].
 func TestAStreamedCompletionEndsWithDone(t *testing.T) {
-	f := &fakeRunner{steps: []step{textEv("Hello"), textEv(" world"), usageEv(1, 2), completedEv("stop")}}
+	f := &ft.Dispatcher{Events: []ft.Step{ft.Text("Hello"), ft.Text(" world"), ft.Usage(1, 2), ft.Completed("stop")}}
 	w := newEnv(t, f).do(completionReq(`{"model":"m1","prompt":"Say","stream":true,"stream_options":{"include_usage":true}}`))
 	evs := events(t, w.Body.String())
 	if len(evs) != 5 || evs[4] != "[DONE]" || w.Header().Get("Content-Type") != "text/event-stream" {
@@ -66,13 +68,13 @@ func TestAStreamedCompletionEndsWithDone(t *testing.T) {
 // silent end; before it, an HTTP error. A provider without fill-in-the-
 // middle is a 400.
 func TestCompletionErrorsBeforeAndAfterOutput(t *testing.T) {
-	f := &fakeRunner{steps: []step{textEv("par"), terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "the model crashed")}}
+	f := &ft.Dispatcher{Events: []ft.Step{ft.Text("par"), ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "the model crashed")}}
 	w := newEnv(t, f).do(completionReq(`{"model":"m1","prompt":"p","stream":true}`))
 	evs := events(t, w.Body.String())
 	if len(evs) != 3 || evs[2] != "[DONE]" || codeOf(apiErrorOf(t, evs[1])) != "upstream" {
 		t.Errorf("events %q", evs)
 	}
-	f = &fakeRunner{steps: []step{terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED, "no fill-in-the-middle")}}
+	f = &ft.Dispatcher{Events: []ft.Step{ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED, "no fill-in-the-middle")}}
 	w = newEnv(t, f).do(completionReq(`{"model":"m1","prompt":"p","suffix":"s"}`))
 	if b := apiErrorOf(t, w.Body.String()); w.Code != http.StatusBadRequest || codeOf(b) != "unsupported" || !strings.Contains(b.Error.Message, "fill-in-the-middle") {
 		t.Errorf("unsupported: %d %s", w.Code, w.Body)
@@ -93,9 +95,9 @@ func TestCompletionRequestsThatCannotRun(t *testing.T) {
 		{`{"model":"m1","prompt":"p","max_tokens":0}`, "max_tokens"},
 		{`{"prompt":"p"}`, "model"},
 	} {
-		f := &fakeRunner{}
+		f := &ft.Dispatcher{}
 		w := newEnv(t, f).do(completionReq(c.body))
-		if w.Code != http.StatusBadRequest || paramOf(apiErrorOf(t, w.Body.String())) != c.param || len(f.reqs) != 0 {
+		if w.Code != http.StatusBadRequest || paramOf(apiErrorOf(t, w.Body.String())) != c.param || len(f.RunRequests()) != 0 {
 			t.Errorf("%s: %d %s; want 400 naming %s", c.body, w.Code, w.Body, c.param)
 		}
 	}

@@ -1,7 +1,6 @@
 package openaiapi
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -12,47 +11,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iop-dev/iop/internal/edge/auth"
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/internal/edge/metrics"
 	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
-// fakeEmbedder is a fake runner that also embeds: each call gets emb, or
-// fails with err.
-type fakeEmbedder struct {
-	*fakeRunner
-	emb  *gateway.Embedding
-	err  error
-	reqs []*wirepb.EmbedRequest
-}
-
-func (f *fakeEmbedder) Embed(_ context.Context, _ auth.Principal, _ string, req *wirepb.EmbedRequest, admitted, progress func()) (*gateway.Embedding, error) {
-	f.reqs = append(f.reqs, req)
-	if f.err != nil {
-		return nil, f.err
-	}
-	admitted()
-	progress()
-	return f.emb, nil
-}
-
-// embedded is a completed call with vectors.
-func embedded(prompt int64, vectors ...[]float32) *gateway.Embedding {
-	e := &gateway.Embedding{ID: "emb-1", Terminal: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED,
-		Usage: &wirepb.Usage{PromptTokens: prompt}}}
-	for _, v := range vectors {
-		e.Vectors = append(e.Vectors, &wirepb.Vector{Values: v})
-	}
-	return e
-}
-
-func embedEnv(t *testing.T, f *fakeEmbedder) (http.Handler, *metrics.Metrics) {
+func embedEnv(t *testing.T, f *ft.Dispatcher) (http.Handler, *metrics.Metrics) {
 	t.Helper()
-	m := metrics.New(nil, nil)
-	return Handler(f, testAuth(t), m, nil, nil), m
+	e := newEnv(t, f)
+	return e.handler, e.metrics
 }
 
 func embedReq(h http.Handler, body string) *httptest.ResponseRecorder {
@@ -67,7 +38,7 @@ func embedReq(h http.Handler, body string) *httptest.ResponseRecorder {
 // the inputs, dimensions and the fields the Edge does not read, and
 // answers OpenAI's list of embeddings with the usage.
 func TestEmbeddingsAnswerOpenAIsList(t *testing.T) {
-	f := &fakeEmbedder{fakeRunner: &fakeRunner{}, emb: embedded(3, []float32{0.5, -1}, []float32{0.25, 1e-7})}
+	f := &ft.Dispatcher{Embedding: ft.Embedded(3, []float32{0.5, -1}, []float32{0.25, 1e-7})}
 	h, m := embedEnv(t, f)
 	w := embedReq(h, `{"model":"m1","input":["a","b"],"dimensions":2,"user":"u1"}`)
 	want := `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.5,-1]},` +
@@ -75,7 +46,7 @@ func TestEmbeddingsAnswerOpenAIsList(t *testing.T) {
 	if w.Code != http.StatusOK || compact(t, w.Body.String()) != want || w.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("%d\n got %s\nwant %s", w.Code, w.Body, want)
 	}
-	req := f.reqs[0]
+	req := f.EmbedRequests()[0]
 	if strings.Join(req.GetInputs(), ",") != "a,b" || req.GetDimensions() != 2 || string(req.GetExtraJson()) != `{"user":"u1"}` {
 		t.Errorf("request %v", req)
 	}
@@ -84,7 +55,7 @@ func TestEmbeddingsAnswerOpenAIsList(t *testing.T) {
 	}
 	// A string is one input.
 	embedReq(h, `{"model":"m1","input":"one"}`)
-	if got := f.reqs[1].GetInputs(); len(got) != 1 || got[0] != "one" {
+	if got := f.EmbedRequests()[1].GetInputs(); len(got) != 1 || got[0] != "one" {
 		t.Errorf("inputs %q", got)
 	}
 }
@@ -93,7 +64,7 @@ func TestEmbeddingsAnswerOpenAIsList(t *testing.T) {
 // in standard base64, as OpenAI sends it.
 func TestEmbeddingsInBase64AreLittleEndianFloat32(t *testing.T) {
 	vec := []float32{0.1, -2.5, float32(math.Pi)}
-	f := &fakeEmbedder{fakeRunner: &fakeRunner{}, emb: embedded(1, vec)}
+	f := &ft.Dispatcher{Embedding: ft.Embedded(1, vec)}
 	h, _ := embedEnv(t, f)
 	w := embedReq(h, `{"model":"m1","input":"x","encoding_format":"base64"}`)
 	var resp struct {
@@ -128,10 +99,10 @@ func TestEmbeddingsRequestsThatCannotRun(t *testing.T) {
 		{`{"model":"m1","input":"a","encoding_format":"int8"}`, "encoding_format"},
 		{`{"input":"a"}`, "model"},
 	} {
-		f := &fakeEmbedder{fakeRunner: &fakeRunner{}}
+		f := &ft.Dispatcher{}
 		h, _ := embedEnv(t, f)
 		w := embedReq(h, c.body)
-		if w.Code != http.StatusBadRequest || paramOf(apiErrorOf(t, w.Body.String())) != c.param || len(f.reqs) != 0 {
+		if w.Code != http.StatusBadRequest || paramOf(apiErrorOf(t, w.Body.String())) != c.param || len(f.EmbedRequests()) != 0 {
 			t.Errorf("%.80s: %d %s; want 400 naming %s", c.body, w.Code, w.Body, c.param)
 		}
 	}
@@ -141,34 +112,27 @@ func TestEmbeddingsRequestsThatCannotRun(t *testing.T) {
 // model no adapter embeds with 400 unsupported, a refusal 429 with its
 // reason, a provider's failure by its kind.
 func TestEmbeddingsFailuresHaveOpenAIsShape(t *testing.T) {
-	failed := &gateway.Embedding{Terminal: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
+	failed := &dispatch.Embedding{Terminal: &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
 		Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_RATE_LIMITED, Message: "slow down"}}}
 	for _, c := range []struct {
 		name   string
-		f      *fakeEmbedder
+		f      *ft.Dispatcher
 		status int
 		code   string
 	}{
-		{"unknown model", &fakeEmbedder{err: fmt.Errorf("%w: m1", gateway.ErrUnknownModel)}, 404, "model_not_found"},
-		{"no adapter embeds", &fakeEmbedder{err: fmt.Errorf("%w: m1", gateway.ErrUnsupported)}, 400, "unsupported"},
-		{"queue full", &fakeEmbedder{err: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1"}}, 429, "queue_full"},
-		{"rate limited", &fakeEmbedder{emb: failed}, 429, "rate_limited"},
+		{"unknown model", &ft.Dispatcher{EmbedErr: fmt.Errorf("%w: m1", dispatch.ErrUnknownModel)}, 404, "model_not_found"},
+		{"no adapter embeds", &ft.Dispatcher{EmbedErr: fmt.Errorf("%w: m1", dispatch.ErrUnsupported)}, 400, "unsupported"},
+		{"queue full", &ft.Dispatcher{EmbedErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1"}}, 429, "queue_full"},
+		{"rate limited", &ft.Dispatcher{Embedding: failed}, 429, "rate_limited"},
 	} {
-		c.f.fakeRunner = &fakeRunner{}
 		h, _ := embedEnv(t, c.f)
 		w := embedReq(h, `{"model":"m1","input":"a"}`)
 		if w.Code != c.status || codeOf(apiErrorOf(t, w.Body.String())) != c.code {
 			t.Errorf("%s: %d %s; want %d %s", c.name, w.Code, w.Body, c.status, c.code)
 		}
 	}
-	// A Runner that cannot embed has no such endpoint.
-	w := newEnv(t, &fakeRunner{}).do(httptest.NewRequest(http.MethodPost, "/v1/embeddings", strings.NewReader(`{}`)))
+	w := newEnv(t, &ft.Dispatcher{}).do(httptest.NewRequest(http.MethodPost, "/v1/embeddings", strings.NewReader(`{}`)))
 	if w.Code != http.StatusUnauthorized {
 		t.Errorf("unauthenticated: %d", w.Code)
-	}
-	r := httptest.NewRequest(http.MethodPost, "/v1/embeddings", strings.NewReader(`{"model":"m1","input":"a"}`))
-	r.Header.Set("Authorization", "Bearer "+testKey)
-	if w := newEnv(t, &fakeRunner{}).do(r); w.Code != http.StatusNotFound || codeOf(apiErrorOf(t, w.Body.String())) != "unknown_url" {
-		t.Errorf("a runner without Embed: %d %s", w.Code, w.Body)
 	}
 }

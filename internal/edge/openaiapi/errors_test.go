@@ -10,13 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/auth"
-	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	"github.com/iop-dev/iop/internal/edge/frontend"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
-	"github.com/iop-dev/iop/internal/edge/nodes"
 	"github.com/iop-dev/iop/internal/edge/sched"
-	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -42,14 +41,14 @@ func TestRefusalsCarryStatusHeaderAndRetryAfter(t *testing.T) {
 			429, "queue_timeout", "1", "queue_timeout"},
 		{"no candidate", &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1", Detail: "no ready node offers it"},
 			503, "no_candidate", "", "no_candidate"},
-		{"every candidate failed before output", &gateway.RunFailedError{Event: &wirepb.RunEvent{
+		{"every candidate failed before output", &dispatch.RunFailedError{Event: &wirepb.RunEvent{
 			Type:    wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
 			Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, Message: "ollama down"}}},
 			503, "", "", "provider_unavailable"},
-		{"every candidate lost before output", &gateway.RunFailedError{Event: &wirepb.RunEvent{
+		{"every candidate lost before output", &dispatch.RunFailedError{Event: &wirepb.RunEvent{
 			Type: wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED}},
 			502, "", "", "node_disconnected"},
-		{"forbidden route", fmt.Errorf("%w: principal may not use route", gateway.ErrForbidden),
+		{"forbidden route", fmt.Errorf("%w: principal may not use route", dispatch.ErrForbidden),
 			404, "", "", "model_not_found"},
 		{"deadline while queued", fmt.Errorf("sched: queued for %q: %w", "m1", context.DeadlineExceeded),
 			504, "", "", "deadline_exceeded"},
@@ -58,13 +57,13 @@ func TestRefusalsCarryStatusHeaderAndRetryAfter(t *testing.T) {
 	for _, tt := range tests {
 		for _, body := range []string{streamBody, plainBody} {
 			t.Run(fmt.Sprintf("%s stream=%v", tt.name, body == streamBody), func(t *testing.T) {
-				e := newEnv(t, &fakeRunner{startErr: tt.err})
+				e := newEnv(t, &ft.Dispatcher{StartErr: tt.err})
 				w := e.do(chatReq(body))
 				if w.Code != tt.status {
 					t.Fatalf("status %d, want %d: %s", w.Code, tt.status, w.Body)
 				}
-				if got := w.Header().Get(RefusalHeader); got != tt.refusal {
-					t.Errorf("%s = %q, want %q", RefusalHeader, got, tt.refusal)
+				if got := w.Header().Get(frontend.RefusalHeader); got != tt.refusal {
+					t.Errorf("%s = %q, want %q", frontend.RefusalHeader, got, tt.refusal)
 				}
 				if got := w.Header().Get("Retry-After"); got != tt.retryAfter {
 					t.Errorf("Retry-After = %q, want %q", got, tt.retryAfter)
@@ -85,7 +84,7 @@ func TestRefusalsCarryStatusHeaderAndRetryAfter(t *testing.T) {
 }
 
 func TestForbiddenModelIsNotFound(t *testing.T) {
-	e := newEnv(t, &fakeRunner{profileErr: fmt.Errorf("%w: no", gateway.ErrForbidden)})
+	e := newEnv(t, &ft.Dispatcher{ResolveErr: fmt.Errorf("%w: no", dispatch.ErrForbidden)})
 	w := e.do(chatReq(plainBody))
 	b := apiErrorOf(t, w.Body.String())
 	if w.Code != http.StatusNotFound || codeOf(b) != "model_not_found" || paramOf(b) != "model" {
@@ -94,7 +93,7 @@ func TestForbiddenModelIsNotFound(t *testing.T) {
 	if !strings.Contains(b.Error.Message, "m1") {
 		t.Errorf("message does not name the model: %s", b.Error.Message)
 	}
-	if len(e.runner.reqs) != 0 {
+	if len(e.runner.RunRequests()) != 0 {
 		t.Error("a forbidden request was started")
 	}
 }
@@ -112,7 +111,7 @@ func TestAuthFailuresAre401InvalidAPIKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, &fakeRunner{})
+			e := newEnv(t, &ft.Dispatcher{})
 			r := httptest.NewRequest(tt.method, tt.path, strings.NewReader(plainBody))
 			if tt.auth != "" {
 				r.Header.Set("Authorization", tt.auth)
@@ -128,7 +127,7 @@ func TestAuthFailuresAre401InvalidAPIKey(t *testing.T) {
 			if got := metricstest.Sum(t, e.metrics.Requests, "route", tt.route, "outcome", "unauthenticated"); got != 1 {
 				t.Errorf("requests{%s,unauthenticated} = %v", tt.route, got)
 			}
-			if len(e.runner.reqs) != 0 {
+			if len(e.runner.RunRequests()) != 0 {
 				t.Error("an unauthenticated request was started")
 			}
 		})
@@ -145,13 +144,13 @@ func TestBodyTooLargeIs413(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, &fakeRunner{})
+			e := newEnv(t, &ft.Dispatcher{})
 			w := e.do(chatReq(tt.body))
 			b := apiErrorOf(t, w.Body.String())
 			if w.Code != http.StatusRequestEntityTooLarge || codeOf(b) != "request_too_large" {
 				t.Fatalf("status %d: %s", w.Code, w.Body)
 			}
-			if len(e.runner.reqs) != 0 {
+			if len(e.runner.RunRequests()) != 0 {
 				t.Error("an oversized request was started")
 			}
 		})
@@ -159,7 +158,7 @@ func TestBodyTooLargeIs413(t *testing.T) {
 }
 
 func TestModelsListsWhatThePrincipalMayUse(t *testing.T) {
-	e := newEnv(t, &fakeRunner{models: []gateway.Model{{ID: "llama3.2", Available: true}, {ID: "qwen3", Available: false}}})
+	e := newEnv(t, &ft.Dispatcher{Offerings: []dispatch.Offering{{ID: "llama3.2"}, {ID: "qwen3"}}})
 	get := func(path string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodGet, path, nil)
 		r.Header.Set("Authorization", "Bearer "+testKey)
@@ -182,40 +181,5 @@ func TestModelsListsWhatThePrincipalMayUse(t *testing.T) {
 	}
 	if got := metricstest.Sum(t, e.metrics.Requests, "route", routeModels, "outcome", "ok"); got != 2 {
 		t.Errorf("requests{openai_models,ok} = %v", got)
-	}
-}
-
-// TestFromGatewayResolvesProfileAndModels checks the adapter's plumbing:
-// Profile is the route's profile, a route the principal may not use is
-// gateway.ErrForbidden, and Models lists the routes it may use.
-func TestFromGatewayResolvesProfileAndModels(t *testing.T) {
-	cfg := edgeconfig.Default()
-	slow := edgeconfig.DefaultProfile()
-	slow.Name, slow.IdleTimeout = "slow", yamlconf.Duration(7*time.Minute)
-	cfg.Profiles = []edgeconfig.Profile{slow}
-	cfg.Routes = []edgeconfig.Route{{Name: "llama", Model: "llama3.2", Profile: "slow"}, {Name: "qwen", Model: "qwen3", Profile: "default"}}
-	reg := nodes.New(nodes.Options{})
-	r := FromGateway(gateway.New(cfg, sched.New(reg, sched.Options{}), nil, gateway.Options{}), reg)
-	bob := auth.Principal{Name: "bob", Routes: []string{"llama"}}
-
-	p, err := r.Profile(bob, "llama3.2")
-	if err != nil || time.Duration(p.IdleTimeout) != 7*time.Minute {
-		t.Errorf("profile %+v, %v", p, err)
-	}
-	if _, err := r.Profile(bob, "qwen3"); !errors.Is(err, gateway.ErrForbidden) {
-		t.Errorf("another principal's route: %v", err)
-	}
-	// P1: a route no Node can serve now is not listed.
-	if ms := r.Models(bob); len(ms) != 0 {
-		t.Errorf("models %+v, want none: no Node serves llama3.2", ms)
-	}
-	providers := []*wirepb.Provider{{Name: "p", Adapter: "ollama", Capacity: 1, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
-		Targets: []*wirepb.Target{{Name: "llama3.2"}, {Name: "qwen3"}}}}
-	c := reg.Register(nodes.ConnInfo{NodeID: "n1", Providers: providers})
-	if err := reg.MarkReady(c, c.Generation(), providers); err != nil {
-		t.Fatal(err)
-	}
-	if ms := r.Models(bob); len(ms) != 1 || ms[0].ID != "llama3.2" || !ms[0].Available {
-		t.Errorf("models %+v, want llama3.2 only (bob's route)", ms)
 	}
 }

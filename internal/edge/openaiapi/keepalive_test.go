@@ -7,6 +7,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/yamlconf"
 )
@@ -43,8 +45,8 @@ func splitSSE(t *testing.T, body string) (kinds []string) {
 // count as answer bytes.
 func TestASilentPrefillGetsKeepAlivesThenItsAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRunner{profile: profileWith(15 * time.Second),
-			steps: []step{after(130*time.Second, textEv("late")), completedEv("stop")}}
+		f := &ft.Dispatcher{Profile: profileWith(15 * time.Second),
+			Events: []ft.Step{ft.After(130*time.Second, ft.Text("late")), ft.Completed("stop")}}
 		e := newEnv(t, f)
 		w := e.do(chatReq(streamBody))
 		if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "text/event-stream" {
@@ -72,7 +74,7 @@ func TestASilentPrefillGetsKeepAlivesThenItsAnswer(t *testing.T) {
 // SSE error event and [DONE]: never a silent end, never a second status.
 func TestAQueueTimeoutAfterAKeepAliveIsAnInStreamError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRunner{profile: profileWith(10 * time.Second), queueFor: 30 * time.Second}
+		f := &ft.Dispatcher{Profile: profileWith(10 * time.Second), QueueFor: 30 * time.Second}
 		e := newEnv(t, f)
 		w := e.do(chatReq(streamBody))
 		kinds := splitSSE(t, w.Body.String())
@@ -92,14 +94,14 @@ func TestAQueueTimeoutAfterAKeepAliveIsAnInStreamError(t *testing.T) {
 // that answers before the interval gets none either.
 func TestNoKeepAlivesWhenNotStreamedOrNotSilent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRunner{profile: profileWith(15 * time.Second),
-			steps: []step{after(40*time.Second, textEv("a")), completedEv("stop")}}
+		f := &ft.Dispatcher{Profile: profileWith(15 * time.Second),
+			Events: []ft.Step{ft.After(40*time.Second, ft.Text("a")), ft.Completed("stop")}}
 		e := newEnv(t, f)
 		if w := e.do(chatReq(plainBody)); w.Code != http.StatusOK || strings.Contains(w.Body.String(), "keep-alive") {
 			t.Errorf("whole response: %d %q", w.Code, w.Body)
 		}
-		f = &fakeRunner{profile: profileWith(15 * time.Second),
-			steps: []step{after(5*time.Second, textEv("a")), completedEv("stop")}}
+		f = &ft.Dispatcher{Profile: profileWith(15 * time.Second),
+			Events: []ft.Step{ft.After(5*time.Second, ft.Text("a")), ft.Completed("stop")}}
 		e = newEnv(t, f)
 		if w := e.do(chatReq(streamBody)); strings.Contains(w.Body.String(), "keep-alive") {
 			t.Errorf("a prompt answer got keep-alives: %q", w.Body)

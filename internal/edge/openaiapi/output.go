@@ -2,16 +2,12 @@ package openaiapi
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -77,24 +73,16 @@ type (
 	}
 )
 
-// output writes a run's answer: as server-sent events as the events come
-// (stream), or aggregated into one chat.completion at the end. Writes are
-// the handler goroutine's, but for the keep-alive comments of a stream,
-// which another goroutine writes while the handler waits: mu orders them.
+// output writes a chat run's answer: as server-sent events as the events
+// come (stream), or aggregated into one chat.completion at the end.
 type output struct {
-	x            *exchange
-	rc           *http.ResponseController
+	resp         *frontend.Response
 	stream       bool
 	includeUsage bool
 	frame        chunk
 	buf          []byte
 	usage        *wirepb.Usage
-
-	mu        sync.Mutex
-	started   bool      // the response is committed: its status and a byte have gone to the client
-	roleSent  bool      // the stream's first chunk, with the role, went out
-	errorSent bool      // the stream ended with an error event
-	lastWrite time.Time // when anything last went to the client
+	roleSent     bool // the stream's first chunk, with the role, went out
 
 	// callIDs are the ids of the tool calls seen, by index, so that a
 	// call whose first fragment has no id gets one (clients answer a call
@@ -107,57 +95,21 @@ type output struct {
 	callAt                 map[int32]int // index → position in calls
 }
 
-func newOutput(x *exchange) *output {
-	o := &output{x: x, rc: http.NewResponseController(x.W), stream: x.req.stream, includeUsage: x.req.includeUsage,
-		callIDs: map[int32]string{}, lastWrite: time.Now()}
-	o.frame = chunk{Object: "chat.completion.chunk", Created: x.Arrived.Unix(), Model: x.req.model,
+func newOutput(x *frontend.Exchange, resp *frontend.Response, req *parsedChat) *output {
+	o := &output{resp: resp, stream: req.stream, includeUsage: req.includeUsage, callIDs: map[int32]string{}}
+	o.frame = chunk{Object: "chat.completion.chunk", Created: x.Arrived().Unix(), Model: req.model,
 		Choices: make([]chunkChoice, 1)}
 	if o.includeUsage {
 		o.frame.Usage = json.RawMessage("null")
 	}
+	if o.stream {
+		resp.Stream("text/event-stream", nil)
+	}
 	return o
 }
 
-// setID names the answer after its run, once there is one.
-func (o *output) setID(runID string) { o.frame.ID = "chatcmpl-" + runID }
-
-// keepAlive sends an SSE comment line (": keep-alive") whenever nothing
-// has gone to the client for interval, until the returned stop is called
-// (which waits for it). The first one commits the response, so a request
-// waiting in the queue or in a silent prefill gets its headers and a line
-// now and then, and proxies with a first-byte limit do not cut it;
-// clients ignore comment lines. They are not answer bytes: the idle timer
-// does not hear of them.
-func (o *output) keepAlive(interval time.Duration) (stop func()) {
-	if interval <= 0 {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(interval / 4)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			o.mu.Lock()
-			if !o.errorSent && time.Since(o.lastWrite) >= interval {
-				o.x.BeforeWrite()
-				if !o.started {
-					o.commit()
-				}
-				_, _ = io.WriteString(o.x.W, ": keep-alive\n\n")
-				_ = o.rc.Flush()
-				o.lastWrite = time.Now()
-			}
-			o.mu.Unlock()
-		}
-	})
-	return func() { close(done); wg.Wait() }
-}
+// Started names the answer after its run.
+func (o *output) Started(runID string) { o.frame.ID = "chatcmpl-" + runID }
 
 // Text relays a content delta. Like the other event methods it reports
 // false when the client could not be written to.
@@ -167,7 +119,7 @@ func (o *output) Text(s string) bool {
 	}
 	if !o.stream {
 		o.content.WriteString(s)
-		o.x.Wrote()
+		o.resp.Progress()
 		return true
 	}
 	return o.delta(chunkDelta{Content: &s}, nil)
@@ -180,7 +132,7 @@ func (o *output) Reasoning(s string) bool {
 	}
 	if !o.stream {
 		o.reasoningText.WriteString(s)
-		o.x.Wrote()
+		o.resp.Progress()
 		return true
 	}
 	return o.delta(chunkDelta{ReasoningContent: &s}, nil)
@@ -201,7 +153,7 @@ func (o *output) ToolCall(tc *wirepb.ToolCall) bool {
 	}
 	if !o.stream {
 		o.aggregate(tc, id)
-		o.x.Wrote()
+		o.resp.Progress()
 		return true
 	}
 	d := toolCallDelta{Index: tc.GetIndex(), ID: id,
@@ -256,14 +208,10 @@ func (o *output) Complete(doneReason string) bool {
 			c.call.Function.Arguments = string(c.args)
 			msg.ToolCalls = append(msg.ToolCalls, c.call)
 		}
-		o.x.FirstByte()
-		o.started = true
-		o.x.BeforeWrite()
-		writeJSON(o.x.W, http.StatusOK, completion{
+		return shape.WriteJSON(o.resp, http.StatusOK, completion{
 			ID: o.frame.ID, Object: "chat.completion", Created: o.frame.Created, Model: o.frame.Model,
 			Choices: []completionChoice{{Message: msg, FinishReason: finish}}, Usage: o.usageValue(),
 		})
-		return true
 	}
 	if !o.delta(chunkDelta{}, &finish) {
 		return false
@@ -276,17 +224,21 @@ func (o *output) Complete(doneReason string) bool {
 			return false
 		}
 	}
-	return o.raw("data: [DONE]\n\n")
+	return o.resp.End(done)
 }
 
-// streamError ends a stream that has started with an error event, then
-// [DONE]: the client sees why the answer stopped, never a silent end.
-func (o *output) streamError(e *apiError) {
-	b, _ := json.Marshal(e.body())
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.errorSent = true
-	o.writeLocked([]byte("data: " + string(b) + "\n\ndata: [DONE]\n\n"))
+// done ends every stream of this API.
+var done = []byte("data: [DONE]\n\n")
+
+// Fail ends a stream that has started with an error event, then [DONE]:
+// the client sees why the answer stopped, never a silent end.
+func (o *output) Fail(f *frontend.Failure) { o.resp.End(streamError(f)) }
+
+// streamError is f as the last events of a stream: an error event, then
+// [DONE].
+func streamError(f *frontend.Failure) []byte {
+	b, _ := json.Marshal(errorOf(f))
+	return append(append(append([]byte("data: "), b...), "\n\n"...), done...)
 }
 
 // finishReason maps the Node's done reason to OpenAI's. A provider that
@@ -303,10 +255,14 @@ func (o *output) finishReason(done string) string {
 	return "stop"
 }
 
-func (o *output) usageValue() usage {
-	u := usage{PromptTokens: o.usage.GetPromptTokens(), CompletionTokens: o.usage.GetCompletionTokens()}
-	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	return u
+func (o *output) usageValue() usage { return usageOf(o.usage) }
+
+// usageOf is a run's usage in OpenAI's terms (zeros when the provider
+// reported none).
+func usageOf(u *wirepb.Usage) usage {
+	v := usage{PromptTokens: u.GetPromptTokens(), CompletionTokens: u.GetCompletionTokens()}
+	v.TotalTokens = v.PromptTokens + v.CompletionTokens
+	return v
 }
 
 // delta writes one chunk with a delta (and a finish reason).
@@ -325,61 +281,20 @@ func (o *output) write(c *chunk) bool {
 	return o.send(o.buf)
 }
 
-func (o *output) raw(s string) bool { return o.send([]byte(s)) }
-
-// send writes p and flushes it, so the client has every event as soon as
-// the Node sent it; before the first, the stream's first chunk, which
+// send writes p as an event, after the stream's first chunk, which
 // carries only the role.
 func (o *output) send(p []byte) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	if !o.roleSent {
 		o.roleSent = true
-		o.x.FirstByte()
 		empty := ""
 		role := o.frame
 		role.Choices = []chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &empty}}}
 		b, _ := json.Marshal(&role)
-		if !o.writeLocked(append(append([]byte("data: "), b...), "\n\n"...)) {
+		if !o.resp.Event(append(append([]byte("data: "), b...), "\n\n"...)) {
 			return false
 		}
 	}
-	if !o.writeLocked(p) {
-		return false
-	}
-	o.x.Wrote()
-	return true
+	return o.resp.Event(p)
 }
 
-// writeLocked writes p and flushes it, committing the response first if
-// it is not; it reports false when the client could not be written to.
-// Callers hold mu.
-func (o *output) writeLocked(p []byte) bool {
-	o.x.BeforeWrite()
-	if !o.started {
-		o.commit()
-	}
-	if _, err := o.x.W.Write(p); err != nil {
-		return false
-	}
-	if err := o.x.Flush(o.rc); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return false
-	}
-	o.lastWrite = time.Now()
-	return true
-}
-
-// commit sends the 200 and the event-stream headers. It waits for the
-// first event worth sending (or the first keep-alive), so that a run that
-// fails before either is answered with an HTTP error instead. Callers hold
-// mu.
-func (o *output) commit() {
-	o.started = true
-	h := o.x.W.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // tell proxies not to buffer
-	o.x.W.WriteHeader(http.StatusOK)
-}
-
-var _ gateway.RunWriter = (*output)(nil)
+var _ frontend.RunWriter = (*output)(nil)

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 )
 
 // Pass-through (SPEC P2): the top-level fields of a chat request that the
@@ -36,12 +37,14 @@ var interpreted = [...]string{
 //
 // The body is scanned in place: values are sliced from it, not decoded,
 // so that the fields the Edge decoded (messages) cost nothing more here.
-func extraFields(body []byte) ([]byte, *apiError) { return extraFieldsExcept(body, interpreted[:]) }
+func extraFields(body []byte) ([]byte, *frontend.Failure) {
+	return extraFieldsExcept(body, interpreted[:])
+}
 
 // extraFieldsExcept is extraFields for a request of another API, whose
 // top-level fields the Edge interprets are interpreted (matched without
 // regard to case, as encoding/json matches them).
-func extraFieldsExcept(body []byte, interpreted []string) ([]byte, *apiError) {
+func extraFieldsExcept(body []byte, interpreted []string) ([]byte, *frontend.Failure) {
 	fields := map[string][]byte{}
 	err := objectFields(body, func(key, value []byte) error {
 		name, ok := unquote(key)

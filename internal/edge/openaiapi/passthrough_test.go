@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 )
 
 const ptMessages = `"messages":[{"role":"user","content":"hi"}]`
@@ -19,7 +21,7 @@ func mustParse(t *testing.T, body string) *parsedChat {
 	t.Helper()
 	req, e := parseChat([]byte(body))
 	if e != nil {
-		t.Fatalf("refused with %d (%s): %s", e.status, e.param, e.message)
+		t.Fatalf("refused with %d (%s): %s", e.Status, e.Param, e.Message)
 	}
 	return req
 }
@@ -93,7 +95,7 @@ func TestPassThroughIsBounded(t *testing.T) {
 		t.Fatalf("extra_json of %d fields is not JSON: %.100s", MaxExtraFields, got)
 	}
 	_, e := parseChat([]byte(many(MaxExtraFields + 1)))
-	if e == nil || e.status != http.StatusBadRequest || !strings.Contains(e.message, "at most 256") {
+	if e == nil || e.Status != http.StatusBadRequest || !strings.Contains(e.Message, "at most 256") {
 		t.Errorf("%d fields: %v", MaxExtraFields+1, e)
 	}
 	// A repeated name is one field.
@@ -102,8 +104,9 @@ func TestPassThroughIsBounded(t *testing.T) {
 		t.Errorf("repeated field: %s", got)
 	}
 	big := `{"model":"m1",` + ptMessages + `,"documents":"` + strings.Repeat("a", MaxRequestBytes/2) + `"}`
-	if _, e := parseChat([]byte(big)); e == nil || e.status != http.StatusRequestEntityTooLarge {
-		t.Errorf("a run past the frame through an extra field: %v", e)
+	env := newEnv(t, &ft.Dispatcher{})
+	if w := env.do(chatReq(big)); w.Code != http.StatusRequestEntityTooLarge || len(env.runner.RunRequests()) != 0 {
+		t.Errorf("a run past the frame through an extra field: %d %s", w.Code, w.Body)
 	}
 	fits := `{"model":"m1",` + ptMessages + `,"documents":"` + strings.Repeat("a", 256<<10) + `"}`
 	if got := mustParse(t, fits).run.GetOptions().GetExtraJson(); len(got) < 256<<10 {
@@ -151,7 +154,7 @@ func TestToolChoiceRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, e := parseChat([]byte(`{"model":"m1",` + ptMessages + `,` + tt.fields + `}`))
-			if e == nil || e.status != http.StatusBadRequest || e.param != "tool_choice" || !strings.Contains(e.message, tt.says) {
+			if e == nil || e.Status != http.StatusBadRequest || e.Param != "tool_choice" || !strings.Contains(e.Message, tt.says) {
 				t.Errorf("got %+v, want a 400 on tool_choice saying %s", e, tt.says)
 			}
 		})

@@ -8,22 +8,10 @@ import (
 	"fmt"
 	"strings"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
-
-// MaxRequestBytes bounds a chat request's body. A request becomes one run
-// request that must fit one dispatched-stream frame
-// (quicwire.MaxStreamFrameSize, 1 MiB, less headroom for what the gateway
-// adds); the JSON of such a request is about as large, a little larger
-// where base64 images or escapes swell it. So reading more than twice the
-// frame buys nothing but memory: a body past this is refused with 413
-// before any of it is decoded, and one within it whose run is past the
-// frame is refused with 413 after.
-const MaxRequestBytes = 2 * quicwire.MaxStreamFrameSize
 
 // Bounds on what one request's JSON may make the Edge build. JSON is
 // compact and Go values are not (an empty message "{}" is 3 bytes of
@@ -46,10 +34,6 @@ const (
 	// vendor's documents field passes when the run fits.
 	MaxExtraFields = 256
 )
-
-// wireHeadroom is what the gateway and the stream header add to the run
-// request after the handler sized it (ids, provider, target, lease).
-const wireHeadroom = 16 << 10
 
 // chatRequest is the part of an OpenAI chat request the Edge reads. The
 // fields it does not know travel with the run uninterpreted (extraFields).
@@ -127,31 +111,29 @@ type parsedChat struct {
 	run          *wirepb.RunRequest
 }
 
-// peeked is what the handler reads of a body before it decides whether
-// the request may run at all: decoding it allocates nothing but the model
-// name, however large the body.
-type peeked struct {
-	Model  string `json:"model"`
-	Stream bool   `json:"stream"`
-}
-
-// peekChat reads the model of a chat request's body. Its errors are
-// *apiError: 400 for a body that is not a JSON object or names no model.
-func peekChat(body []byte) (peeked, *apiError) {
-	var p peeked
+// peekChat reads the model of a request's body (every endpoint of this
+// API names it in "model"), and whether it streams, before the principal's
+// right to the model is checked and the rest is decoded: decoding it
+// allocates nothing but the model's name, however large the body. A body
+// that is not a JSON object, or names no model, is 400.
+func peekChat(body []byte) (frontend.Peek, *frontend.Failure) {
+	var p struct {
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
+	}
 	if err := json.Unmarshal(body, &p); err != nil {
-		return p, jsonError(err)
+		return frontend.Peek{}, jsonError(err)
 	}
 	if p.Model == "" {
-		return p, invalid("model", "You must provide a model parameter.")
+		return frontend.Peek{}, invalid("model", "You must provide a model parameter.")
 	}
-	return p, nil
+	return frontend.Peek{Model: p.Model, Stream: p.Stream}, nil
 }
 
 // parseChat decodes and validates a chat request's body, within the
-// bounds above. Its errors are *apiError: 400 with the offending param, or
-// 413.
-func parseChat(body []byte) (*parsedChat, *apiError) {
+// bounds above: 400 naming the param at fault. (The front end refuses a
+// run too large for the Node with 413.)
+func parseChat(body []byte) (*parsedChat, *frontend.Failure) {
 	var req chatRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, jsonError(err)
@@ -163,10 +145,6 @@ func parseChat(body []byte) (*parsedChat, *apiError) {
 	if run.Options.ExtraJson, e = extraFields(body); e != nil {
 		return nil, e
 	}
-	if n := proto.Size(run); n > quicwire.MaxStreamFrameSize-wireHeadroom {
-		return nil, tooLarge("The request is %d bytes once converted for the Node; the limit is %d.",
-			n, quicwire.MaxStreamFrameSize-wireHeadroom)
-	}
 	return &parsedChat{
 		model:        req.Model,
 		stream:       req.Stream,
@@ -176,7 +154,7 @@ func parseChat(body []byte) (*parsedChat, *apiError) {
 }
 
 // jsonError maps a decoding error to a 400 naming what it can.
-func jsonError(err error) *apiError {
+func jsonError(err error) *frontend.Failure {
 	var te *json.UnmarshalTypeError
 	var le *frontdoor.ListTooLong
 	switch {
@@ -218,7 +196,7 @@ func (l *partList) UnmarshalJSON(b []byte) (err error) {
 }
 
 // toRun validates req and converts it to a run request.
-func (req *chatRequest) toRun() (*wirepb.RunRequest, *apiError) {
+func (req *chatRequest) toRun() (*wirepb.RunRequest, *frontend.Failure) {
 	if req.Model == "" {
 		return nil, invalid("model", "You must provide a model parameter.")
 	}
@@ -253,7 +231,7 @@ func (req *chatRequest) toRun() (*wirepb.RunRequest, *apiError) {
 	if e := req.options(run.Options); e != nil {
 		return nil, e
 	}
-	var e *apiError
+	var e *frontend.Failure
 	if run.Options.ToolChoice, e = toolChoice(req.ToolChoice, run.Tools); e != nil {
 		return nil, e
 	}
@@ -266,7 +244,7 @@ func (req *chatRequest) toRun() (*wirepb.RunRequest, *apiError) {
 // "required" or a named function without tools, a name that is not among
 // them, and any other form (allowed_tools, custom tools), naming
 // tool_choice.
-func toolChoice(raw json.RawMessage, tools []*wirepb.Tool) (string, *apiError) {
+func toolChoice(raw json.RawMessage, tools []*wirepb.Tool) (string, *frontend.Failure) {
 	c := bytes.TrimSpace(raw)
 	if len(c) == 0 || bytes.Equal(c, []byte("null")) {
 		return "", nil
@@ -315,7 +293,7 @@ func toolChoice(raw json.RawMessage, tools []*wirepb.Tool) (string, *apiError) {
 }
 
 // options fills o from the sampling and format fields of req.
-func (req *chatRequest) options(o *wirepb.RunOptions) *apiError {
+func (req *chatRequest) options(o *wirepb.RunOptions) *frontend.Failure {
 	if t := req.Temperature; t != nil {
 		if *t < 0 || *t > 2 {
 			return invalid("temperature", "temperature must be between 0 and 2, got %v.", *t)
@@ -371,7 +349,7 @@ func (req *chatRequest) options(o *wirepb.RunOptions) *apiError {
 }
 
 // toWire validates one message; param is its path ("messages[2]").
-func (m *message) toWire(param string) (*wirepb.ChatMessage, *apiError) {
+func (m *message) toWire(param string) (*wirepb.ChatMessage, *frontend.Failure) {
 	wm := &wirepb.ChatMessage{Role: m.Role, Name: m.Name, ToolCallId: m.ToolCallID, Reasoning: m.ReasoningContent}
 	switch m.Role {
 	case "system", "user", "assistant":
@@ -409,7 +387,7 @@ func (m *message) toWire(param string) (*wirepb.ChatMessage, *apiError) {
 // assistant message with tool calls), or an array of text and image parts.
 // Text parts are joined with newlines; images must be data URLs, since the
 // Node may not reach the client's network.
-func (m *message) content(wm *wirepb.ChatMessage, param string) *apiError {
+func (m *message) content(wm *wirepb.ChatMessage, param string) *frontend.Failure {
 	c := m.Content
 	if len(c) == 0 || bytes.Equal(c, []byte("null")) {
 		if m.Role == "assistant" {
@@ -458,7 +436,7 @@ func (m *message) content(wm *wirepb.ChatMessage, param string) *apiError {
 
 // decodeDataURL returns the bytes of a base64 data URL
 // ("data:image/png;base64,...").
-func decodeDataURL(u, param string) ([]byte, *apiError) {
+func decodeDataURL(u, param string) ([]byte, *frontend.Failure) {
 	rest, ok := strings.CutPrefix(u, "data:")
 	if !ok {
 		return nil, invalid(param, "Only data URLs (data:image/...;base64,...) are supported for images.")

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -16,15 +18,15 @@ import (
 // the run request the runner was given.
 func started(t *testing.T, body string) *wirepb.RunRequest {
 	t.Helper()
-	e := newEnv(t, &fakeRunner{steps: []step{completedEv("stop")}})
+	e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Completed("stop")}})
 	w := e.do(chatReq(body))
 	if w.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", w.Code, w.Body)
 	}
-	if len(e.runner.reqs) != 1 {
-		t.Fatalf("%d runs started", len(e.runner.reqs))
+	if len(e.runner.RunRequests()) != 1 {
+		t.Fatalf("%d runs started", len(e.runner.RunRequests()))
 	}
-	return e.runner.reqs[0]
+	return e.runner.RunRequests()[0]
 }
 
 func TestRequestBecomesRunRequest(t *testing.T) {
@@ -131,7 +133,7 @@ func TestInvalidRequestsName400Param(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, &fakeRunner{})
+			e := newEnv(t, &ft.Dispatcher{})
 			w := e.do(chatReq(tt.body))
 			b := apiErrorOf(t, w.Body.String())
 			if w.Code != http.StatusBadRequest || b.Error.Type != typeInvalidRequest {
@@ -140,7 +142,7 @@ func TestInvalidRequestsName400Param(t *testing.T) {
 			if got := paramOf(b); got != tt.param {
 				t.Errorf("param = %q, want %q (%s)", got, tt.param, b.Error.Message)
 			}
-			if len(e.runner.reqs) != 0 {
+			if len(e.runner.RunRequests()) != 0 {
 				t.Error("an invalid request was started")
 			}
 			if strings.Contains(b.Error.Message, "hi\"") {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/responses"
@@ -28,10 +30,10 @@ var weatherFunction = responses.ToolUnionParam{OfFunction: &responses.FunctionTo
 // reasoning, text and call go back as input, with the call's output, and
 // reach the model as one assistant turn and a tool answer.
 func TestOfficialClientRespondsWithAFunctionCallRoundTrip(t *testing.T) {
-	c, _ := officialClient(t, &fakeRunner{steps: []step{
-		reasoningEv("need weather"), textEv("Checking."),
-		toolEv(0, "call_abc", "get_weather", `{"city":`), toolEv(0, "", "", `"Seoul"}`),
-		usageEv(11, 9), completedEv("tool_calls"),
+	c, _ := officialClient(t, &ft.Dispatcher{Events: []ft.Step{
+		ft.Reasoning("need weather"), ft.Text("Checking."),
+		ft.ToolCall(0, "call_abc", "get_weather", `{"city":`), ft.ToolCall(0, "", "", `"Seoul"}`),
+		ft.Usage(11, 9), ft.Completed("tool_calls"),
 	}})
 	first, err := c.Responses.New(t.Context(), responses.ResponseNewParams{
 		Model: "m1", Instructions: openai.String("be brief"),
@@ -51,7 +53,7 @@ func TestOfficialClientRespondsWithAFunctionCallRoundTrip(t *testing.T) {
 	}
 
 	// The next turn: the whole output back, and the call's output.
-	c2, e2 := officialClient(t, &fakeRunner{steps: []step{textEv("22C and sunny."), completedEv("stop")}})
+	c2, e2 := officialClient(t, &ft.Dispatcher{Events: []ft.Step{ft.Text("22C and sunny."), ft.Completed("stop")}})
 	input := responses.ResponseInputParam{responses.ResponseInputItemParamOfMessage("weather in Seoul?", responses.EasyInputMessageRoleUser)}
 	for _, item := range first.Output {
 		switch v := item.AsAny().(type) {
@@ -82,7 +84,7 @@ func TestOfficialClientRespondsWithAFunctionCallRoundTrip(t *testing.T) {
 	want := []string{"user:weather in Seoul?",
 		`assistant:Checking. reasoning=need weather call[0]=call_abc:get_weather:{"city":"Seoul"}`,
 		"tool:22C, sunny answers=call_abc"}
-	if got := msgLines(e2.runner.reqs[0]); strings.Join(got, "\n") != strings.Join(want, "\n") {
+	if got := msgLines(e2.runner.RunRequests()[0]); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("the second run's messages\n got %q\nwant %q", got, want)
 	}
 }
@@ -90,9 +92,9 @@ func TestOfficialClientRespondsWithAFunctionCallRoundTrip(t *testing.T) {
 // P2: the SDK's stream decodes every event, and response.completed carries
 // the whole response.
 func TestOfficialClientStreamsAResponse(t *testing.T) {
-	c, _ := officialClient(t, &fakeRunner{steps: []step{
-		textEv("Let me"), textEv(" check."), toolEv(0, "call_abc", "get_weather", `{"city":"Seoul"}`),
-		usageEv(4, 5), completedEv("stop"),
+	c, _ := officialClient(t, &ft.Dispatcher{Events: []ft.Step{
+		ft.Text("Let me"), ft.Text(" check."), ft.ToolCall(0, "call_abc", "get_weather", `{"city":"Seoul"}`),
+		ft.Usage(4, 5), ft.Completed("stop"),
 	}})
 	stream := c.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{
 		Model: "m1", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("weather?")},
@@ -139,7 +141,7 @@ func TestOfficialClientStreamsAResponse(t *testing.T) {
 // the status and code, streamed or not; after output the stream's error.
 func TestOfficialClientSeesResponsesErrors(t *testing.T) {
 	params := responses.ResponseNewParams{Model: "m1", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}}
-	refusal := &fakeRunner{startErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1", RetryAfter: time.Second}}
+	refusal := &ft.Dispatcher{StartErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1", RetryAfter: time.Second}}
 	c, _ := officialClient(t, refusal)
 	var apiErr *openai.Error
 	if _, err := c.Responses.New(t.Context(), params); !errors.As(err, &apiErr) ||
@@ -154,8 +156,8 @@ func TestOfficialClientSeesResponsesErrors(t *testing.T) {
 		t.Errorf("refusal, streamed: %v", stream.Err())
 	}
 
-	c, _ = officialClient(t, &fakeRunner{steps: []step{textEv("Hel"),
-		terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "model crashed")}})
+	c, _ = officialClient(t, &ft.Dispatcher{Events: []ft.Step{ft.Text("Hel"),
+		ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "model crashed")}})
 	stream = c.Responses.NewStreaming(t.Context(), params)
 	var text strings.Builder
 	for stream.Next() {

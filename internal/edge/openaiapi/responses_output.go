@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -258,15 +258,11 @@ func newRespOutputText(s string) respOutputText {
 }
 
 // respOutput writes a run's answer as a Responses API response: streamed
-// as the events come, or whole at the end. Its writes are the handler
-// goroutine's; the keep-alive comments of a stream go through sse, the
-// chat writer's event-stream plumbing (commit, ordered and flushed writes,
-// keep-alives), whose mutex orders them.
+// as the events come, or whole at the end.
 type respOutput struct {
-	x      *respExchange
-	sse    *output
+	resp   *frontend.Response
 	stream bool
-	resp   responseObject
+	obj    responseObject
 	seq    int64
 	headed bool // response.created and response.in_progress went out
 	runID  string
@@ -278,18 +274,20 @@ type respOutput struct {
 	usage *wirepb.Usage      // the run's last usage event
 }
 
-func newRespOutput(x *respExchange) *respOutput {
-	o := &respOutput{x: x, stream: x.req.stream, calls: map[int32]*outItem{},
-		sse: &output{x: &exchange{Exchange: x.Exchange}, rc: http.NewResponseController(x.W), lastWrite: time.Now()}}
-	o.resp = responseObject{Object: "response", CreatedAt: x.Arrived.Unix(), Status: "in_progress", Model: x.req.model,
-		Output: []any{}, Truncation: "disabled", responseEcho: x.req.echo}
+func newRespOutput(x *frontend.Exchange, resp *frontend.Response, req *parsedResponses) *respOutput {
+	o := &respOutput{resp: resp, stream: req.stream, calls: map[int32]*outItem{}}
+	o.obj = responseObject{Object: "response", CreatedAt: x.Arrived().Unix(), Status: "in_progress", Model: req.model,
+		Output: []any{}, Truncation: "disabled", responseEcho: req.echo}
+	if req.stream {
+		resp.Stream("text/event-stream", nil)
+	}
 	return o
 }
 
-// setID names the response and its items after the run.
-func (o *respOutput) setID(runID string) {
+// Started names the response and its items after the run.
+func (o *respOutput) Started(runID string) {
 	o.runID = runID
-	o.resp.ID = "resp_" + runID
+	o.obj.ID = "resp_" + runID
 }
 
 // head sends response.created and response.in_progress before the first
@@ -300,13 +298,10 @@ func (o *respOutput) head() bool {
 		return true
 	}
 	o.headed = true
-	if o.resp.ID == "" {
-		o.resp.ID = "resp_" + strings.ToLower(rand.Text())
+	if o.obj.ID == "" {
+		o.obj.ID = "resp_" + strings.ToLower(rand.Text())
 	}
-	if o.stream {
-		o.x.FirstByte()
-	}
-	r := o.resp
+	r := o.obj
 	return o.emit(&respEvent{Type: "response.created", Response: &r}) &&
 		o.emit(&respEvent{Type: "response.in_progress", Response: &r})
 }
@@ -324,7 +319,7 @@ func (o *respOutput) Usage(u *wirepb.Usage) { o.usage = u }
 // Complete ends the response (complete).
 func (o *respOutput) Complete(doneReason string) bool { return o.complete(doneReason, o.usage) }
 
-var _ gateway.RunWriter = (*respOutput)(nil)
+var _ frontend.RunWriter = (*respOutput)(nil)
 
 // delta appends s to the open item of kind (a message or reasoning).
 func (o *respOutput) delta(kind, s string) bool {
@@ -463,9 +458,9 @@ func (o *respOutput) complete(doneReason string, u *wirepb.Usage) bool {
 	status := "completed"
 	switch doneReason {
 	case "length":
-		status, o.resp.IncompleteDetails = "incomplete", &incompleteDetails{Reason: "max_output_tokens"}
+		status, o.obj.IncompleteDetails = "incomplete", &incompleteDetails{Reason: "max_output_tokens"}
 	case "content_filter":
-		status, o.resp.IncompleteDetails = "incomplete", &incompleteDetails{Reason: "content_filter"}
+		status, o.obj.IncompleteDetails = "incomplete", &incompleteDetails{Reason: "content_filter"}
 	}
 	if len(o.items) == 0 {
 		if _, ok := o.current(kindMessage); !ok {
@@ -477,42 +472,40 @@ func (o *respOutput) complete(doneReason string, u *wirepb.Usage) bool {
 			return false
 		}
 	}
-	o.resp.Status, o.resp.Usage, o.resp.Output = status, respUsageOf(u), o.wireItems()
+	o.obj.Status, o.obj.Usage, o.obj.Output = status, respUsageOf(u), o.wireItems()
 	if status == "completed" {
 		now := time.Now().Unix()
-		o.resp.CompletedAt = &now
+		o.obj.CompletedAt = &now
 	}
 	if !o.stream {
-		o.x.FirstByte()
-		o.x.BeforeWrite()
-		o.sse.started = true
-		writeJSON(o.x.W, http.StatusOK, &o.resp)
-		return true
+		return shape.WriteJSON(o.resp, http.StatusOK, &o.obj)
 	}
-	r := o.resp
-	return o.emit(&respEvent{Type: "response." + status, Response: &r})
+	r := o.obj
+	return o.emit(&respEvent{Type: "response." + status, Response: &r}, true)
 }
 
-// fail ends a response that has started with an error event and
+// Fail ends a response that has started with an error event and
 // response.failed, whose response carries the error and the output so far.
-func (o *respOutput) fail(e *apiError, u *wirepb.Usage) {
+func (o *respOutput) Fail(f *frontend.Failure) {
+	u := o.usage
 	if !o.head() {
 		return
 	}
 	for _, it := range o.unfinished() {
 		it.status = "incomplete"
 	}
-	b := e.body()
-	o.resp.Status, o.resp.Usage, o.resp.Output = "failed", respUsageOf(u), o.wireItems()
-	o.resp.Error = &responseError{Code: e.code, Message: e.message}
-	ev := &respErrorEvent{Type: "error", Code: e.code, Message: e.message, Param: b.Error.Param, Error: b.Error}
-	r := o.resp
-	if o.emit(ev) {
-		o.emit(&respEvent{Type: "response.failed", Response: &r})
+	b := errorOf(f)
+	code := ""
+	if b.Error.Code != nil {
+		code = *b.Error.Code
 	}
-	o.sse.mu.Lock()
-	o.sse.errorSent = true
-	o.sse.mu.Unlock()
+	o.obj.Status, o.obj.Usage, o.obj.Output = "failed", respUsageOf(u), o.wireItems()
+	o.obj.Error = &responseError{Code: code, Message: b.Error.Message}
+	ev := &respErrorEvent{Type: "error", Code: code, Message: b.Error.Message, Param: b.Error.Param, Error: b.Error}
+	r := o.obj
+	if o.emit(ev) {
+		o.emit(&respEvent{Type: "response.failed", Response: &r}, true)
+	}
 }
 
 // unfinished are the items still open, in output order.
@@ -543,11 +536,12 @@ func respUsageOf(u *wirepb.Usage) *responseUsage {
 }
 
 // emit sends one event, after the response's head; its sequence_number is
-// the next. A response sent whole sends nothing until complete: each event
-// only tells the idle timer that the run made progress.
-func (o *respOutput) emit(ev any) bool {
+// the next; last says it ends the stream. A response sent whole sends
+// nothing until complete: each event only tells the idle timer that the
+// run made progress.
+func (o *respOutput) emit(ev any, last ...bool) bool {
 	if !o.stream {
-		o.x.Wrote()
+		o.resp.Progress()
 		return true
 	}
 	if !o.head() {
@@ -566,11 +560,8 @@ func (o *respOutput) emit(ev any) bool {
 		panic(fmt.Sprintf("openaiapi: marshal %s event: %v", typ, err))
 	}
 	o.buf = append(append(append(append(append(o.buf[:0], "event: "...), typ...), "\ndata: "...), b...), "\n\n"...)
-	o.sse.mu.Lock()
-	ok := o.sse.writeLocked(o.buf)
-	o.sse.mu.Unlock()
-	if ok {
-		o.x.Wrote()
+	if len(last) > 0 && last[0] {
+		return o.resp.End(o.buf)
 	}
-	return ok
+	return o.resp.Event(o.buf)
 }

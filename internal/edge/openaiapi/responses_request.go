@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"strings"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/internal/edge/frontend"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -177,9 +175,8 @@ type parsedResponses struct {
 
 // parseResponses decodes and validates a Responses request's body within
 // the bounds chat's has (MaxMessages input items, MaxContentParts parts,
-// MaxTools tools, one stream frame). Its errors are *apiError: 400 naming
-// the param, or 413.
-func parseResponses(body []byte) (*parsedResponses, *apiError) {
+// MaxTools tools): 400 naming the param at fault.
+func parseResponses(body []byte) (*parsedResponses, *frontend.Failure) {
 	var req responsesRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		// encoding/json prefixes the field of an error that a list's
@@ -199,15 +196,11 @@ func parseResponses(body []byte) (*parsedResponses, *apiError) {
 	if run.Options.ExtraJson, e = extraFieldsExcept(body, responsesInterpreted[:]); e != nil {
 		return nil, e
 	}
-	if n := proto.Size(run); n > quicwire.MaxStreamFrameSize-wireHeadroom {
-		return nil, tooLarge("The request is %d bytes once converted for the Node; the limit is %d.",
-			n, quicwire.MaxStreamFrameSize-wireHeadroom)
-	}
 	return &parsedResponses{model: req.Model, stream: req.Stream, run: run, echo: req.echo(run)}, nil
 }
 
 // toRun validates req and converts it to a run request.
-func (req *responsesRequest) toRun() (*wirepb.RunRequest, *apiError) {
+func (req *responsesRequest) toRun() (*wirepb.RunRequest, *frontend.Failure) {
 	if req.Model == "" {
 		return nil, invalid("model", "You must provide a model parameter.")
 	}
@@ -246,7 +239,7 @@ func (req *responsesRequest) toRun() (*wirepb.RunRequest, *apiError) {
 	if e := req.options(run.Options); e != nil {
 		return nil, e
 	}
-	var e *apiError
+	var e *frontend.Failure
 	if run.Options.ToolChoice, e = respToolChoice(req.ToolChoice, run.Tools); e != nil {
 		return nil, e
 	}
@@ -254,7 +247,7 @@ func (req *responsesRequest) toRun() (*wirepb.RunRequest, *apiError) {
 }
 
 // stateless refuses what needs conversation state the Edge does not keep.
-func (req *responsesRequest) stateless() *apiError {
+func (req *responsesRequest) stateless() *frontend.Failure {
 	const why = " The Edge keeps no conversation state: send the whole conversation in input (and store false)."
 	switch {
 	case req.Store != nil && *req.Store:
@@ -279,7 +272,7 @@ func given(raw json.RawMessage) bool {
 }
 
 // options fills o from the sampling, length, format and reasoning fields.
-func (req *responsesRequest) options(o *wirepb.RunOptions) *apiError {
+func (req *responsesRequest) options(o *wirepb.RunOptions) *frontend.Failure {
 	if t := req.Temperature; t != nil {
 		if *t < 0 || *t > 2 {
 			return invalid("temperature", "temperature must be between 0 and 2, got %v.", *t)
@@ -324,7 +317,7 @@ func (req *responsesRequest) options(o *wirepb.RunOptions) *apiError {
 // strings as chat's, and {"type":"function","name":N} as chat's named form
 // (toolChoice checks both against tools). allowed_tools and the built-in
 // tools' choices are refused.
-func respToolChoice(raw json.RawMessage, tools []*wirepb.Tool) (string, *apiError) {
+func respToolChoice(raw json.RawMessage, tools []*wirepb.Tool) (string, *frontend.Failure) {
 	c := bytes.TrimSpace(raw)
 	if len(c) == 0 || c[0] != '{' {
 		return toolChoice(c, tools)
@@ -363,7 +356,7 @@ func (b *historyBuilder) assistant(fits func(*wirepb.ChatMessage) bool) *wirepb.
 }
 
 // item adds one input item; param is its path ("input[3]").
-func (b *historyBuilder) item(it *respItem, param string) *apiError {
+func (b *historyBuilder) item(it *respItem, param string) *frontend.Failure {
 	kind := it.Type
 	if kind == "" && it.Role != "" {
 		kind = "message" // EasyInputMessage: type is optional
@@ -415,7 +408,7 @@ func (b *historyBuilder) item(it *respItem, param string) *apiError {
 }
 
 // message adds a message item.
-func (b *historyBuilder) message(it *respItem, param string) *apiError {
+func (b *historyBuilder) message(it *respItem, param string) *frontend.Failure {
 	m := &wirepb.ChatMessage{Role: it.Role}
 	switch it.Role {
 	case "user", "system":
@@ -447,7 +440,7 @@ func (b *historyBuilder) message(it *respItem, param string) *apiError {
 // partsInto sets m's content (and images) from raw: a string, or a list of
 // parts. Text parts are joined with newlines; images must be data URLs,
 // since the Node may not reach the client's network.
-func partsInto(m *wirepb.ChatMessage, raw json.RawMessage, param string) *apiError {
+func partsInto(m *wirepb.ChatMessage, raw json.RawMessage, param string) *frontend.Failure {
 	c := bytes.TrimSpace(raw)
 	if len(c) > 0 && c[0] == '"' {
 		if err := json.Unmarshal(c, &m.Content); err != nil {
@@ -495,7 +488,7 @@ func partsInto(m *wirepb.ChatMessage, raw json.RawMessage, param string) *apiErr
 
 // reasoningText is the text of a reasoning item: its reasoning_text
 // content, or else its summaries.
-func reasoningText(it *respItem, param string) (string, *apiError) {
+func reasoningText(it *respItem, param string) (string, *frontend.Failure) {
 	var content respPartList
 	if given(it.Content) {
 		if err := json.Unmarshal(it.Content, &content); err != nil {

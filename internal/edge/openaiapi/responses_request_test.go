@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -91,7 +93,7 @@ func TestResponsesInputItemsBecomeTheRunsMessages(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			req, e := parseResponses([]byte(tt.body))
 			if e != nil {
-				t.Fatalf("refused: %d %s (%s)", e.status, e.message, e.param)
+				t.Fatalf("refused: %d %s (%s)", e.Status, e.Message, e.Param)
 			}
 			got := msgLines(req.run)
 			if strings.Join(got, "\n---\n") != strings.Join(tt.want, "\n---\n") {
@@ -109,7 +111,7 @@ func TestResponsesOptionsBecomeTheRunsOptions(t *testing.T) {
 		`"max_output_tokens":64,"temperature":0.5,"top_p":0.9,"reasoning":{"effort":"high","summary":"auto"},` +
 		`"text":{"format":{"type":"json_schema","name":"w","schema":{"type":"object"},"strict":true}}}`))
 	if e != nil {
-		t.Fatal(e.message)
+		t.Fatal(e.Message)
 	}
 	o := req.run.GetOptions()
 	if len(req.run.GetTools()) != 1 || req.run.GetTools()[0].GetName() != "get_weather" || req.run.GetTools()[0].GetDescription() != "now" ||
@@ -134,7 +136,7 @@ func TestResponsesOptionsBecomeTheRunsOptions(t *testing.T) {
 	} {
 		req, e := parseResponses([]byte(body))
 		if e != nil {
-			t.Fatalf("%s: %s", body, e.message)
+			t.Fatalf("%s: %s", body, e.Message)
 		}
 		o := req.run.GetOptions()
 		if (o.Think != nil) != want.set || o.GetThink() != want.think || string(o.GetFormat()) != want.format || o.GetToolChoice() != want.choice {
@@ -151,7 +153,7 @@ func TestResponsesPassThroughLeavesTheAPIsOwnFieldsOut(t *testing.T) {
 		`"store":false,"include":["reasoning.encrypted_content"],"parallel_tool_calls":false,"metadata":{"k":"v"},"truncation":"auto",` +
 		`"stream_options":{"include_obfuscation":false},"max_tool_calls":3,"top_logprobs":2,"previous_response_id":null,"prompt_cache_key":"p"}`))
 	if e != nil {
-		t.Fatal(e.message)
+		t.Fatal(e.Message)
 	}
 	want := `{"chat_template_kwargs":{"enable_thinking":false},"prompt_cache_key":"p","top_k":20,"user":"u1"}`
 	if got := string(req.run.GetOptions().GetExtraJson()); got != want {
@@ -207,14 +209,14 @@ func TestResponsesRefusesWhatTheEdgeCannotDo(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, &fakeRunner{steps: []step{completedEv("stop")}})
+			e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Completed("stop")}})
 			w := e.do(respReq(tt.body))
 			b := apiErrorOf(t, w.Body.String())
 			if w.Code != http.StatusBadRequest || paramOf(b) != tt.param || !strings.Contains(b.Error.Message, tt.says) ||
 				b.Error.Type != typeInvalidRequest {
 				t.Errorf("status %d param %q: %s", w.Code, paramOf(b), w.Body)
 			}
-			if len(e.runner.reqs) != 0 {
+			if len(e.runner.RunRequests()) != 0 {
 				t.Error("a refused request reached the runner")
 			}
 		})
@@ -231,7 +233,7 @@ func metadataPairs(n int) string {
 
 // P3: the input is bounded as it is decoded, like chat's messages.
 func TestResponsesInputIsBoundedAsItIsDecoded(t *testing.T) {
-	e := newEnv(t, &fakeRunner{})
+	e := newEnv(t, &ft.Dispatcher{})
 	w := e.do(respReq(`{"model":"m1","input":[` + strings.Repeat("{},", MaxMessages) + `{}]}`))
 	b := apiErrorOf(t, w.Body.String())
 	if w.Code != http.StatusBadRequest || paramOf(b) != "input" || !strings.Contains(b.Error.Message, "at most 10000") {
@@ -241,7 +243,7 @@ func TestResponsesInputIsBoundedAsItIsDecoded(t *testing.T) {
 	if w := e.do(respReq(big)); w.Code != http.StatusRequestEntityTooLarge {
 		t.Errorf("a body over the limit: status %d", w.Code)
 	}
-	if len(e.runner.reqs) != 0 {
+	if len(e.runner.RunRequests()) != 0 {
 		t.Error("a refused request reached the runner")
 	}
 }

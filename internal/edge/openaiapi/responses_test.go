@@ -10,7 +10,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/gateway"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	"github.com/iop-dev/iop/internal/edge/frontend"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -110,10 +113,10 @@ func (e *env) respRequests(t *testing.T, outcome string) float64 {
 // filled and closed (reasoning, message, function call), then
 // response.completed with the whole response and its usage.
 func TestResponsesStreamIsTheDocumentedEventSequence(t *testing.T) {
-	e := newEnv(t, &fakeRunner{steps: []step{
-		reasoningEv("hmm"), textEv("Hel"), textEv("lo"),
-		toolEv(0, "call_1", "get_weather", `{"city":`), toolEv(0, "", "", `"Seoul"}`),
-		usageEv(3, 4), completedEv("stop"),
+	e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{
+		ft.Reasoning("hmm"), ft.Text("Hel"), ft.Text("lo"),
+		ft.ToolCall(0, "call_1", "get_weather", `{"city":`), ft.ToolCall(0, "", "", `"Seoul"}`),
+		ft.Usage(3, 4), ft.Completed("stop"),
 	}})
 	w := e.do(respReq(respStreamBody))
 	if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "text/event-stream" {
@@ -168,9 +171,9 @@ var timestamps = regexp.MustCompile(`"(created_at|completed_at)":\d+`)
 // P2: a response that is not streamed is one Response object, as OpenAI
 // sends it: every field its SDKs require, the request's settings echoed.
 func TestResponsesWholeResponseIsOpenAIsObject(t *testing.T) {
-	e := newEnv(t, &fakeRunner{steps: []step{
-		reasoningEv("hmm"), textEv("It is "), textEv("sunny."), toolEv(0, "", "get_weather", `{"city":"Seoul"}`),
-		usageEv(5, 6), completedEv("tool_calls"),
+	e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{
+		ft.Reasoning("hmm"), ft.Text("It is "), ft.Text("sunny."), ft.ToolCall(0, "", "get_weather", `{"city":"Seoul"}`),
+		ft.Usage(5, 6), ft.Completed("tool_calls"),
 	}})
 	w := e.do(respReq(`{"model":"m1","instructions":"be brief","input":"weather?","max_output_tokens":99,"temperature":0.2,` +
 		`"metadata":{"k":"v"},"reasoning":{"effort":"low"},"tools":[{"type":"function","name":"get_weather","description":"now",` +
@@ -201,8 +204,8 @@ func TestResponsesWholeResponseIsOpenAIsObject(t *testing.T) {
 // incomplete_details.reason max_output_tokens, streamed (response.incomplete,
 // its open item incomplete) or not.
 func TestResponsesStoppedAtTheLengthLimitIsIncomplete(t *testing.T) {
-	script := []step{textEv("partial"), usageEv(2, 16), completedEv("length")}
-	e := newEnv(t, &fakeRunner{steps: script})
+	script := []ft.Step{ft.Text("partial"), ft.Usage(2, 16), ft.Completed("length")}
+	e := newEnv(t, &ft.Dispatcher{Events: script})
 	evs := respEvents(t, e.do(respReq(respStreamBody)).Body.String())
 	last := evs[len(evs)-1]
 	r := responseOf(t, last.data, true)
@@ -213,7 +216,7 @@ func TestResponsesStoppedAtTheLengthLimitIsIncomplete(t *testing.T) {
 	if item := evs[len(evs)-2]; item.name != "response.output_item.done" || !strings.Contains(item.data, `"status":"incomplete"`) {
 		t.Errorf("the open item was not closed incomplete: %s %s", item.name, item.data)
 	}
-	e = newEnv(t, &fakeRunner{steps: script})
+	e = newEnv(t, &ft.Dispatcher{Events: script})
 	w := e.do(respReq(respPlainBody))
 	r = responseOf(t, w.Body.String(), false)
 	if w.Code != http.StatusOK || r.Status != "incomplete" || r.IncompleteDetails.Reason != "max_output_tokens" {
@@ -224,7 +227,7 @@ func TestResponsesStoppedAtTheLengthLimitIsIncomplete(t *testing.T) {
 // A run that says nothing still answers with one (empty) message, so that
 // output is never empty.
 func TestResponsesEmptyAnswerIsOneEmptyMessage(t *testing.T) {
-	e := newEnv(t, &fakeRunner{steps: []step{completedEv("stop")}})
+	e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Completed("stop")}})
 	r := responseOf(t, e.do(respReq(respPlainBody)).Body.String(), false)
 	if len(r.Output) != 1 || !strings.Contains(mustJSON(t, r.Output[0]), `"text":""`) {
 		t.Errorf("output %v", r.Output)
@@ -247,16 +250,16 @@ func mustJSON(t *testing.T, v any) string {
 func TestResponsesErrorsBeforeOutputAreHTTPErrors(t *testing.T) {
 	tests := []struct {
 		name   string
-		runner *fakeRunner
+		runner *ft.Dispatcher
 		status int
 		code   string
 	}{
-		{"unknown model", &fakeRunner{profileErr: gateway.ErrUnknownModel}, http.StatusNotFound, "model_not_found"},
-		{"queue full", &fakeRunner{startErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1", RetryAfter: time.Second}},
+		{"unknown model", &ft.Dispatcher{ResolveErr: dispatch.ErrUnknownModel}, http.StatusNotFound, "model_not_found"},
+		{"queue full", &ft.Dispatcher{StartErr: &sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m1", RetryAfter: time.Second}},
 			http.StatusTooManyRequests, "queue_full"},
-		{"no candidate", &fakeRunner{startErr: &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1"}},
+		{"no candidate", &ft.Dispatcher{StartErr: &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m1"}},
 			http.StatusServiceUnavailable, "no_candidate"},
-		{"failed before output", &fakeRunner{steps: []step{terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
+		{"failed before output", &ft.Dispatcher{Events: []ft.Step{ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
 			wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "boom")}}, http.StatusBadGateway, "upstream"},
 	}
 	for _, tt := range tests {
@@ -281,8 +284,8 @@ func TestResponsesErrorsBeforeOutputAreHTTPErrors(t *testing.T) {
 // raise) and response.failed, whose response carries the error and the
 // output so far: never a silent end.
 func TestResponsesFailureAfterOutputIsAnErrorEventAndResponseFailed(t *testing.T) {
-	e := newEnv(t, &fakeRunner{steps: []step{textEv("Hel"), usageEv(2, 1),
-		terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "model crashed")}})
+	e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Text("Hel"), ft.Usage(2, 1),
+		ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "model crashed")}})
 	w := e.do(respReq(respStreamBody))
 	evs := respEvents(t, w.Body.String())
 	got := eventNames(evs)
@@ -317,15 +320,15 @@ func TestResponsesFailureAfterOutputIsAnErrorEventAndResponseFailed(t *testing.T
 // way, with its own code.
 func TestResponsesIdleTimeoutAfterOutputIsInStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRunner{idle: 30 * time.Second, steps: []step{textEv("a")}}
+		f := &ft.Dispatcher{Idle: 30 * time.Second, Events: []ft.Step{ft.Text("a")}}
 		e := newEnv(t, f)
 		evs := respEvents(t, e.do(respReq(respStreamBody)).Body.String())
 		last := evs[len(evs)-1]
 		if last.name != "response.failed" || !strings.Contains(last.data, `"code":"idle_timeout"`) || evs[len(evs)-2].name != "error" {
 			t.Errorf("events %q, last %s", eventNames(evs), last.data)
 		}
-		if !f.run(t).cancelledWith(ErrIdleTimeout) {
-			t.Error("the run was not cancelled with ErrIdleTimeout")
+		if !f.Run(t).CancelledWith(frontend.ErrIdleTimeout) {
+			t.Error("the run was not cancelled with frontend.ErrIdleTimeout")
 		}
 	})
 }
@@ -336,8 +339,8 @@ func TestResponsesIdleTimeoutAfterOutputIsInStream(t *testing.T) {
 // the response's head.
 func TestResponsesKeepAlivesWhileQueuedOrInPrefill(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRunner{profile: profileWith(15 * time.Second),
-			steps: []step{after(130*time.Second, textEv("late")), completedEv("stop")}}
+		f := &ft.Dispatcher{Profile: profileWith(15 * time.Second),
+			Events: []ft.Step{ft.After(130*time.Second, ft.Text("late")), ft.Completed("stop")}}
 		e := newEnv(t, f)
 		evs := respEvents(t, e.do(respReq(respStreamBody)).Body.String())
 		alive := 0
@@ -350,7 +353,7 @@ func TestResponsesKeepAlivesWhileQueuedOrInPrefill(t *testing.T) {
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRunner{profile: profileWith(10 * time.Second), queueFor: 30 * time.Second}
+		f := &ft.Dispatcher{Profile: profileWith(10 * time.Second), QueueFor: 30 * time.Second}
 		e := newEnv(t, f)
 		w := e.do(respReq(respStreamBody))
 		evs := respEvents(t, w.Body.String())
@@ -368,7 +371,7 @@ func TestResponsesKeepAlivesWhileQueuedOrInPrefill(t *testing.T) {
 
 // A known path with another method is 405 in OpenAI's shape.
 func TestResponsesOtherMethodsAreNotAllowed(t *testing.T) {
-	e := newEnv(t, &fakeRunner{})
+	e := newEnv(t, &ft.Dispatcher{})
 	r := httptest.NewRequest(http.MethodGet, "/v1/responses", nil)
 	r.Header.Set("Authorization", "Bearer "+testKey)
 	w := e.do(r)

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iop-dev/iop/internal/edge/frontend"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
+
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -26,7 +29,7 @@ func createdOf(t *testing.T, data string) int64 {
 }
 
 func TestStreamWireFormatIsOpenAIs(t *testing.T) {
-	script := []step{reasoningEv("Think"), textEv("Hel"), textEv("lo"), usageEv(3, 2), completedEv("stop")}
+	script := []ft.Step{ft.Reasoning("Think"), ft.Text("Hel"), ft.Text("lo"), ft.Usage(3, 2), ft.Completed("stop")}
 	const head = `{"id":"chatcmpl-run-1","object":"chat.completion.chunk","created":%d,"model":"m1",`
 	tests := []struct {
 		name  string
@@ -54,7 +57,7 @@ func TestStreamWireFormatIsOpenAIs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, &fakeRunner{steps: script})
+			e := newEnv(t, &ft.Dispatcher{Events: script})
 			w := e.do(chatReq(tt.body))
 			if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "text/event-stream" {
 				t.Fatalf("status %d, content type %q: %s", w.Code, w.Header().Get("Content-Type"), w.Body)
@@ -117,13 +120,13 @@ func toolDeltas(t *testing.T, evs []string) (deltas []string, finish string) {
 }
 
 func TestStreamPassesToolCallDeltasThrough(t *testing.T) {
-	e := newEnv(t, &fakeRunner{steps: []step{
-		toolEv(0, "call_a", "get_weather", ""),
-		toolEv(0, "", "", `{"city":`),
-		toolEv(0, "", "", `"Seoul"}`),
-		toolEv(1, "call_b", "get_time", `{"tz":"KST"}`), // a complete call in one event
-		toolEv(2, "", "noid", `{}`),                     // a call without an id gets one
-		completedEv("stop"),                             // Ollama says stop after tool calls
+	e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{
+		ft.ToolCall(0, "call_a", "get_weather", ""),
+		ft.ToolCall(0, "", "", `{"city":`),
+		ft.ToolCall(0, "", "", `"Seoul"}`),
+		ft.ToolCall(1, "call_b", "get_time", `{"tz":"KST"}`), // a complete call in one event
+		ft.ToolCall(2, "", "noid", `{}`),                     // a call without an id gets one
+		ft.Completed("stop"),                                 // Ollama says stop after tool calls
 	}})
 	w := e.do(chatReq(streamBody))
 	deltas, finish := toolDeltas(t, events(t, w.Body.String()))
@@ -158,13 +161,13 @@ func TestFinishReasonMapsDoneReason(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s tools=%v", tt.done, tt.tools), func(t *testing.T) {
-			script := []step{textEv("x")}
+			script := []ft.Step{ft.Text("x")}
 			if tt.tools {
-				script = append(script, toolEv(0, "c", "f", "{}"))
+				script = append(script, ft.ToolCall(0, "c", "f", "{}"))
 			}
-			script = append(script, completedEv(tt.done))
+			script = append(script, ft.Completed(tt.done))
 			for _, body := range []string{streamBody, plainBody} {
-				w := newEnv(t, &fakeRunner{steps: script}).do(chatReq(body))
+				w := newEnv(t, &ft.Dispatcher{Events: script}).do(chatReq(body))
 				var got string
 				if strings.Contains(body, `"stream":true`) {
 					_, got = toolDeltas(t, events(t, w.Body.String()))
@@ -186,33 +189,33 @@ func TestFinishReasonMapsDoneReason(t *testing.T) {
 func TestNonStreamingAggregatesIntoOneCompletion(t *testing.T) {
 	tests := []struct {
 		name   string
-		script []step
+		script []ft.Step
 		want   string
 	}{
-		{"content reasoning and usage", []step{reasoningEv("Hm"), reasoningEv("m."), textEv("Hel"), textEv("lo"), usageEv(4, 2), completedEv("stop")},
+		{"content reasoning and usage", []ft.Step{ft.Reasoning("Hm"), ft.Reasoning("m."), ft.Text("Hel"), ft.Text("lo"), ft.Usage(4, 2), ft.Completed("stop")},
 			`{"id":"chatcmpl-run-1","object":"chat.completion","created":%d,"model":"m1","choices":[{"index":0,"message":` +
 				`{"role":"assistant","content":"Hello","refusal":null,"reasoning_content":"Hmm."},"logprobs":null,"finish_reason":"stop"}],` +
 				`"usage":{"prompt_tokens":4,"completion_tokens":2,"total_tokens":6}}`},
-		{"fragmented tool calls assembled by index", []step{
-			toolEv(1, "call_b", "second", `{"n":`),
-			toolEv(0, "call_a", "first", ""),
-			toolEv(0, "", "", `{"city":`),
-			toolEv(1, "", "", `2}`),
-			toolEv(0, "", "", `"Seoul"}`),
-			completedEv("tool_calls"),
+		{"fragmented tool calls assembled by index", []ft.Step{
+			ft.ToolCall(1, "call_b", "second", `{"n":`),
+			ft.ToolCall(0, "call_a", "first", ""),
+			ft.ToolCall(0, "", "", `{"city":`),
+			ft.ToolCall(1, "", "", `2}`),
+			ft.ToolCall(0, "", "", `"Seoul"}`),
+			ft.Completed("tool_calls"),
 		}, `{"id":"chatcmpl-run-1","object":"chat.completion","created":%d,"model":"m1","choices":[{"index":0,"message":` +
 			`{"role":"assistant","content":null,"refusal":null,"tool_calls":[` +
 			`{"id":"call_a","type":"function","function":{"name":"first","arguments":"{\"city\":\"Seoul\"}"}},` +
 			`{"id":"call_b","type":"function","function":{"name":"second","arguments":"{\"n\":2}"}}]},` +
 			`"logprobs":null,"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}}`},
-		{"nothing but the terminal", []step{completedEv("stop")},
+		{"nothing but the terminal", []ft.Step{ft.Completed("stop")},
 			`{"id":"chatcmpl-run-1","object":"chat.completion","created":%d,"model":"m1","choices":[{"index":0,"message":` +
 				`{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":"stop"}],` +
 				`"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := newEnv(t, &fakeRunner{steps: tt.script}).do(chatReq(plainBody))
+			w := newEnv(t, &ft.Dispatcher{Events: tt.script}).do(chatReq(plainBody))
 			if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "application/json" {
 				t.Fatalf("status %d %q: %s", w.Code, w.Header().Get("Content-Type"), w.Body)
 			}
@@ -230,19 +233,19 @@ func TestNonStreamingAggregatesIntoOneCompletion(t *testing.T) {
 func TestErrorEventAfterOutputStarted(t *testing.T) {
 	tests := []struct {
 		name     string
-		terminal step
+		terminal ft.Step
 		code     string
 	}{
-		{"failed", terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "boom"), "upstream"},
-		{"failed rate limited", terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_RATE_LIMITED, ""), "rate_limited"},
-		{"cancelled", terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED, 0, ""), "cancelled"},
-		{"deadline exceeded", terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED, 0, ""), "deadline_exceeded"},
-		{"disconnected", terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED, wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "lost"), "node_disconnected"},
-		{"response stalled", terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED, 0, ""), "response_stalled"},
+		{"failed", ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_UPSTREAM, "boom"), "upstream"},
+		{"failed rate limited", ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, wirepb.FailureKind_FAILURE_KIND_RATE_LIMITED, ""), "rate_limited"},
+		{"cancelled", ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED, 0, ""), "cancelled"},
+		{"deadline exceeded", ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED, 0, ""), "deadline_exceeded"},
+		{"disconnected", ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED, wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, "lost"), "node_disconnected"},
+		{"response stalled", ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED, 0, ""), "response_stalled"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, &fakeRunner{steps: []step{textEv("partial"), tt.terminal}})
+			e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Text("partial"), tt.terminal}})
 			w := e.do(chatReq(streamUsageBody))
 			if w.Code != http.StatusOK {
 				t.Fatalf("status %d", w.Code)
@@ -267,17 +270,17 @@ func TestErrorEventAfterOutputStarted(t *testing.T) {
 // TestTerminalBeforeOutputIsHTTPError: before any byte, a terminal is an
 // HTTP status with an OpenAI error body, streaming or not.
 func TestTerminalBeforeOutputIsHTTPError(t *testing.T) {
-	failed := func(k wirepb.FailureKind) step {
-		return terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, k, "provider says no")
+	failed := func(k wirepb.FailureKind) ft.Step {
+		return ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, k, "provider says no")
 	}
 	tests := []struct {
 		name     string
-		terminal step
+		terminal ft.Step
 		status   int
 		code     string
 	}{
-		{"deadline exceeded", terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED, 0, ""), 504, "deadline_exceeded"},
-		{"response stalled", terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED, 0, ""), 504, "response_stalled"},
+		{"deadline exceeded", ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_DEADLINE_EXCEEDED, 0, ""), 504, "deadline_exceeded"},
+		{"response stalled", ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_RESPONSE_STALLED, 0, ""), 504, "response_stalled"},
 		{"rate limited", failed(wirepb.FailureKind_FAILURE_KIND_RATE_LIMITED), 429, "rate_limited"},
 		{"model not found", failed(wirepb.FailureKind_FAILURE_KIND_MODEL_NOT_FOUND), 404, "model_not_found"},
 		{"invalid request", failed(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST), 400, "invalid_request"},
@@ -285,13 +288,13 @@ func TestTerminalBeforeOutputIsHTTPError(t *testing.T) {
 		{"upstream unauthenticated", failed(wirepb.FailureKind_FAILURE_KIND_UNAUTHENTICATED), 502, "upstream_unauthenticated"},
 		{"upstream", failed(wirepb.FailureKind_FAILURE_KIND_UPSTREAM), 502, "upstream"},
 		{"internal", failed(wirepb.FailureKind_FAILURE_KIND_INTERNAL), 502, "internal"},
-		{"disconnected", terminalEv(wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED, 0, ""), 502, "node_disconnected"},
+		{"disconnected", ft.Ended(wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED, 0, ""), 502, "node_disconnected"},
 	}
 	for _, tt := range tests {
 		for _, body := range []string{streamBody, plainBody} {
 			t.Run(fmt.Sprintf("%s stream=%v", tt.name, body == streamBody), func(t *testing.T) {
 				// A usage event produces no byte: output has not started.
-				e := newEnv(t, &fakeRunner{steps: []step{usageEv(1, 0), tt.terminal}})
+				e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Usage(1, 0), tt.terminal}})
 				w := e.do(chatReq(body))
 				if w.Code != tt.status || w.Header().Get("Content-Type") != "application/json" {
 					t.Fatalf("status %d %q, want %d: %s", w.Code, w.Header().Get("Content-Type"), tt.status, w.Body)
@@ -303,7 +306,7 @@ func TestTerminalBeforeOutputIsHTTPError(t *testing.T) {
 				if tt.status == 429 && w.Header().Get("Retry-After") == "" {
 					t.Error("429 without Retry-After")
 				}
-				if w.Header().Get(RefusalHeader) != "" {
+				if w.Header().Get(frontend.RefusalHeader) != "" {
 					t.Error("a provider's failure is not a refusal of the Edge")
 				}
 			})

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/iop-dev/iop/internal/edge/frontend"
+	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 )
 
 // The timer tests run in a synctest bubble, with the handler served
@@ -22,20 +25,20 @@ func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
 	const idle = 30 * time.Second
 	tests := []struct {
 		name    string
-		runner  *fakeRunner
+		runner  *ft.Dispatcher
 		body    string
 		status  int
 		started bool // output had started: the error is in-stream
 	}{
-		{"silent prefill, streaming", &fakeRunner{}, streamBody, 504, false},
-		{"silent prefill, whole response", &fakeRunner{}, plainBody, 504, false},
-		{"silent after output", &fakeRunner{steps: []step{textEv("a")}}, streamBody, 200, true},
+		{"silent prefill, streaming", &ft.Dispatcher{}, streamBody, 504, false},
+		{"silent prefill, whole response", &ft.Dispatcher{}, plainBody, 504, false},
+		{"silent after output", &ft.Dispatcher{Events: []ft.Step{ft.Text("a")}}, streamBody, 200, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := tt.runner
-				f.idle = idle
+				f.Idle = idle
 				e := newEnv(t, f)
 				start := time.Now()
 				w := e.do(chatReq(tt.body))
@@ -56,8 +59,8 @@ func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
 				if b := apiErrorOf(t, body); codeOf(b) != "idle_timeout" {
 					t.Errorf("code %q, want idle_timeout", codeOf(b))
 				}
-				if !f.startBlocks && !f.run(t).cancelledWith(ErrIdleTimeout) {
-					t.Error("the run was not cancelled with ErrIdleTimeout")
+				if !f.StartBlocks && !f.Run(t).CancelledWith(frontend.ErrIdleTimeout) {
+					t.Error("the run was not cancelled with frontend.ErrIdleTimeout")
 				}
 				if e.cancellations(t, "idle_timeout") != 1 || e.requests(t, "idle_timeout") != 1 {
 					t.Errorf("cancellations %v, requests %v", e.cancellations(t, "idle_timeout"), e.requests(t, "idle_timeout"))
@@ -73,7 +76,7 @@ func TestIdleTimeoutEndsSilentRequest(t *testing.T) {
 // timeout fires, as it would with a long idle timeout.
 func TestQueueTimeoutWinsOverAShorterIdleTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRunner{idle: 5 * time.Second, queueFor: 30 * time.Second}
+		f := &ft.Dispatcher{Idle: 5 * time.Second, QueueFor: 30 * time.Second}
 		e := newEnv(t, f)
 		start := time.Now()
 		w := e.do(chatReq(streamBody))
@@ -98,9 +101,9 @@ func TestIdleTimerRestartsOnEveryByte(t *testing.T) {
 	for _, body := range []string{streamBody, plainBody} {
 		t.Run(body, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				e := newEnv(t, &fakeRunner{idle: 10 * time.Second, steps: []step{
-					after(8*time.Second, reasoningEv("r")), after(8*time.Second, textEv("a")),
-					after(8*time.Second, toolEv(0, "c", "f", "{}")), after(8*time.Second, completedEv("stop")),
+				e := newEnv(t, &ft.Dispatcher{Idle: 10 * time.Second, Events: []ft.Step{
+					ft.After(8*time.Second, ft.Reasoning("r")), ft.After(8*time.Second, ft.Text("a")),
+					ft.After(8*time.Second, ft.ToolCall(0, "c", "f", "{}")), ft.After(8*time.Second, ft.Completed("stop")),
 				}})
 				w := e.do(chatReq(body))
 				if w.Code != http.StatusOK || strings.Contains(w.Body.String(), `"error"`) {
@@ -118,8 +121,8 @@ func TestIdleTimerRestartsOnEveryByte(t *testing.T) {
 // sends nothing, so it does not restart the timer.
 func TestIdleTimerCountsOnlyBytesToTheClient(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newEnv(t, &fakeRunner{idle: 10 * time.Second, steps: []step{
-			after(6*time.Second, usageEv(1, 0)), after(6*time.Second, textEv("late")),
+		e := newEnv(t, &ft.Dispatcher{Idle: 10 * time.Second, Events: []ft.Step{
+			ft.After(6*time.Second, ft.Usage(1, 0)), ft.After(6*time.Second, ft.Text("late")),
 		}})
 		start := time.Now()
 		w := e.do(chatReq(streamBody))
@@ -135,16 +138,16 @@ func TestIdleTimerCountsOnlyBytesToTheClient(t *testing.T) {
 func TestDeadlineReportsDeadlineExceeded(t *testing.T) {
 	tests := []struct {
 		name  string
-		steps []step
+		steps []ft.Step
 		body  string
 	}{
 		{"before output", nil, plainBody},
-		{"after output", []step{textEv("a")}, streamBody},
+		{"after output", []ft.Step{ft.Text("a")}, streamBody},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := &fakeRunner{steps: tt.steps, deadline: 20 * time.Second, idle: 30 * time.Second}
+				f := &ft.Dispatcher{Events: tt.steps, Deadline: 20 * time.Second, Idle: 30 * time.Second}
 				e := newEnv(t, f)
 				w := e.do(chatReq(tt.body))
 				body := w.Body.String()
@@ -166,17 +169,17 @@ func TestDeadlineReportsDeadlineExceeded(t *testing.T) {
 }
 
 // TestClientGoneCancelsRun: a client that goes away cancels its run with
-// ErrClientGone, whether it was waiting for a slot, in a prefill or
+// frontend.ErrClientGone, whether it was waiting for a slot, in a prefill or
 // reading a stream.
 func TestClientGoneCancelsRun(t *testing.T) {
 	tests := []struct {
 		name   string
-		runner *fakeRunner
+		runner *ft.Dispatcher
 		body   string
 	}{
-		{"waiting in StartRun", &fakeRunner{startBlocks: true}, plainBody},
-		{"silent prefill", &fakeRunner{}, plainBody},
-		{"mid-stream", &fakeRunner{steps: []step{textEv("a")}}, streamBody},
+		{"waiting in StartRun", &ft.Dispatcher{StartBlocks: true}, plainBody},
+		{"silent prefill", &ft.Dispatcher{}, plainBody},
+		{"mid-stream", &ft.Dispatcher{Events: []ft.Step{ft.Text("a")}}, streamBody},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,8 +193,8 @@ func TestClientGoneCancelsRun(t *testing.T) {
 				if d := time.Since(start); d != 5*time.Second {
 					t.Errorf("handler returned after %v, want 5s", d)
 				}
-				if !f.startBlocks && !f.run(t).cancelledWith(ErrClientGone) {
-					t.Error("the run was not cancelled with ErrClientGone")
+				if !f.StartBlocks && !f.Run(t).CancelledWith(frontend.ErrClientGone) {
+					t.Error("the run was not cancelled with frontend.ErrClientGone")
 				}
 				if e.cancellations(t, "client_gone") != 1 || e.requests(t, "cancelled") != 1 {
 					t.Errorf("cancellations %v, requests %v", e.cancellations(t, "client_gone"), e.requests(t, "cancelled"))
@@ -203,7 +206,7 @@ func TestClientGoneCancelsRun(t *testing.T) {
 
 // TestClientClosingConnectionCancelsRun is the same over a real socket.
 func TestClientClosingConnectionCancelsRun(t *testing.T) {
-	f := &fakeRunner{steps: []step{textEv("a")}}
+	f := &ft.Dispatcher{Events: []ft.Step{ft.Text("a")}}
 	e := newEnv(t, f)
 	srv := httptest.NewServer(e.handler)
 	defer srv.Close()
@@ -228,12 +231,12 @@ func TestClientClosingConnectionCancelsRun(t *testing.T) {
 	cancel() // the client goes away while the run is silent
 	res.Body.Close()
 	select {
-	case <-f.run(t).closed:
+	case <-f.Run(t).Closed():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the run was not ended after the client left")
 	}
-	if !f.run(t).cancelledWith(ErrClientGone) {
-		t.Error("the run was not cancelled with ErrClientGone")
+	if !f.Run(t).CancelledWith(frontend.ErrClientGone) {
+		t.Error("the run was not cancelled with frontend.ErrClientGone")
 	}
 	srv.Close() // waits for the handler to return
 	if e.cancellations(t, "client_gone") != 1 || e.activeRuns(t) != 0 {

@@ -10,7 +10,7 @@
 //
 // The configuration a request sees is one immutable snapshot: the authenticator holds it
 // behind an atomic pointer, a request reads it once when it is authenticated, and its principal
-// carries it to the gateway, which resolves the route and profile in it (auth.Principal.Config).
+// carries it to the dispatcher, which resolves the route and profile in it (auth.Principal.Config).
 // Work in flight keeps the profile it resolved; the next request gets the new snapshot.
 package reload
 
@@ -53,8 +53,8 @@ type Credentials interface {
 	Apply(cfg *edgeconfig.Config) error
 }
 
-// Gateway is the gateway's part in a reload (*gateway.Gateway).
-type Gateway interface {
+// Dispatcher is the dispatcher's part in a reload (*dispatch.Dispatcher).
+type Dispatcher interface {
 	SetConfig(cfg *edgeconfig.Config)
 }
 
@@ -67,7 +67,7 @@ type Options struct {
 	// Auth holds the snapshot requests read; required.
 	Auth        *auth.Authenticator
 	Credentials Credentials
-	Gateway     Gateway
+	Dispatcher  Dispatcher
 	// Count counts each reload by result; nil counts nothing.
 	Count func(result string)
 	// Logger logs each reload; nil logs nothing.
@@ -154,8 +154,8 @@ func (r *Reloader) reload() (Result, error) {
 	if err := r.opts.Auth.Replace(merged); err != nil {
 		return res, fmt.Errorf("applying the keys after the credentials: %w", err) // checked above; not reached
 	}
-	if r.opts.Gateway != nil {
-		r.opts.Gateway.SetConfig(merged)
+	if r.opts.Dispatcher != nil {
+		r.opts.Dispatcher.SetConfig(merged)
 	}
 	res.Applied, res.Changes = true, r.running.Changes(merged)
 	if res.Changes == nil {

@@ -43,22 +43,22 @@ func (f *fakeCreds) Apply(cfg *edgeconfig.Config) error {
 	return nil
 }
 
-type fakeGateway struct{ cfg *edgeconfig.Config }
+type fakeDispatcher struct{ cfg *edgeconfig.Config }
 
-func (f *fakeGateway) SetConfig(cfg *edgeconfig.Config) { f.cfg = cfg }
+func (f *fakeDispatcher) SetConfig(cfg *edgeconfig.Config) { f.cfg = cfg }
 
 type fixture struct {
 	path   string
 	r      *reload.Reloader
 	authn  *auth.Authenticator
 	creds  *fakeCreds
-	gw     *fakeGateway
+	gw     *fakeDispatcher
 	counts map[string]int
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{path: filepath.Join(t.TempDir(), "edge.yaml"), creds: &fakeCreds{}, gw: &fakeGateway{}, counts: map[string]int{}}
+	f := &fixture{path: filepath.Join(t.TempDir(), "edge.yaml"), creds: &fakeCreds{}, gw: &fakeDispatcher{}, counts: map[string]int{}}
 	f.write(t, 8080, key("alice", "sk-alice"))
 	cfg, err := edgeconfig.Load(f.path)
 	if err != nil {
@@ -67,7 +67,7 @@ func newFixture(t *testing.T) *fixture {
 	if f.authn, err = auth.New(cfg); err != nil {
 		t.Fatal(err)
 	}
-	f.r = reload.New(cfg, reload.Options{Path: f.path, Auth: f.authn, Credentials: f.creds, Gateway: f.gw,
+	f.r = reload.New(cfg, reload.Options{Path: f.path, Auth: f.authn, Credentials: f.creds, Dispatcher: f.gw,
 		Count: func(result string) { f.counts[result]++ }})
 	return f
 }

@@ -1,4 +1,4 @@
-package gateway
+package dispatch
 
 import (
 	"testing"
@@ -13,9 +13,9 @@ import (
 // gateway's current configuration, which SetConfig replaces. A plan resolved before keeps its
 // profile.
 func TestResolveUsesThePrincipalsConfigAndSetConfigForTheRest(t *testing.T) {
-	g := testGateway(t)
+	d := testDispatcher(t)
 	all := auth.Principal{Name: "c", Routes: []string{"*"}}
-	before, err := g.Resolve(all, "llama3.2", "")
+	before, err := d.Resolve(all, "llama3.2")
 	if err != nil || before.Profile.Name != "fast" || time.Duration(before.Profile.Deadline) != time.Minute {
 		t.Fatalf("before: %+v, %v", before.Profile, err)
 	}
@@ -31,14 +31,14 @@ routes: [{name: llama, model: llama3.2, profile: slow}]
 	}
 	withNext := all
 	withNext.Config = next
-	if plan, err := g.Resolve(withNext, "llama3.2", ""); err != nil || plan.Profile.Name != "slow" {
+	if plan, err := d.Resolve(withNext, "llama3.2"); err != nil || plan.Profile.Name != "slow" {
 		t.Errorf("a principal authenticated under the new config: %+v, %v; want profile slow", plan.Profile, err)
 	}
-	if plan, _ := g.Resolve(all, "llama3.2", ""); plan.Profile.Name != "fast" {
+	if plan, _ := d.Resolve(all, "llama3.2"); plan.Profile.Name != "fast" {
 		t.Errorf("a principal without a config before SetConfig: profile %q, want fast", plan.Profile.Name)
 	}
-	g.SetConfig(next)
-	if plan, _ := g.Resolve(all, "llama3.2", ""); plan.Profile.Name != "slow" {
+	d.SetConfig(next)
+	if plan, _ := d.Resolve(all, "llama3.2"); plan.Profile.Name != "slow" {
 		t.Errorf("after SetConfig: profile %q, want slow", plan.Profile.Name)
 	}
 	if before.Profile.Name != "fast" || time.Duration(before.Profile.Deadline) != time.Minute {

@@ -1,8 +1,7 @@
-package gateway
+package frontend
 
 import (
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -12,6 +11,7 @@ import (
 // queuedRun yields its events; here of them (the first) arrived at once,
 // the rest come one at a time, after the relay asked.
 type queuedRun struct {
+	Run    // only Next and Ready are called
 	events []*wirepb.RunEvent
 	here   int
 }
@@ -39,23 +39,23 @@ type flushCounter struct {
 
 func (f *flushCounter) Flush() { f.flushes++ }
 
-// textWriter writes each text delta and flushes through the exchange, as
-// the APIs' writers do.
+// textWriter writes each text delta as an event of the response, as the
+// APIs' writers do.
 type textWriter struct {
-	x    *Exchange
-	rc   *http.ResponseController
+	resp *Response
 	text string
 }
 
+func (w *textWriter) Started(string) {}
 func (w *textWriter) Text(s string) bool {
 	w.text += s
-	_, _ = io.WriteString(w.x.W, s)
-	return w.x.Flush(w.rc) == nil
+	return w.resp.Event([]byte(s))
 }
 func (w *textWriter) Reasoning(string) bool          { return true }
 func (w *textWriter) ToolCall(*wirepb.ToolCall) bool { return true }
 func (w *textWriter) Usage(*wirepb.Usage)            {}
-func (w *textWriter) Complete(string) bool           { return w.rc.Flush() == nil }
+func (w *textWriter) Complete(string) bool           { return w.resp.End(nil) }
+func (w *textWriter) Fail(*Failure)                  {}
 func textEvent(s string) *wirepb.RunEvent {
 	return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA, Text: s}
 }
@@ -76,12 +76,12 @@ func TestRelayFlushesOnceForEventsThatArrivedTogether(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			fc := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
 			x := NewExchange(fc, httptest.NewRequest("POST", "/", nil), "test", nil, nil)
-			w := &textWriter{x: x, rc: http.NewResponseController(fc)}
+			w := &textWriter{resp: newResponse(x)}
 			run := &queuedRun{here: c.here, events: []*wirepb.RunEvent{
 				textEvent("a"), textEvent("b"), textEvent("c"), textEvent("d"),
 				{Type: wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED},
 			}}
-			if f := x.Relay(run, w); f != nil {
+			if f := x.relay(run, w); f != nil {
 				t.Fatalf("relay failed: %v", f)
 			}
 			if fc.flushes != c.wantFlushes {

@@ -1,4 +1,4 @@
-package gateway
+package dispatch
 
 import (
 	"fmt"
@@ -9,13 +9,6 @@ import (
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/sched"
 )
-
-// Model is a model a principal may ask for, and whether a ready Node can
-// serve it now.
-type Model struct {
-	ID        string
-	Available bool
-}
 
 // Offering is one model of the inventory: the name a client asks for, and
 // the candidates that can serve it now, in the scheduler's order.
@@ -36,16 +29,16 @@ func (o Offering) Has(adapter string) bool {
 // The model lists of every API (/v1/models, /api/tags, /api/ps) read it,
 // and it reads the scheduler's candidates, so a list and the routing agree:
 // a listed model can be scheduled, an unlisted one cannot. Sorted by id.
-func (g *Gateway) Inventory(p auth.Principal) []Offering {
-	cands := g.sched.Candidates()
+func (d *Dispatcher) Inventory(p auth.Principal) []Offering {
+	cands := d.slots.Candidates()
 	seen := map[string]bool{}
 	var out []Offering
-	for _, r := range g.config(p).Routes {
+	for _, r := range d.config(p).Routes {
 		if !p.MayUse(r.Name) {
 			continue
 		}
 		seen[r.Model] = true
-		match := routeMatch(r, "")
+		match := routeMatch(r)
 		var cs []sched.Candidate
 		for _, c := range cands {
 			if match(c) {
@@ -74,48 +67,27 @@ func (g *Gateway) Inventory(p auth.Principal) []Offering {
 	return out
 }
 
-// Models lists the IDs of Inventory(p).
-func (g *Gateway) Models(p auth.Principal) []Model {
-	inv := g.Inventory(p)
-	out := make([]Model, len(inv))
-	for i, o := range inv {
-		out[i] = Model{ID: o.ID, Available: true}
-	}
-	return out
-}
-
-// Offered returns the inventory entry for model as p would ask for it
-// (Ollama's implicit ":latest" included), and whether there is one.
-func (g *Gateway) Offered(p auth.Principal, model string) (Offering, bool) {
-	plan, err := g.Resolve(p, model, "")
-	if err != nil {
-		return Offering{}, false
-	}
+// Candidates are the candidates that can serve plan now, in the
+// scheduler's order.
+func (d *Dispatcher) Candidates(plan Plan) []sched.Candidate {
 	var cs []sched.Candidate
-	for _, c := range g.sched.Candidates() {
+	for _, c := range d.slots.Candidates() {
 		if plan.Match(c) {
 			cs = append(cs, c)
 		}
 	}
-	return Offering{ID: model, Candidates: cs}, len(cs) > 0
+	return cs
 }
 
-// Available is nil when a request by p for model can be scheduled now;
-// otherwise it says why not, as StartRun would: ErrForbidden,
-// ErrUnknownModel, or a no_candidate refusal for a model that is known but
-// that nobody can serve now.
-func (g *Gateway) Available(p auth.Principal, model string) error {
-	plan, err := g.Resolve(p, model, "")
-	if err != nil {
-		return err
+// Available is nil when work of plan can be scheduled now; otherwise it
+// says why not, as StartRun would: ErrUnknownModel, or a no_candidate
+// refusal for a model that is known but that nobody can serve now.
+func (d *Dispatcher) Available(plan Plan) error {
+	if slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
+		return nil
 	}
-	for _, c := range g.sched.Candidates() {
-		if plan.Match(c) {
-			return nil
-		}
+	if !d.Known(plan) {
+		return fmt.Errorf("%w: %q: no route names it and no Node offers it", ErrUnknownModel, plan.Model)
 	}
-	if !g.Known(plan) {
-		return fmt.Errorf("%w: %q: no route names it and no Node offers it", ErrUnknownModel, model)
-	}
-	return &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: model, Detail: "no ready node offers it now"}
+	return &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: plan.Model, Detail: "no ready node offers it now"}
 }

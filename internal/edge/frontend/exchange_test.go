@@ -1,4 +1,4 @@
-package gateway
+package frontend
 
 import (
 	"context"
@@ -7,6 +7,12 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/metrics"
+	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
+	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/sched"
 )
 
 // work is a run or tunnel as the exchange sees it.
@@ -118,4 +124,57 @@ func TestWhyPrefersTheWorksCause(t *testing.T) {
 			t.Fatalf("the failure of a deadline is %+v", f)
 		}
 	})
+}
+
+func testMetrics() *metrics.Metrics { return metrics.New(nodes.New(nodes.Options{}), nil) }
+
+// A request is counted by route, model, principal and outcome. The model
+// is a label only once the scheduler took the request for it (a slot, or
+// a refusal for that model): a name the client made up never makes a
+// series.
+func TestRequestsAreLabelledByAModelOnlyOnceItWasScheduled(t *testing.T) {
+	m := testMetrics()
+	alice := auth.Principal{Name: "alice"}
+	record := func(model string, admitted bool, f *Failure) {
+		x := NewExchange(httptest.NewRecorder(), httptest.NewRequest("POST", "/", nil), "openai_chat", m, nil)
+		x.p, x.model = alice, model
+		if admitted {
+			x.Begin(time.Minute)
+			x.Admitted()
+			defer x.End()
+		}
+		x.record("test", "ok", f, false)
+	}
+	record("llama3.2", true, nil)
+	record("made-up-name", false, ModelNotFound("made-up-name"))
+	record("llama3.2", false, StartFailure(&sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "llama3.2"}, nil, "llama3.2"))
+
+	for _, c := range []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{"route", "openai_chat", "model", "llama3.2", "principal", "alice", "outcome", "ok"}, 1},
+		{[]string{"model", "", "principal", "alice", "outcome", "model_not_found"}, 1},
+		{[]string{"model", "llama3.2", "outcome", "queue_full"}, 1},
+		{[]string{"model", "made-up-name"}, 0},
+	} {
+		if got := metricstest.Sum(t, m.Requests, c.labels...); got != c.want {
+			t.Errorf("requests %q = %v, want %v", c.labels, got, c.want)
+		}
+	}
+}
+
+// The time to first token is observed by route and by the model the
+// request was scheduled for.
+func TestTimeToFirstTokenIsByRouteAndModel(t *testing.T) {
+	m := testMetrics()
+	x := NewExchange(httptest.NewRecorder(), httptest.NewRequest("POST", "/", nil), "ollama_chat", m, nil)
+	x.model = "qwen3"
+	x.Begin(time.Minute)
+	defer x.End()
+	x.Admitted()
+	x.firstByte()
+	if got := metricstest.Sum(t, m.TimeToFirstToken, "route", "ollama_chat", "model", "qwen3"); got != 1 {
+		t.Errorf("time to first token observed %v times for ollama_chat, qwen3; want 1", got)
+	}
 }

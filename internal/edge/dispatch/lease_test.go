@@ -1,4 +1,4 @@
-package gateway
+package dispatch
 
 import (
 	"crypto/ed25519"
@@ -37,22 +37,21 @@ func TestSealBindsTheLeaseToTheDispatch(t *testing.T) {
 	_, edgeKey, _ := ed25519.GenerateKey(rand.Reader)
 	pub, priv, _ := box.GenerateKey(rand.Reader)
 	creds := &fakeCreds{}
-	g := New(edgeconfig.Default(), nil, nil, Options{Leases: NewLeases(creds, edgeKey)})
+	d := New(edgeconfig.Default(), nil, nil, Options{Leases: NewLeases(creds, edgeKey)})
 	reg := nodes.New(nodes.Options{GenerationBase: 100})
 	conn := reg.Register(nodes.ConnInfo{NodeID: "gpu-1", Identity: "spiffe://iop.test/node/gpu-1", LeaseKey: pub[:]})
-	plan := Plan{Model: "gpt", Route: "chat", Profile: edgeconfig.Profile{Name: "hosted", Credential: "upstream"}}
+	plan := Plan{Principal: auth.Principal{Name: "alice"}, Model: "gpt", Route: "chat", Profile: edgeconfig.Profile{Name: "hosted", Credential: "upstream"}}
 	c := sched.Candidate{NodeID: "gpu-1", Generation: conn.Generation(), Provider: "openai", Target: "gpt-4o"}
-	p := auth.Principal{Name: "alice"}
 	deadline := time.Now().Add(time.Minute)
 
-	sealed, b, err := g.seal(p, plan, "run-1#0", c, conn, deadline)
+	sealed, b, err := d.seal(plan, "run-1#0", c, conn, deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b.GetPrincipal() != "alice" || b.GetRoute() != "chat" || b.GetSlot() != "run-1#0" || b.GetProfile() != "hosted" {
 		t.Errorf("binding = %v", b)
 	}
-	opener := lease.NewOpener(lease.OpenerConfig{Key: priv, Public: pub, EdgeKey: g.leases.PublicKey()})
+	opener := lease.NewOpener(lease.OpenerConfig{Key: priv, Public: pub, EdgeKey: d.leases.PublicKey()})
 	want := lease.Binding{Principal: "alice", Route: "chat", Slot: "run-1#0", Profile: "hosted", Target: "gpt-4o",
 		Provider: "openai", NodeID: "gpu-1", Generation: conn.Generation()}
 	l, err := opener.Open(sealed, want)
@@ -69,25 +68,25 @@ func TestSealBindsTheLeaseToTheDispatch(t *testing.T) {
 	// A profile without a credential gets no lease.
 	plain := plan
 	plain.Profile.Credential = ""
-	if sealed, b, err := g.seal(p, plain, "run-2#0", c, conn, deadline); sealed != nil || b != nil || err != nil {
+	if sealed, b, err := d.seal(plain, "run-2#0", c, conn, deadline); sealed != nil || b != nil || err != nil {
 		t.Errorf("no credential: %v %v %v", sealed, b, err)
 	}
 
 	// S3: an unauthenticated (loopback) connection is never given one.
 	loop := reg.Register(nodes.ConnInfo{NodeID: "dev", Identity: "loopback", LeaseKey: pub[:]})
-	if _, _, err := g.seal(p, plan, "run-3#0", c, loop, deadline); !errors.Is(err, ErrCredentialUnavailable) {
+	if _, _, err := d.seal(plan, "run-3#0", c, loop, deadline); !errors.Is(err, ErrCredentialUnavailable) {
 		t.Errorf("loopback connection: %v, want ErrCredentialUnavailable", err)
 	}
 
 	// S4: a credential the store refuses (revoked, disabled) is not leased.
 	creds.err = credentials.ErrCredentialRevoked
-	if _, _, err := g.seal(p, plan, "run-4#0", c, conn, deadline); !errors.Is(err, ErrCredentialUnavailable) || !errors.Is(err, credentials.ErrCredentialRevoked) {
+	if _, _, err := d.seal(plan, "run-4#0", c, conn, deadline); !errors.Is(err, ErrCredentialUnavailable) || !errors.Is(err, credentials.ErrCredentialRevoked) {
 		t.Errorf("revoked credential: %v", err)
 	}
 
 	// An Edge that issues no leases refuses rather than run without.
 	bare := New(edgeconfig.Default(), nil, nil, Options{})
-	if _, _, err := bare.seal(p, plan, "run-5#0", c, conn, deadline); !errors.Is(err, ErrCredentialUnavailable) {
+	if _, _, err := bare.seal(plan, "run-5#0", c, conn, deadline); !errors.Is(err, ErrCredentialUnavailable) {
 		t.Errorf("no issuer: %v", err)
 	}
 }

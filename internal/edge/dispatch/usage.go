@@ -1,4 +1,4 @@
-package gateway
+package dispatch
 
 import (
 	"time"
@@ -12,7 +12,7 @@ import (
 // cumulative (each report is the accounting so far), so the last report is
 // what counts. It is used by the goroutine that reads the work.
 type usageMeter struct {
-	g                *Gateway
+	d                *Dispatcher
 	model, principal string
 
 	usage    *wirepb.Usage // the last reported
@@ -43,15 +43,15 @@ func (u *usageMeter) see(ev *wirepb.RunEvent) {
 // outcome (a failed or cancelled answer cost what was reported of it), the
 // pace only of an answer that completed.
 func (u *usageMeter) end(node string, completed bool) {
-	if u.counted || u.g == nil || u.g.metrics == nil {
+	if u.counted || u.d == nil || u.d.metrics == nil {
 		return
 	}
 	u.counted = true
 	if u.usage == nil {
 		return
 	}
-	u.g.metrics.CountUsage(u.model, u.principal, node, u.usage.GetPromptTokens(), u.usage.GetCompletionTokens())
+	u.d.metrics.CountUsage(u.model, u.principal, node, u.usage.GetPromptTokens(), u.usage.GetCompletionTokens())
 	if completed && !u.firstOut.IsZero() {
-		u.g.metrics.ObserveRate(u.model, u.usage.GetCompletionTokens(), time.Since(u.firstOut))
+		u.d.metrics.ObserveRate(u.model, u.usage.GetCompletionTokens(), time.Since(u.firstOut))
 	}
 }

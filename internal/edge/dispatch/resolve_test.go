@@ -1,4 +1,4 @@
-package gateway
+package dispatch
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/sched"
 )
 
-func testGateway(t *testing.T) *Gateway {
+func testDispatcher(t *testing.T) *Dispatcher {
 	t.Helper()
 	cfg, err := edgeconfig.Parse([]byte(`
 listen: {http: "127.0.0.1:8080", quic: "127.0.0.1:7443"}
@@ -26,7 +26,7 @@ routes:
 
 // A principal may use only its routes; a model without a route needs "*".
 func TestResolveChecksThePrincipalsRoutes(t *testing.T) {
-	g := testGateway(t)
+	d := testDispatcher(t)
 	for _, c := range []struct {
 		name      string
 		p         auth.Principal
@@ -39,7 +39,7 @@ func TestResolveChecksThePrincipalsRoutes(t *testing.T) {
 		{"unrouted model, named routes only", auth.Principal{Name: "a", Routes: []string{"llama"}}, "qwen3", true, ""},
 		{"unrouted model, every route", auth.Principal{Name: "c", Routes: []string{"*"}}, "qwen3", false, ""},
 	} {
-		plan, err := g.Resolve(c.p, c.model, "")
+		plan, err := d.Resolve(c.p, c.model)
 		if got := errors.Is(err, ErrForbidden); got != c.forbidden {
 			t.Errorf("%s: err %v, forbidden want %v", c.name, err, c.forbidden)
 			continue
@@ -53,9 +53,9 @@ func TestResolveChecksThePrincipalsRoutes(t *testing.T) {
 // A route's targets filter candidates by target, adapter and Node; a model
 // without a route matches its own name and Ollama's implicit ":latest".
 func TestPlanMatchesOnlyTheRoutesTargets(t *testing.T) {
-	g := testGateway(t)
+	d := testDispatcher(t)
 	all := auth.Principal{Name: "c", Routes: []string{"*"}}
-	plan, err := g.Resolve(all, "llama3.2", "")
+	plan, err := d.Resolve(all, "llama3.2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,10 +75,11 @@ func TestPlanMatchesOnlyTheRoutesTargets(t *testing.T) {
 			t.Errorf("route match %+v = %v, want %v", c.c, got, c.want)
 		}
 	}
-	plan, err = g.Resolve(all, "qwen3", "ollama")
+	plan, err = d.Resolve(all, "qwen3")
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan = plan.WithAdapter("ollama")
 	for _, c := range []struct {
 		c    sched.Candidate
 		want bool

@@ -1,8 +1,7 @@
-package gateway
+package dispatch
 
 import (
 	"errors"
-	"net/http"
 	"testing"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
@@ -28,7 +27,7 @@ profiles: [{name: default, queue_timeout: 1s}]
 	}
 	reg := nodes.New(nodes.Options{})
 	s := sched.New(reg, sched.Options{})
-	g := New(cfg, s, nodeserver.NewServer(nodeserver.Options{}, reg), Options{})
+	d := New(cfg, SchedulerSlots(s), ServerNodes(nodeserver.NewServer(nodeserver.Options{}, reg)), Options{})
 	c := reg.Register(nodes.ConnInfo{NodeID: "n1"})
 	if err := reg.MarkReady(c, c.Generation(), []*wirepb.Provider{{Name: "chat", Adapter: "openai", Capacity: 1,
 		Capabilities: []string{"list_targets", "tunnel"}, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
@@ -36,24 +35,28 @@ profiles: [{name: default, queue_timeout: 1s}]
 		t.Fatal(err)
 	}
 	all := auth.Principal{Name: "a", Routes: []string{edgeconfig.AllRoutes}}
+	plan := func(model string) Plan {
+		p, err := d.Resolve(all, model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 
-	_, err = g.Embed(t.Context(), all, "chat-only", &wirepb.EmbedRequest{Inputs: []string{"x"}}, nil, nil)
+	_, err = d.Embed(t.Context(), plan("chat-only"), &wirepb.EmbedRequest{Inputs: []string{"x"}}, Watch{}, nil)
 	if !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("embeddings of a chat-only model: %v, want ErrUnsupported", err)
 	}
-	if f := StartFailure(err, nil, "chat-only"); f.Status != http.StatusBadRequest || f.Code != "unsupported" {
-		t.Errorf("unsupported failure %+v", f)
-	}
 	completion := &wirepb.RunRequest{Completion: &wirepb.CompletionInput{Prompt: "p"}}
-	if _, err := g.StartRun(t.Context(), all, "chat-only", completion, nil); !errors.Is(err, ErrUnsupported) {
+	if _, err := d.StartRun(t.Context(), plan("chat-only"), completion, Watch{}); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("a raw completion on a model no adapter completes: %v, want ErrUnsupported", err)
 	}
-	if _, err := g.Embed(t.Context(), all, "ghost", &wirepb.EmbedRequest{Inputs: []string{"x"}}, nil, nil); !errors.Is(err, ErrUnknownModel) {
+	if _, err := d.Embed(t.Context(), plan("ghost"), &wirepb.EmbedRequest{Inputs: []string{"x"}}, Watch{}, nil); !errors.Is(err, ErrUnknownModel) {
 		t.Errorf("embeddings of a model nobody offers: %v, want ErrUnknownModel", err)
 	}
 	// Plans themselves still match by model alone: the inventory lists the
 	// model for every API.
-	if _, ok := g.Offered(all, "chat-only"); !ok {
-		t.Error("the chat-only model left the inventory")
+	if cs := d.Candidates(plan("chat-only")); len(cs) != 1 {
+		t.Errorf("the chat-only model left the inventory: %v", cs)
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package dispatch
 
 import (
 	"crypto/ed25519"
@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/credentials"
-	"github.com/iop-dev/iop/internal/edge/nodes"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/lease"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -53,17 +51,17 @@ func NewLeases(creds Credentials, key ed25519.PrivateKey) *Leases {
 // PublicKey is the key Nodes verify leases with (sent at registration).
 func (l *Leases) PublicKey() ed25519.PublicKey { return l.issuer.PublicKey() }
 
-// seal returns the sealed lease and binding for one dispatch of a request
-// of principal p under plan, to candidate c on conn, or nil when the
-// profile needs no credential.
-func (g *Gateway) seal(p auth.Principal, plan Plan, slotID string, c sched.Candidate, conn *nodes.Conn, deadline time.Time) ([]byte, *wirepb.LeaseBinding, error) {
+// seal returns the sealed lease and binding for one dispatch of work
+// under plan, to candidate c on conn, or nil when the profile needs no
+// credential.
+func (d *Dispatcher) seal(plan Plan, slotID string, c sched.Candidate, conn Conn, deadline time.Time) ([]byte, *wirepb.LeaseBinding, error) {
 	if plan.Profile.Credential == "" {
 		return nil, nil, nil
 	}
-	if g.leases == nil || g.leases.creds == nil {
+	if d.leases == nil || d.leases.creds == nil {
 		return nil, nil, fmt.Errorf("%w: profile %q needs credential %q, and this Edge issues no leases", ErrCredentialUnavailable, plan.Profile.Name, plan.Profile.Credential)
 	}
-	grant, ok, err := g.leases.creds.Grant(plan.Profile.Name)
+	grant, ok, err := d.leases.creds.Grant(plan.Profile.Name)
 	switch {
 	case err != nil:
 		return nil, nil, fmt.Errorf("%w: %w", ErrCredentialUnavailable, err)
@@ -85,9 +83,9 @@ func (g *Gateway) seal(p auth.Principal, plan Plan, slotID string, c sched.Candi
 	if limit := now.Add(lease.MaxLifetime); expires.After(limit) || deadline.IsZero() {
 		expires = limit
 	}
-	b := lease.Binding{Principal: p.Name, Route: plan.Route, Slot: slotID, Profile: plan.Profile.Name,
+	b := lease.Binding{Principal: plan.Principal.Name, Route: plan.Route, Slot: slotID, Profile: plan.Profile.Name,
 		Target: c.Target, Provider: c.Provider, NodeID: c.NodeID, Generation: conn.Generation()}
-	sealed, err := g.leases.issuer.Issue(lease.Claims{ID: g.NewID("lease"), Binding: b, Credential: grant.Credential,
+	sealed, err := d.leases.issuer.Issue(lease.Claims{ID: d.newID("lease"), Binding: b, Credential: grant.Credential,
 		Revision: grant.Revision, IssuedAt: now, ExpiresAt: expires}, grant.Secret, (*[32]byte)(key))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrCredentialUnavailable, err)

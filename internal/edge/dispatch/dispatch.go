@@ -1,0 +1,229 @@
+// Package dispatch is where a client's request becomes work on a Node. It
+// resolves the model to a Plan once (route, profile, the filter of
+// candidate targets, the principal), and then runs one loop for every kind
+// of work (a normalized run, a raw tunnel, an embedding call): acquire a
+// slot, seal the credential lease, open the stream, wait for the first
+// outcome, then keep the work there, hold off and try the same candidates
+// again, or move to another candidate (loop.go). It knows nothing of HTTP:
+// the client APIs' front end (internal/edge/frontend) calls it, and renders
+// what it returns.
+//
+// It reaches the scheduler and the Node server through interfaces (Slots,
+// Nodes), so that the loop is driven by a table test (loop_test.go);
+// SchedulerSlots and ServerNodes adapt the real ones.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/edge/metrics"
+	"github.com/iop-dev/iop/internal/edge/sched"
+)
+
+// Dispatcher turns resolved requests into work on Nodes. It is safe for
+// concurrent use.
+type Dispatcher struct {
+	cfg     atomic.Pointer[edgeconfig.Config]
+	slots   Slots
+	nodes   Nodes
+	metrics *metrics.Metrics
+	log     *slog.Logger
+	leases  *Leases
+	ids     atomic.Uint64
+	prefix  string
+}
+
+// Options are the optional parts of a Dispatcher.
+type Options struct {
+	// Metrics records queue waits, failovers, stalls and usage; nil
+	// records nothing.
+	Metrics *metrics.Metrics
+	// Leases issues credential leases for the profiles that name a
+	// credential; nil fails such requests with ErrCredentialUnavailable.
+	Leases *Leases
+	// Logger logs failovers; nil logs nothing.
+	Logger *slog.Logger
+}
+
+// New returns a dispatcher that resolves in cfg (until SetConfig), takes
+// slots from slots and opens streams with nodes.
+func New(cfg *edgeconfig.Config, slots Slots, nodes Nodes, opts Options) *Dispatcher {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Dispatcher{slots: slots, nodes: nodes, metrics: opts.Metrics, leases: opts.Leases, log: log,
+		prefix: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)}
+	d.cfg.Store(cfg)
+	return d
+}
+
+// SetConfig makes cfg the configuration of requests whose principal
+// carries none (see auth.Principal.Config); a config reload calls it after
+// the authenticator's Replace. Work already resolved keeps its Plan, and
+// with it its profile.
+func (d *Dispatcher) SetConfig(cfg *edgeconfig.Config) { d.cfg.Store(cfg) }
+
+// config is the configuration p's request resolves in: the one it was
+// authenticated under, or the current one.
+func (d *Dispatcher) config(p auth.Principal) *edgeconfig.Config {
+	if p.Config != nil {
+		return p.Config
+	}
+	return d.cfg.Load()
+}
+
+// newID returns a new work id of kind ("run", "tun", "emb", "lease").
+func (d *Dispatcher) newID(kind string) string {
+	return fmt.Sprintf("%s-%s-%d", kind, d.prefix, d.ids.Add(1))
+}
+
+// Errors of resolving and admitting; the front end renders each in every
+// API's shape.
+var (
+	// ErrForbidden: the principal may not use the model's route.
+	ErrForbidden = errors.New("forbidden")
+	// ErrUnknownModel: no route names the model and no Node offers it, in
+	// any state: a 404 in each API's shape (SPEC P1), not the 503 of a
+	// model that is known but cannot be served now.
+	ErrUnknownModel = errors.New("unknown model")
+	// ErrUnsupported: the model is served now, but by no provider whose
+	// adapter does the kind of work asked for (Plan.Needs: embeddings, raw
+	// completions): a 400, which the client can only change by asking
+	// another model.
+	ErrUnsupported = errors.New("unsupported")
+)
+
+// Capabilities a Plan may need, as adapters report them (sdk.CapEmbed,
+// sdk.CapComplete; the Edge does not import the SDK).
+const (
+	CapEmbed    = "embed"
+	CapComplete = "complete"
+)
+
+// Plan is what a request resolves to, once: the principal it runs for,
+// the model it asked for, its route (if configured), its profile, and the
+// filter of candidate targets. It holds the profile by value, so a reload
+// after resolving does not change the work's timers or credential.
+type Plan struct {
+	Principal auth.Principal
+	Model     string
+	Route     string
+	Profile   edgeconfig.Profile
+	// Match filters candidates: the route's targets, or the model's own
+	// name (Ollama's implicit ":latest" included), and an adapter
+	// (WithAdapter).
+	Match func(sched.Candidate) bool
+	// Needs, if not "", is a capability the adapter of every candidate
+	// must report (CapEmbed, CapComplete): the work is of a kind not every
+	// adapter does. Match and Known do not look at it; acquire does.
+	Needs string
+}
+
+// deadline is the hard deadline of work of p that starts now (S5); it
+// bounds the work's context and its leases, and travels to the Node.
+func (p Plan) deadline() time.Time { return time.Now().Add(time.Duration(p.Profile.Deadline)) }
+
+// stallTimeoutMs is the response-stall timeout every request of p carries,
+// the same on every candidate it is tried on (R4).
+func (p Plan) stallTimeoutMs() int64 {
+	return time.Duration(p.Profile.ResponseStallTimeout).Milliseconds()
+}
+
+// WithAdapter is p among the candidates of adapter only: the raw tunnel,
+// which relays one kind of server's own API.
+func (p Plan) WithAdapter(adapter string) Plan {
+	match := p.Match
+	p.Match = func(c sched.Candidate) bool { return c.Adapter == adapter && match(c) }
+	return p
+}
+
+// Resolve finds the route and profile for model, in the configuration p
+// was authenticated under, and checks that p may use it. A model with no
+// configured route uses the default profile and any Node target of that
+// name (Ollama's implicit ":latest" included); only a principal allowed
+// every route ("*") may use it.
+func (d *Dispatcher) Resolve(p auth.Principal, model string) (Plan, error) {
+	cfg := d.config(p)
+	plan := Plan{Principal: p, Model: model, Profile: cfg.Profile(edgeconfig.DefaultProfileName)}
+	if r, ok := cfg.RouteForModel(model); ok {
+		plan.Route, plan.Profile = r.Name, cfg.Profile(r.Profile)
+		plan.Match = routeMatch(r)
+	} else {
+		plan.Match = func(c sched.Candidate) bool { return sched.SameModel(c.Target, model) }
+	}
+	switch {
+	case plan.Route == "" && !p.MayUse(edgeconfig.AllRoutes):
+		return Plan{}, fmt.Errorf("%w: model %q has no route, and principal %q may use only its routes", ErrForbidden, model, p.Name)
+	case plan.Route != "" && !p.MayUse(plan.Route):
+		return Plan{}, fmt.Errorf("%w: principal %q may not use route %q", ErrForbidden, p.Name, plan.Route)
+	}
+	return plan, nil
+}
+
+// routeMatch filters candidates by a route's configured targets.
+func routeMatch(r edgeconfig.Route) func(sched.Candidate) bool {
+	return func(c sched.Candidate) bool {
+		if len(r.Targets) == 0 {
+			return sched.SameModel(c.Target, r.Model)
+		}
+		for _, t := range r.Targets {
+			if t.Target != c.Target || (t.Adapter != "" && t.Adapter != c.Adapter) {
+				continue
+			}
+			if len(t.Nodes) == 0 || slices.Contains(t.Nodes, c.NodeID) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// acquire takes a slot for the work of plan, excluding candidates already
+// tried, among the candidates whose adapter has what plan needs. A model
+// that nothing offers at all is ErrUnknownModel; one offered now, but by
+// no adapter that can do the work, ErrUnsupported.
+func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []sched.Candidate) (Slot, error) {
+	start := time.Now()
+	match := plan.Match
+	if plan.Needs != "" {
+		match = func(c sched.Candidate) bool { return plan.Match(c) && slices.Contains(c.Capabilities, plan.Needs) }
+	}
+	slot, err := d.slots.Acquire(ctx, sched.Request{
+		ID:            id,
+		Model:         plan.Model,
+		Match:         match,
+		Exclude:       tried,
+		QueueTimeout:  time.Duration(plan.Profile.QueueTimeout),
+		MaxQueueDepth: plan.Profile.MaxQueueDepth,
+	})
+	if err == nil && d.metrics != nil {
+		d.metrics.QueueWait.WithLabelValues(plan.Model).Observe(time.Since(start).Seconds())
+	}
+	if len(tried) == 0 && errors.Is(err, sched.ErrNoCandidate) {
+		if !d.Known(plan) {
+			return nil, fmt.Errorf("%w: %q: no route names it and no Node offers it", ErrUnknownModel, plan.Model)
+		}
+		if plan.Needs != "" && slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
+			return nil, fmt.Errorf("%w: model %q is served by no provider whose adapter implements %s", ErrUnsupported, plan.Model, plan.Needs)
+		}
+	}
+	return slot, err
+}
+
+// Known reports whether plan's model exists for the Edge: a route names
+// it, or a provider of a Node the registry still holds (in any state:
+// ready, suspect, draining, or fenced and not yet forgotten) offers a
+// target that plan matches. An unknown model is 404; a known one that no
+// Node can serve now is 503.
+func (d *Dispatcher) Known(plan Plan) bool {
+	return plan.Route != "" || d.nodes != nil && d.nodes.Offers(plan.Match)
+}

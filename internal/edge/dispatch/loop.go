@@ -1,0 +1,235 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/iop-dev/iop/internal/edge/live"
+	"github.com/iop-dev/iop/internal/edge/nodeserver"
+	"github.com/iop-dev/iop/internal/edge/sched"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// The one dispatch loop, for runs, tunnels and embedding calls alike:
+//
+//	acquire a slot among the candidates not tried yet
+//	seal the lease for it (S4: a lease that cannot be issued ends the work; no other credential)
+//	open the stream and wait for the first answer, giving the work up if the Node turns suspect (P4)
+//	judge that answer:
+//	  it produced something, or ended in a way the client is told  → keep it there
+//	  the Node's slots are still busy with a call the Edge let go of → hold off, try the same candidates
+//	  the Node was lost or refused before doing anything            → move to another candidate
+//	  a stall whose provider call the Node confirmed closed         → move, once (the retry keeps R4's timeout)
+//
+// at most MaxAttempts candidates, and maxHoldOffs hold-offs, per request.
+
+// MaxAttempts bounds how many candidates one request tries before its
+// first answer.
+const MaxAttempts = 3
+
+// maxHoldOffs bounds how often one request waits for a Node whose slots
+// are still finishing (busy): about 2.5 s in all.
+const maxHoldOffs = 7
+
+// Watch is what the caller hears of the work's way to a Node; every field
+// may be nil.
+type Watch struct {
+	// Admitted is called once, on the loop's goroutine, when the work first
+	// gets a slot: its queue wait, which the queue timeout alone bounds
+	// (S5), is over.
+	Admitted func()
+	// Live is the status page's entry of the work: the loop tells it when
+	// the work waits for a slot and where it was dispatched.
+	Live *live.Entry
+}
+
+// admitted calls Admitted the first time only.
+func (w *Watch) admitted() {
+	if w.Admitted != nil {
+		w.Admitted()
+		w.Admitted = nil
+	}
+}
+
+// attempt is one kind of work as the loop dispatches it. open sends the
+// work to one candidate and waits for its first answer; the loop then
+// either keeps that attempt or drops it and tries again.
+type attempt interface {
+	// open dispatches the work to c over conn with its sealed lease and
+	// waits for the first answer.
+	open(ctx context.Context, c sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer
+	// keep makes the open attempt the work's, on slot.
+	keep(slot Slot)
+	// drop gives the open attempt up: its stream is closed.
+	drop()
+}
+
+// answer is an attempt's first answer as every kind of work reports it.
+type answer struct {
+	// err is nil when the work produced something (an event, a response
+	// head, vectors) or completed. Otherwise it says why the attempt
+	// ended before producing anything: the dispatch's error (no stream
+	// was opened: end is zero), a *RunFailedError (a run, an embedding
+	// call) or a *nodeserver.TunnelError (a tunnel).
+	err error
+	// end is that ending, when there was a stream.
+	end Ending
+	// abandoned: the Node turned suspect before the first answer, and the
+	// work was given up there.
+	abandoned bool
+}
+
+// verdict is what the loop does with an answer.
+type verdict int
+
+const (
+	keep     verdict = iota // the work stays where it is
+	busy                    // hold off, then the same candidates again
+	move                    // another candidate
+	moveOnce                // another candidate, and no more stall retries
+)
+
+// judge decides what an answer means for the work, given whether the one
+// stall retry was used. A stall before anything reached the client, whose
+// provider call the Node confirmed closed (retryable), is retried once
+// elsewhere; a second one is the client's answer.
+func judge(a answer, stallRetried bool) verdict {
+	if a.err == nil {
+		return keep
+	}
+	if a.end.Outcome == OutcomeUnknown { // no stream: the Node is not there
+		return move
+	}
+	switch a.end.Outcome {
+	case OutcomeDisconnected:
+		return move
+	case OutcomeStalled:
+		if a.end.Stall.GetRetryable() && !stallRetried {
+			return moveOnce
+		}
+	case OutcomeFailed:
+		switch a.end.Failure.GetKind() {
+		case wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED:
+			// The Edge frees a slot when it reads the work's terminal or
+			// cancels it, the Node when the provider call has returned, so
+			// for a moment after a cancel the Edge's count is ahead. That is
+			// not a reason to leave the candidate (with one candidate it
+			// would refuse the request wrongly): wait a moment, try again.
+			return busy
+		case wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE:
+			return move
+		}
+	}
+	return keep
+}
+
+// dispatch runs the loop for work w of plan, as id, until an attempt is
+// kept (it returns nil) or none can be: the error then says why, for the
+// client (a refusal, ErrUnknownModel, ErrUnsupported, a credential that
+// cannot be leased, the context's cause, or the last candidate's ending).
+// deadline is the work's hard deadline, which bounds its leases.
+func (d *Dispatcher) dispatch(ctx context.Context, id string, plan Plan, deadline time.Time, watch *Watch, w attempt) error {
+	var tried []sched.Candidate
+	var lastErr error
+	stallRetried := false
+	holdOffs := 0
+	for n := 0; n < MaxAttempts; n++ {
+		watch.Live.Queued()
+		slot, err := d.acquire(ctx, id, plan, tried)
+		if err != nil {
+			if lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
+				return noStreamIsBusy(plan.Model, lastErr) // every candidate tried failed: say why
+			}
+			return err
+		}
+		watch.admitted()
+		c := slot.Candidate()
+		lease, binding, err := d.seal(plan, fmt.Sprintf("%s#%d", id, n), c, slot.Conn(), deadline)
+		if err != nil {
+			slot.Release()
+			return err // no other credential, no other way (S4)
+		}
+		watch.Live.Dispatched(c.NodeID, c.Provider, c.Target)
+		a := w.open(ctx, c, slot.Conn(), lease, binding)
+		d.countStall(a.end.Stall)
+		v := judge(a, stallRetried)
+		if v == keep && (a.err == nil || ctx.Err() == nil) {
+			w.keep(slot)
+			return nil
+		}
+		w.drop()
+		slot.Release()
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if v == busy && holdOff(ctx, holdOffs) {
+			holdOffs++
+			n-- // the same candidates again, not a failover
+			continue
+		}
+		stallRetried = stallRetried || v == moveOnce
+		tried = append(tried, c)
+		lastErr = a.err
+		reason := "before_first_byte"
+		switch {
+		case a.abandoned:
+			reason = "node_suspect"
+		case a.end.Outcome == OutcomeStalled:
+			reason = "response_stalled"
+		}
+		d.failover(id, c, a.err, reason)
+	}
+	return noStreamIsBusy(plan.Model, lastErr)
+}
+
+// watchSuspect gives the attempt's stream up if conn's Node turns suspect
+// before stop is called (P4).
+func watchSuspect(conn Conn, nodeID string, s Stream) (stop func() bool) {
+	return conn.AfterSuspect(func() {
+		s.Abandon(fmt.Errorf("node %q turned suspect (not heard from at the transport level) before the first byte; moving the work", nodeID))
+	})
+}
+
+// holdOff waits before the n-th retry of a candidate that was busy on its
+// Node, 20 ms doubling each time; it reports false when ctx ended first or
+// n is past maxHoldOffs.
+func holdOff(ctx context.Context, n int) bool {
+	if n >= maxHoldOffs {
+		return false
+	}
+	t := time.NewTimer(20 * time.Millisecond << n)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// noStreamIsBusy reports a dispatch that found no stream free on its
+// Node's connection as what it is to a client: every slot busy, a queue
+// timeout (429 with Retry-After), not a failure of the Node.
+func noStreamIsBusy(model string, err error) error {
+	if errors.Is(err, nodeserver.ErrStreamWait) {
+		return &sched.RefusalError{Reason: sched.ReasonQueueTimeout, Model: model, RetryAfter: time.Second, Detail: err.Error()}
+	}
+	return err
+}
+
+// failover logs and counts a move to another candidate.
+func (d *Dispatcher) failover(id string, c sched.Candidate, err error, reason string) {
+	d.log.Warn("moving work to another candidate", "id", id, "node", c.NodeID, "provider", c.Provider, "reason", reason, "err", err)
+	if d.metrics != nil {
+		d.metrics.Failovers.WithLabelValues(reason).Inc()
+	}
+}
+
+// countStall counts a stall observation by its classification.
+func (d *Dispatcher) countStall(o *wirepb.StallObservation) {
+	if o != nil && d.metrics != nil {
+		d.metrics.Stalls.WithLabelValues(o.GetLivenessClassification()).Inc()
+	}
+}
