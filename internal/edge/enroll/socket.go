@@ -127,10 +127,7 @@ func ListenSocket(dataDir string) (net.Listener, error) {
 // ServeSocket serves Handler on ln until ctx ends.
 func (s *Service) ServeSocket(ctx context.Context, ln net.Listener, log *slog.Logger) {
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
+	defer context.AfterFunc(ctx, func() { _ = srv.Close() })()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Error("admin socket failed", "err", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -98,6 +99,45 @@ func TestDrainDeadlineCutsLongRuns(t *testing.T) {
 		}
 		if err := ds.Recv(new(wirepb.RunEvent)); !errors.Is(err, quicwire.ErrDisconnected) {
 			t.Errorf("cut run: %v, want ErrDisconnected", err)
+		}
+	})
+}
+
+// The Node joins its stream handlers: when a drain's deadline cuts the
+// connection, Run returns only after every handler has returned, here one
+// that takes 3 s to let go of its provider call; so the Node's Stop never
+// stops the plugins under a handler that is still finishing.
+func TestRunReturnsOnlyAfterEveryStreamHandlerReturned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimHarness(t)
+		e := h.startEdge(0)
+		started := make(chan struct{}, 2)
+		var returned atomic.Int32
+		lingering := handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, _ *quicwire.Stream) {
+			started <- struct{}{}
+			<-ctx.Done()
+			time.Sleep(3 * time.Second) // a provider call slow to return
+			returned.Add(1)
+		})
+		n := h.startNode("n1", withHandler(lingering))
+		h.waitReady("n1")
+		for _, id := range []string{"r1", "r2"} {
+			if _, err := e.srv.Dispatch(t.Context(), "n1", runHeader(id)); err != nil {
+				t.Fatal(err)
+			}
+			<-started
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := n.c.Drain(ctx, "test"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("drain past its deadline: %v", err)
+		}
+		n.stop() // cancels Run and waits for it
+		if got := returned.Load(); got != 2 {
+			t.Errorf("Run returned with %d of 2 stream handlers returned", got)
+		}
+		if got := n.c.InFlight(); got != 0 {
+			t.Errorf("%d streams in flight after Run returned", got)
 		}
 	})
 }

@@ -120,7 +120,9 @@ type Client struct {
 	log  *slog.Logger
 
 	draining atomic.Bool
-	inflight inflight
+	// inflight counts the dispatched streams being served, for Drain's
+	// log and InFlight; acceptStreams joins them.
+	inflight atomic.Int64
 
 	mu      sync.Mutex
 	status  Status
@@ -301,14 +303,12 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 		c.current = nil
 		c.mu.Unlock()
 	}()
-	go func() {
-		select {
-		case <-qc.Context().Done():
-		case <-ctx.Done():
-			quicwire.CloseShutdown.Close(qc, "node stopping")
-		}
-		stop()
-	}()
+	// The Node stopping closes the connection; the connection ending, for
+	// whatever reason, stops what lives on it.
+	unwatchStop := context.AfterFunc(ctx, func() { quicwire.CloseShutdown.Close(qc, "node stopping") })
+	defer unwatchStop()
+	unwatchEnd := context.AfterFunc(qc.Context(), stop)
+	defer unwatchEnd()
 	c.mu.Lock()
 	c.current = conn
 	c.mu.Unlock()
@@ -317,14 +317,12 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 		s.Connects++
 	})
 
-	wg.Add(4)
-	go func() { defer wg.Done(); conn.hb.Run(cctx) }()
-	go func() { defer wg.Done(); c.acceptStreams(cctx, conn) }()
-	go func() { defer wg.Done(); c.announce(cctx, conn) }()
-	go func() { defer wg.Done(); c.watchEdge(cctx, conn, log) }()
+	wg.Go(func() { conn.hb.Run(cctx) })
+	wg.Go(func() { c.acceptStreams(cctx, conn) }) // and joins the stream handlers
+	wg.Go(func() { c.announce(cctx, conn) })
+	wg.Go(func() { c.watchEdge(cctx, conn, log) })
 	if renews && c.opts.Certificates != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.renew(cctx, conn, log) }()
+		wg.Go(func() { c.renew(cctx, conn, log) })
 	}
 
 	err = c.controlLoop(conn, &ready)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -17,18 +17,24 @@ import (
 const headerTimeout = 10 * time.Second
 
 // acceptStreams accepts the Edge's dispatched streams until the connection
-// ends, and serves each on its own goroutine bound to ctx.
+// ends, and serves each on its own goroutine bound to ctx. It returns once
+// every handler it started has returned: ctx ends with the connection, and
+// a handler returns promptly then (Handler), so the connection's end (and
+// with it Run's, and the Node's Stop) waits for the work it carried to
+// finish sending its terminals, never for a hung provider.
 func (c *Client) acceptStreams(ctx context.Context, conn *connection) {
+	var handlers sync.WaitGroup
+	defer handlers.Wait()
 	for {
 		st, err := conn.qc.AcceptStream(ctx)
 		if err != nil {
 			return
 		}
-		c.inflight.add(1)
-		go func() {
-			defer c.inflight.add(-1)
+		c.inflight.Add(1)
+		handlers.Go(func() {
+			defer c.inflight.Add(-1)
 			c.serveStream(ctx, conn, st)
-		}()
+		})
 	}
 }
 
@@ -88,7 +94,7 @@ func (c *Client) Drain(ctx context.Context, reason string) error {
 		return nil
 	}
 	deadline, _ := ctx.Deadline()
-	c.log.Info("draining", "in_flight", c.inflight.count(), "deadline", deadline)
+	c.log.Info("draining", "in_flight", c.inflight.Load(), "deadline", deadline)
 	err := conn.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_Drain{Drain: &wirepb.DrainNotice{
 		Reason: reason, DeadlineUnixMs: deadline.UnixMilli(),
 	}}})
@@ -97,7 +103,7 @@ func (c *Client) Drain(ctx context.Context, reason string) error {
 		case <-conn.qc.Context().Done():
 			return nil
 		case <-ctx.Done():
-			err = fmt.Errorf("drain: %d streams still in flight: %w", c.inflight.count(), ctx.Err())
+			err = fmt.Errorf("drain: %d streams still in flight: %w", c.inflight.Load(), ctx.Err())
 		}
 	}
 	quicwire.CloseShutdown.Close(conn.qc, "node shutting down")
@@ -105,10 +111,4 @@ func (c *Client) Drain(ctx context.Context, reason string) error {
 }
 
 // InFlight is the number of dispatched streams being served.
-func (c *Client) InFlight() int { return c.inflight.count() }
-
-// inflight counts the streams being served.
-type inflight struct{ n atomic.Int64 }
-
-func (f *inflight) add(d int)  { f.n.Add(int64(d)) }
-func (f *inflight) count() int { return int(f.n.Load()) }
+func (c *Client) InFlight() int { return int(c.inflight.Load()) }
