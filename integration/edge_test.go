@@ -10,8 +10,9 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	fleet1 "github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -21,7 +22,7 @@ import (
 // real noded processes over real QUIC on 127.0.0.1.
 type inProcessEdge struct {
 	srv  *nodeserver.Server
-	reg  *nodes.Registry
+	reg  *fleet1.Registry
 	addr string
 }
 
@@ -38,11 +39,11 @@ func startInProcessEdgeWith(t testing.TB, live quicwire.Liveness) *inProcessEdge
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := quic.ListenAddr("127.0.0.1:0", tlsConf, quicwire.EdgeQUICConfig(live))
+	ln, err := quic.ListenAddr("127.0.0.1:0", tlsConf, transport.EdgeQUICConfig(live))
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := nodes.New(nodes.Options{GenerationBase: uint64(time.Now().UnixMilli())})
+	reg := fleet1.New(fleet1.Options{GenerationBase: uint64(time.Now().UnixMilli())})
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv := nodeserver.NewServer(nodeserver.Options{EdgeID: "edge-test", Liveness: live, Logger: log}, reg)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -77,7 +78,7 @@ func (e *inProcessEdge) providerOnline(id, provider string) bool {
 }
 
 // waitProvider waits until node id is ready with provider online.
-func (e *inProcessEdge) waitProvider(t *testing.T, id, provider string) *nodes.Conn {
+func (e *inProcessEdge) waitProvider(t *testing.T, id, provider string) *fleet1.Conn {
 	t.Helper()
 	waitFor(t, id+" ready with "+provider+" online", func() bool { return e.providerOnline(id, provider) })
 	c, _ := e.reg.Dispatchable(id)

@@ -221,7 +221,7 @@ func faultLinkCutAndHealed(t *testing.T) {
 // vanishing. That is a lost packet, not the end of the connection: the Node
 // turns suspect, and when the route is back it is dispatchable again on the
 // same generation. (quic-go closes a connection at its first send error;
-// before quicwire.UnreachableIsLoss this fenced the Node at once, reason
+// before transport.UnreachableIsLoss this fenced the Node at once, reason
 // internal.)
 func faultEdgeRouteFlap(t *testing.T) {
 	requireNetns(t)

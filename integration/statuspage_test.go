@@ -23,8 +23,8 @@ import (
 	"github.com/iop-dev/iop/internal/edge/adminapi"
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/live"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	fleet1 "github.com/iop-dev/iop/internal/edge/fleet"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/statuspage"
 	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 	"github.com/iop-dev/iop/quicwire"
@@ -470,9 +470,9 @@ func TestStatusPageAsksForAnAdminKeyWhereReadsNeedOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := live.New(live.Options{})
-	runs.Start(live.Work{Kind: live.Run, ID: "run-guarded", API: "openai_chat", Model: "m", Principal: "app"}).Dispatched("n1", "ollama", "m:latest")
-	admin := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, adminapi.Options{Authenticator: authn, Runs: runs})
+	runs := inflight.New(inflight.Options{})
+	runs.Start(inflight.Work{Kind: inflight.Run, ID: "run-guarded", API: "openai_chat", Model: "m", Principal: "app"}).Dispatched("n1", "ollama", "m:latest")
+	admin := adminapi.Handler(fleet1.New(fleet1.Options{}), func() error { return nil }, adminapi.Options{Authenticator: authn, Runs: runs})
 	mux := http.NewServeMux()
 	mux.Handle("/admin/", admin)
 	mux.Handle(statuspage.Path, statuspage.Handler())

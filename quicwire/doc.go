@@ -1,9 +1,17 @@
-// Package quicwire is the Edge–Node wire of IOP: the protobuf messages
-// (package wirepb), how they are framed on QUIC streams, the names of the
-// codes that close connections and streams, the liveness profile, the QUIC
-// settings that keep the control stream alive under load, workload identity,
-// and the per-connection session. It knows nothing of scheduling or
-// execution policy: edged and noded build those on top.
+// Package quicwire is the contract of IOP's Edge–Node wire: the protobuf
+// messages (package wirepb), how they are framed on QUIC streams and how
+// large a frame may be, the codes that close connections and streams, the
+// stream limits and windows, the liveness profile, and workload identity
+// with its TLS configurations. It knows nothing of scheduling or execution
+// policy: edged and noded build those on top.
+//
+// It exports the contract only. The machinery both daemons speak the wire
+// with (the frame reader and writer, stream wrappers, the heartbeat, the
+// silence watch, the per-connection session, the QUIC configurations) is
+// internal/transport, free to change. IOP's Nodes are IOP's own: a third
+// party extends the adapters (package sdk), not the wire; one that wanted
+// to speak it would follow docs/protocol.md and the numbers here
+// (docs/architecture.md, decision 12).
 //
 // # The conversation
 //
@@ -39,8 +47,9 @@
 // encoding of google.golang.org/protobuf/encoding/protodelim), with a hard
 // size limit that depends on the stream: MaxControlFrameSize on the control
 // stream, MaxStreamFrameSize on dispatched streams. A frame over the limit,
-// cut short, or unparsable is a *ProtocolError: it ends that stream (the
-// connection, if it was the control stream), never the process.
+// cut short, or unparsable is a protocol error (transport.ProtocolError):
+// it ends that stream (the connection, if it was the control stream), never
+// the process.
 //
 // Connections are closed with a CloseCode (heartbeat_timeout, superseded,
 // shutdown, protocol_error, unauthenticated, ...) carried as the QUIC

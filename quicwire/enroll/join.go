@@ -12,6 +12,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -214,13 +215,13 @@ func Join(ctx context.Context, tr *quic.Transport, addr string, tok Token, csrDE
 	if d, ok := ctx.Deadline(); ok {
 		_ = raw.SetDeadline(d)
 	}
-	st := quicwire.NewFrameWriter(raw, MaxJoinFrameSize)
+	st := transport.NewFrameWriter(raw, MaxJoinFrameSize)
 	if err := st.Write(&wirepb.JoinRequest{TokenId: tok.ID, Secret: tok.Secret, Csr: csrDER, NodeVersion: version}); err != nil {
 		return nil, fmt.Errorf("join: send request: %w", err)
 	}
 	_ = raw.Close()
 	resp := new(wirepb.JoinResponse)
-	if err := quicwire.NewFrameReader(raw, MaxJoinFrameSize, "join").Read(resp); err != nil {
+	if err := transport.NewFrameReader(raw, MaxJoinFrameSize, "join").Read(resp); err != nil {
 		return nil, fmt.Errorf("join: read answer: %w", err)
 	}
 	if resp.GetRefusal() != wirepb.JoinRefusal_JOIN_REFUSAL_UNSPECIFIED {

@@ -2,7 +2,7 @@
 // and issues the Edge and Node certificates that carry their workload
 // identities (S3). It is deliberately small: one CA, no intermediates, no
 // revocation lists (the Edge keeps its own list of revoked serials, see
-// internal/edge/enroll); short leaf lifetimes and renewal are the rotation
+// internal/edge/registrar); short leaf lifetimes and renewal are the rotation
 // story. Keys are ECDSA P-256 and stored as PKCS#8 "PRIVATE KEY" PEM.
 package pki
 

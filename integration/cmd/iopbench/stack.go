@@ -337,7 +337,7 @@ func (s *stack) checkAlive() error {
 }
 
 // nodeView is the part of the Edge's /admin/v1/nodes the bench reads
-// (internal/edge/nodes.NodeView).
+// (internal/edge/fleet.NodeView).
 type nodeView struct {
 	ID         string `json:"id"`
 	Generation uint64 `json:"generation"`

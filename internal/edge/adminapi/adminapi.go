@@ -19,8 +19,8 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/credentials"
-	"github.com/iop-dev/iop/internal/edge/live"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/reload"
 	"github.com/iop-dev/iop/internal/edge/sched"
 )
@@ -46,7 +46,7 @@ type Options struct {
 	Load func() []sched.LoadView
 	// Runs serves /admin/v1/runs, the work in flight and how recent work
 	// ended (the status page's); nil leaves it answering 404.
-	Runs *live.Tracker
+	Runs *inflight.Tracker
 	// Credentials serves the credential endpoints (credentials.go); nil
 	// leaves them answering 404.
 	Credentials *credentials.Store
@@ -99,7 +99,7 @@ func newHandler(opts Options) *handler {
 //
 // and, with Options.Credentials, the credential endpoints of
 // credentials.go. Without it they answer 404.
-func Handler(reg *nodes.Registry, ready Readiness, opts Options) http.Handler {
+func Handler(reg *fleet.Registry, ready Readiness, opts Options) http.Handler {
 	h := newHandler(opts)
 	queues := opts.Queues
 	mux := http.NewServeMux()
@@ -189,19 +189,19 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // Its Providers hide the embedded view's in JSON (the shallower field
 // wins).
 type nodeView struct {
-	nodes.NodeView
+	fleet.NodeView
 	Providers []providerView `json:"providers"`
 }
 
 // providerView is a provider with the slots the scheduler holds on it.
 type providerView struct {
-	nodes.ProviderView
+	fleet.ProviderView
 	InFlight int `json:"in_flight"`
 }
 
 // withLoad joins the registry's Nodes with the scheduler's slots, by
 // Node, generation and provider.
-func withLoad(ns []nodes.NodeView, load func() []sched.LoadView) []nodeView {
+func withLoad(ns []fleet.NodeView, load func() []sched.LoadView) []nodeView {
 	type key struct {
 		node     string
 		gen      uint64

@@ -15,8 +15,8 @@ import (
 	"github.com/iop-dev/iop/internal/edge/adminapi"
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/live"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -47,8 +47,8 @@ func get(t *testing.T, h http.Handler, path string) (*httptest.ResponseRecorder,
 
 func TestNodesListsStateGenerationRTTAndProviders(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	reg := nodes.New(nodes.Options{GenerationBase: 100, Now: func() time.Time { return now }})
-	c := reg.Register(nodes.ConnInfo{
+	reg := fleet.New(fleet.Options{GenerationBase: 100, Now: func() time.Time { return now }})
+	c := reg.Register(fleet.ConnInfo{
 		NodeID: "n1", Identity: "loopback", Version: "1.2.3",
 		Providers: []*wirepb.Provider{{Name: "ollama", Adapter: "ollama", Capacity: 2, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
 			Targets: []*wirepb.Target{{Name: "llama3.2"}, {Name: "qwen3"}}}},
@@ -57,7 +57,7 @@ func TestNodesListsStateGenerationRTTAndProviders(t *testing.T) {
 	if err := reg.MarkReady(c, c.Generation(), nil); err != nil {
 		t.Fatal(err)
 	}
-	old := reg.Register(nodes.ConnInfo{NodeID: "n2", Providers: []*wirepb.Provider{{Name: "sim", State: wirepb.ProviderState_PROVIDER_STATE_ONLINE}}})
+	old := reg.Register(fleet.ConnInfo{NodeID: "n2", Providers: []*wirepb.Provider{{Name: "sim", State: wirepb.ProviderState_PROVIDER_STATE_ONLINE}}})
 	reg.Fence(old, quicwire.CloseHeartbeatTimeout, "no answer")
 
 	rec, body := get(t, adminapi.Handler(reg, func() error { return nil }, adminapi.Options{OpenReads: true}), "/admin/v1/nodes")
@@ -85,7 +85,7 @@ func TestNodesListsStateGenerationRTTAndProviders(t *testing.T) {
 }
 
 func TestReadyzSaysWhyNotReady(t *testing.T) {
-	reg := nodes.New(nodes.Options{})
+	reg := fleet.New(fleet.Options{})
 	ready := errors.New("quic listener not started")
 	h := adminapi.Handler(reg, func() error { return ready }, adminapi.Options{})
 	rec, body := get(t, h, "/readyz")
@@ -102,7 +102,7 @@ func TestReadyzSaysWhyNotReady(t *testing.T) {
 }
 
 func TestQueuesAreListed(t *testing.T) {
-	h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, adminapi.Options{OpenReads: true, Queues: func() any {
+	h := adminapi.Handler(fleet.New(fleet.Options{}), func() error { return nil }, adminapi.Options{OpenReads: true, Queues: func() any {
 		return []map[string]any{{"model": "m", "depth": 2}}
 	}})
 	rec, body := get(t, h, "/admin/v1/queues")
@@ -126,8 +126,8 @@ func TestReadsNeedAnAdminUnlessOpen(t *testing.T) {
 	}
 	metricsRead := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("iop_edge_requests_total 1\n")) })
 	for _, open := range []bool{false, true} {
-		opts := adminapi.Options{Authenticator: authn, OpenReads: open, Runs: live.New(live.Options{})}
-		h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, opts)
+		opts := adminapi.Options{Authenticator: authn, OpenReads: open, Runs: inflight.New(inflight.Options{})}
+		h := adminapi.Handler(fleet.New(fleet.Options{}), func() error { return nil }, opts)
 		mux := http.NewServeMux()
 		mux.Handle("/admin/", h)
 		mux.Handle("/healthz", h)

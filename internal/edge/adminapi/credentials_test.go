@@ -15,7 +15,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/credentials"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 )
 
 const (
@@ -85,7 +85,7 @@ func newFixture(t *testing.T, anonymous bool) *fixture {
 	}
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil },
+	h := adminapi.Handler(fleet.New(fleet.Options{}), func() error { return nil },
 		adminapi.Options{Credentials: store, Authenticator: authn, Logger: log, OpenReads: true})
 	return &fixture{h: h, env: e, log: &buf}
 }
@@ -260,7 +260,7 @@ func TestFailedReloadNamesTheSourceNotTheValue(t *testing.T) {
 }
 
 func TestCredentialEndpointsWithoutAStore(t *testing.T) {
-	h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, adminapi.Options{OpenReads: true})
+	h := adminapi.Handler(fleet.New(fleet.Options{}), func() error { return nil }, adminapi.Options{OpenReads: true})
 	for _, tt := range []struct{ method, path string }{
 		{http.MethodGet, "/admin/v1/credentials"},
 		{http.MethodPost, "/admin/v1/credentials/upstream/revoke"},
@@ -279,7 +279,7 @@ func TestChangesNeedAnAuthenticator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, adminapi.Options{Credentials: store, OpenReads: true})
+	h := adminapi.Handler(fleet.New(fleet.Options{}), func() error { return nil }, adminapi.Options{Credentials: store, OpenReads: true})
 	if rec, body := do(t, h, http.MethodPost, "/admin/v1/credentials/upstream/revoke", opsKey); rec.Code != http.StatusForbidden {
 		t.Errorf("without an authenticator: %d %v", rec.Code, body)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/adminapi"
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/reload"
 )
 
@@ -44,7 +44,7 @@ func TestReloadEndpointIsForAdminsAndAnswersWhatHappened(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := reload.New(cfg, reload.Options{Path: path, Auth: authn})
-	h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil },
+	h := adminapi.Handler(fleet.New(fleet.Options{}), func() error { return nil },
 		adminapi.Options{Authenticator: authn, ReadsOpen: authn.AdminReadsOpen, Reloader: r})
 
 	for _, tt := range []struct {
@@ -92,7 +92,7 @@ func TestReloadEndpointIsForAdminsAndAnswersWhatHappened(t *testing.T) {
 	}
 
 	// Without a reloader: 404.
-	without := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, adminapi.Options{Authenticator: authn})
+	without := adminapi.Handler(fleet.New(fleet.Options{}), func() error { return nil }, adminapi.Options{Authenticator: authn})
 	if rec, _ := do(t, without, "POST", "/admin/v1/reload", opsKey); rec.Code != http.StatusNotFound {
 		t.Errorf("without a reloader: %d, want 404", rec.Code)
 	}

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/iop-dev/iop/internal/edge/adminapi"
-	"github.com/iop-dev/iop/internal/edge/live"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -15,8 +15,8 @@ import (
 // What the status page reads beyond the registry: each provider's slots
 // in use (the scheduler's, joined by Node generation and provider).
 func TestNodesShowEachProvidersSlotsInUse(t *testing.T) {
-	reg := nodes.New(nodes.Options{GenerationBase: 100})
-	c := reg.Register(nodes.ConnInfo{NodeID: "n1", Providers: []*wirepb.Provider{
+	reg := fleet.New(fleet.Options{GenerationBase: 100})
+	c := reg.Register(fleet.ConnInfo{NodeID: "n1", Providers: []*wirepb.Provider{
 		{Name: "ollama", Adapter: "ollama", Capacity: 4, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE, Targets: []*wirepb.Target{{Name: "m"}}},
 		{Name: "sim", Adapter: "simulator", Capacity: 2, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE},
 	}})
@@ -45,7 +45,7 @@ func TestNodesShowEachProvidersSlotsInUse(t *testing.T) {
 }
 
 func TestQueuesShowTheModelsWhenGiven(t *testing.T) {
-	reg := nodes.New(nodes.Options{})
+	reg := fleet.New(fleet.Options{})
 	models := func() any {
 		return []sched.ModelView{{Model: "m", Capacity: 4, Free: 1, QueueDepth: 2, OldestWaitMillis: 1500}}
 	}
@@ -64,11 +64,11 @@ func TestQueuesShowTheModelsWhenGiven(t *testing.T) {
 }
 
 func TestRunsShowTheWorkInFlightAndHowRecentWorkEnded(t *testing.T) {
-	tr := live.New(live.Options{})
-	e := tr.Start(live.Work{Kind: live.Run, ID: "run-1", API: "openai_chat", Model: "m", Principal: "alice"})
+	tr := inflight.New(inflight.Options{})
+	e := tr.Start(inflight.Work{Kind: inflight.Run, ID: "run-1", API: "openai_chat", Model: "m", Principal: "alice"})
 	e.Dispatched("n1", "ollama", "m:latest")
-	tr.Start(live.Work{Kind: live.Tunnel, ID: "tun-1", Model: "m"}).End("lease_rejected")
-	h := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, adminapi.Options{OpenReads: true, Runs: tr})
+	tr.Start(inflight.Work{Kind: inflight.Tunnel, ID: "tun-1", Model: "m"}).End("lease_rejected")
+	h := adminapi.Handler(fleet.New(fleet.Options{}), func() error { return nil }, adminapi.Options{OpenReads: true, Runs: tr})
 
 	rec, body := get(t, h, "/admin/v1/runs")
 	if rec.Code != http.StatusOK {
@@ -89,7 +89,7 @@ func TestRunsShowTheWorkInFlightAndHowRecentWorkEnded(t *testing.T) {
 		t.Errorf("totals = %v", totals)
 	}
 
-	without := adminapi.Handler(nodes.New(nodes.Options{}), func() error { return nil }, adminapi.Options{OpenReads: true})
+	without := adminapi.Handler(fleet.New(fleet.Options{}), func() error { return nil }, adminapi.Options{OpenReads: true})
 	rec = httptest.NewRecorder()
 	without.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/admin/v1/runs", nil))
 	if rec.Code != http.StatusNotFound {

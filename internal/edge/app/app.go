@@ -31,19 +31,20 @@ import (
 	"github.com/iop-dev/iop/internal/edge/credentials"
 	"github.com/iop-dev/iop/internal/edge/dispatch"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/enroll"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/frontend"
-	"github.com/iop-dev/iop/internal/edge/live"
-	"github.com/iop-dev/iop/internal/edge/metrics"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/ollamaapi"
 	"github.com/iop-dev/iop/internal/edge/openaiapi"
+	"github.com/iop-dev/iop/internal/edge/registrar"
 	"github.com/iop-dev/iop/internal/edge/reload"
 	"github.com/iop-dev/iop/internal/edge/resetkey"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/internal/edge/statuspage"
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/quicwire"
 )
@@ -148,13 +149,13 @@ func newLogger(cfg *edgeconfig.Config) *slog.Logger {
 
 // newRegistry numbers generations from the start time in Unix
 // milliseconds, so they increase across Edge restarts too.
-func newRegistry() *nodes.Registry {
-	return nodes.New(nodes.Options{GenerationBase: uint64(time.Now().UnixMilli())})
+func newRegistry() *fleet.Registry {
+	return fleet.New(fleet.Options{GenerationBase: uint64(time.Now().UnixMilli())})
 }
 
 // newRefusals counts what the Edge turns away and logs it without letting
 // a flood flood the log.
-func newRefusals(log *slog.Logger, m *metrics.Metrics) *frontdoor.Refusals {
+func newRefusals(log *slog.Logger, m *edgemetrics.Metrics) *frontdoor.Refusals {
 	return frontdoor.NewRefusals(log, m.Refusals)
 }
 
@@ -167,7 +168,7 @@ func newDoor(cfg *edgeconfig.Config, refused *frontdoor.Refusals) *frontdoor.Doo
 }
 
 // newEdgeTLS builds the TLS configuration of the Node-facing listener.
-func newEdgeTLS(cfg *edgeconfig.Config, log *slog.Logger, refused *frontdoor.Refusals, enrolled *enroll.Service) (*tls.Config, error) {
+func newEdgeTLS(cfg *edgeconfig.Config, log *slog.Logger, refused *frontdoor.Refusals, enrolled *registrar.Service) (*tls.Config, error) {
 	id := cfg.Identity
 	if id.Mode == yamlconf.ModeLoopback {
 		host, _, err := net.SplitHostPort(cfg.Listen.QUIC)
@@ -201,8 +202,8 @@ func newQUICListener(lc fx.Lifecycle, cfg *edgeconfig.Config, liveness quicwire.
 	if err != nil {
 		return nil, fmt.Errorf("listen.quic %s: %w", cfg.Listen.QUIC, err)
 	}
-	tr := quicwire.EdgeTransport(quicwire.UnreachableIsLoss(udp), key)
-	ln, err := tr.Listen(tlsConf, quicwire.EdgeQUICConfig(liveness))
+	tr := transport.EdgeTransport(transport.UnreachableIsLoss(udp), key)
+	ln, err := tr.Listen(tlsConf, transport.EdgeQUICConfig(liveness))
 	if err != nil {
 		tr.Close()
 		udp.Close()
@@ -235,8 +236,8 @@ func newLeases(store *credentials.Store) (*dispatch.Leases, error) {
 	return dispatch.NewLeases(store, key), nil
 }
 
-func newTransport(cfg *edgeconfig.Config, liveness quicwire.Liveness, reg *nodes.Registry, store *credentials.Store, leases *dispatch.Leases,
-	refused *frontdoor.Refusals, enrolled *enroll.Service, log *slog.Logger) *nodeserver.Server {
+func newTransport(cfg *edgeconfig.Config, liveness quicwire.Liveness, reg *fleet.Registry, store *credentials.Store, leases *dispatch.Leases,
+	refused *frontdoor.Refusals, enrolled *registrar.Service, log *slog.Logger) *nodeserver.Server {
 	var e nodeserver.Enrollment
 	if enrolled != nil { // a nil *Service in the interface would not be nil
 		e = enrolled
@@ -280,7 +281,7 @@ func serveTransport(lc fx.Lifecycle, srv *nodeserver.Server, ln *quic.Listener, 
 	})
 }
 
-func newScheduler(reg *nodes.Registry) *sched.Scheduler { return sched.New(reg, sched.Options{}) }
+func newScheduler(reg *fleet.Registry) *sched.Scheduler { return sched.New(reg, sched.Options{}) }
 
 // runScheduler re-evaluates queued work on every registry change (R9).
 func runScheduler(lc fx.Lifecycle, s *sched.Scheduler) {
@@ -295,12 +296,12 @@ func runScheduler(lc fx.Lifecycle, s *sched.Scheduler) {
 	})
 }
 
-func newMetrics(reg *nodes.Registry, s *sched.Scheduler) *metrics.Metrics {
-	return metrics.New(reg, s.Depths)
+func newMetrics(reg *fleet.Registry, s *sched.Scheduler) *edgemetrics.Metrics {
+	return edgemetrics.New(reg, s.Depths)
 }
 
 // newLive is the tracker of the work in flight, for the status page.
-func newLive() *live.Tracker { return live.New(live.Options{}) }
+func newLive() *inflight.Tracker { return inflight.New(inflight.Options{}) }
 
 func newAuthenticator(cfg *edgeconfig.Config, log *slog.Logger) (*auth.Authenticator, error) {
 	a, err := auth.New(cfg)
@@ -316,7 +317,7 @@ func newAuthenticator(cfg *edgeconfig.Config, log *slog.Logger) (*auth.Authentic
 // newReloader applies a changed configuration file to the authenticator
 // (the snapshot requests read), the credentials and the dispatcher.
 func newReloader(cfg *edgeconfig.Config, path ConfigPath, authn *auth.Authenticator, store *credentials.Store, d *dispatch.Dispatcher,
-	m *metrics.Metrics, log *slog.Logger) *reload.Reloader {
+	m *edgemetrics.Metrics, log *slog.Logger) *reload.Reloader {
 	return reload.New(cfg, reload.Options{Path: string(path), Auth: authn, Credentials: store, Dispatcher: d, Logger: log,
 		Count: func(result string) { m.ConfigReloads.WithLabelValues(result).Inc() }})
 }
@@ -359,13 +360,13 @@ func newClientCerts(cfg *edgeconfig.Config, log *slog.Logger) (*frontdoor.CertFi
 	return frontdoor.NewCertFiles(cfg.API.TLS.CertFile, cfg.API.TLS.KeyFile, frontdoor.CertOptions{Logger: log})
 }
 
-func newDispatcher(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, m *metrics.Metrics, leases *dispatch.Leases,
+func newDispatcher(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, m *edgemetrics.Metrics, leases *dispatch.Leases,
 	log *slog.Logger) *dispatch.Dispatcher {
 	return dispatch.New(cfg, dispatch.SchedulerSlots(s), dispatch.ServerNodes(srv), dispatch.Options{Metrics: m, Leases: leases, Logger: log})
 }
 
 // newFront is the one front end every client API is a translation on.
-func newFront(d *dispatch.Dispatcher, authn *auth.Authenticator, door *frontdoor.Door, m *metrics.Metrics, runs *live.Tracker,
+func newFront(d *dispatch.Dispatcher, authn *auth.Authenticator, door *frontdoor.Door, m *edgemetrics.Metrics, runs *inflight.Tracker,
 	log *slog.Logger) *frontend.Front {
 	return frontend.New(frontend.FromDispatcher(d), authn, frontend.Options{Door: door, Metrics: m, Logger: log, Live: runs})
 }
@@ -386,8 +387,8 @@ type HTTPServer struct {
 // the status page. The admin reads and /metrics follow api.admin_reads;
 // the status page holds no data (its data are the admin reads), so it is
 // served to anyone.
-func newHTTPServer(cfg *edgeconfig.Config, reg *nodes.Registry, s *sched.Scheduler, m *metrics.Metrics, door *frontdoor.Door,
-	front *frontend.Front, authn *auth.Authenticator, store *credentials.Store, runs *live.Tracker, reloader *reload.Reloader,
+func newHTTPServer(cfg *edgeconfig.Config, reg *fleet.Registry, s *sched.Scheduler, m *edgemetrics.Metrics, door *frontdoor.Door,
+	front *frontend.Front, authn *auth.Authenticator, store *credentials.Store, runs *inflight.Tracker, reloader *reload.Reloader,
 	certs *frontdoor.CertFiles, log *slog.Logger) *HTTPServer {
 	h := &HTTPServer{addr: cfg.Listen.HTTP, door: door, certs: certs}
 	access := adminapi.Options{Authenticator: authn, Logger: log, ReadsOpen: authn.AdminReadsOpen, Reloader: reloader,

@@ -12,9 +12,9 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/enroll"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/registrar"
 	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/quicwire"
 	wireenroll "github.com/iop-dev/iop/quicwire/enroll"
@@ -45,7 +45,7 @@ func SetTestNodeCertLifetime(d time.Duration) error {
 // a data_dir: then every Node connection is checked against its
 // revocations, and, with enrollment.ca_key_file, the Edge issues and renews
 // Node identities. Otherwise it returns nil: no store, no joins.
-func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *nodes.Registry, refused *frontdoor.Refusals, log *slog.Logger) (*enroll.Service, error) {
+func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *fleet.Registry, refused *frontdoor.Refusals, log *slog.Logger) (*registrar.Service, error) {
 	if cfg.Identity.Mode != yamlconf.ModeMTLS || cfg.DataDir == "" {
 		if cfg.Identity.Mode == yamlconf.ModeMTLS {
 			log.Info("node enrollment off: no data_dir (edged node add/remove need one)")
@@ -65,7 +65,7 @@ func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *nodes.Registry,
 			return nil, fmt.Errorf("enrollment: the CA %s is for trust domain %q, identity.trust_domain is %q", cfg.Identity.CAFile, ca.TrustDomain, cfg.Identity.TrustDomain)
 		}
 	}
-	store, err := enroll.OpenStore(cfg.DataDir, time.Second, time.Now())
+	store, err := registrar.OpenStore(cfg.DataDir, time.Second, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *nodes.Registry,
 	if d := testNodeCertLifetime.Load(); d != 0 {
 		lifetime = time.Duration(d)
 	}
-	svc := enroll.New(store, enroll.Options{
+	svc := registrar.New(store, registrar.Options{
 		EdgeID: cfg.EdgeID, TrustDomain: cfg.Identity.TrustDomain, CACert: caCert, CA: ca,
 		Lifetime: lifetime, Registry: reg, Refused: refused, Logger: log,
 	})
@@ -91,7 +91,7 @@ func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *nodes.Registry,
 // the Edge's certificate from identity.cert_file and key_file, or, when the
 // Edge holds the CA key and names no files, one it issues itself; join
 // connections too when the Edge has an enrollment store.
-func managedEdgeTLS(cfg *edgeconfig.Config, log *slog.Logger, refused *frontdoor.Refusals, enrolled *enroll.Service) (*tls.Config, error) {
+func managedEdgeTLS(cfg *edgeconfig.Config, log *slog.Logger, refused *frontdoor.Refusals, enrolled *registrar.Service) (*tls.Config, error) {
 	id := cfg.Identity
 	onReject := func(remote string, err error) {
 		refused.Refuse("tls_handshake", "refused node connection", "remote", remote, "err", err)
@@ -179,7 +179,7 @@ func (s *selfIssued) get() (*tls.Certificate, error) {
 
 // serveAdminSocket serves `edged node` commands on data_dir/admin.sock from
 // start to stop.
-func serveAdminSocket(lc fx.Lifecycle, cfg *edgeconfig.Config, svc *enroll.Service, log *slog.Logger) {
+func serveAdminSocket(lc fx.Lifecycle, cfg *edgeconfig.Config, svc *registrar.Service, log *slog.Logger) {
 	if svc == nil {
 		return
 	}
@@ -187,7 +187,7 @@ func serveAdminSocket(lc fx.Lifecycle, cfg *edgeconfig.Config, svc *enroll.Servi
 	done := make(chan struct{})
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			ln, err := enroll.ListenSocket(cfg.DataDir)
+			ln, err := registrar.ListenSocket(cfg.DataDir)
 			if err != nil {
 				return err
 			}

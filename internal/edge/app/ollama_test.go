@@ -8,10 +8,10 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/internal/edge/live"
-	"github.com/iop-dev/iop/internal/edge/metrics"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 )
@@ -22,16 +22,16 @@ func TestHTTPServerMountsOllamaAPI(t *testing.T) {
 	cfg := edgeconfig.Default()
 	cfg.Listen.HTTP = "127.0.0.1:0" // loopback without keys: anonymous
 	log := slog.New(slog.DiscardHandler)
-	reg := nodes.New(nodes.Options{GenerationBase: 1})
+	reg := fleet.New(fleet.Options{GenerationBase: 1})
 	s := sched.New(reg, sched.Options{})
-	m := metrics.New(reg, s.Depths)
+	m := edgemetrics.New(reg, s.Depths)
 	a, err := auth.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	door := frontdoor.New(frontdoor.Limits{}, nil)
 	d := newDispatcher(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), m, nil, log)
-	h := newHTTPServer(cfg, reg, s, m, door, newFront(d, a, door, m, live.New(live.Options{}), log), a, nil, live.New(live.Options{}), nil, nil, log).srv.Handler
+	h := newHTTPServer(cfg, reg, s, m, door, newFront(d, a, door, m, inflight.New(inflight.Options{}), log), a, nil, inflight.New(inflight.Options{}), nil, nil, log).srv.Handler
 	tests := []struct {
 		method, path string
 		status       int

@@ -9,10 +9,10 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/internal/edge/live"
-	"github.com/iop-dev/iop/internal/edge/metrics"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 )
@@ -30,15 +30,15 @@ func TestStatusPageIsServedAndItsDataAreGuardedLikeTheAdminReads(t *testing.T) {
 			cfg.API.Keys = []edgeconfig.APIKey{{Principal: "ops", SHA256: auth.HashKey("ops-key")}}
 		}
 		log := slog.New(slog.DiscardHandler)
-		reg := nodes.New(nodes.Options{GenerationBase: 1})
+		reg := fleet.New(fleet.Options{GenerationBase: 1})
 		s := sched.New(reg, sched.Options{})
-		m := metrics.New(reg, s.Depths)
+		m := edgemetrics.New(reg, s.Depths)
 		a, err := auth.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		runs := live.New(live.Options{})
-		runs.Start(live.Work{Kind: live.Run, ID: "run-1", Model: "m"})
+		runs := inflight.New(inflight.Options{})
+		runs.Start(inflight.Work{Kind: inflight.Run, ID: "run-1", Model: "m"})
 		door := frontdoor.New(frontdoor.Limits{}, nil)
 		d := newDispatcher(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), m, nil, log)
 		h := newHTTPServer(cfg, reg, s, m, door, newFront(d, a, door, m, runs, log), a, nil, runs, nil, nil, log).srv.Handler

@@ -24,7 +24,7 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/metrics"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics"
 	"github.com/iop-dev/iop/internal/edge/sched"
 )
 
@@ -34,7 +34,7 @@ type Dispatcher struct {
 	cfg     atomic.Pointer[edgeconfig.Config]
 	slots   Slots
 	nodes   Nodes
-	metrics *metrics.Metrics
+	metrics *edgemetrics.Metrics
 	log     *slog.Logger
 	leases  *Leases
 	ids     atomic.Uint64
@@ -45,7 +45,7 @@ type Dispatcher struct {
 type Options struct {
 	// Metrics records queue waits, failovers, stalls and usage; nil
 	// records nothing.
-	Metrics *metrics.Metrics
+	Metrics *edgemetrics.Metrics
 	// Leases issues credential leases for the profiles that name a
 	// credential; nil fails such requests with ErrCredentialUnavailable.
 	Leases *Leases

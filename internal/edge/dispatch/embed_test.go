@@ -6,7 +6,7 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -25,10 +25,10 @@ profiles: [{name: default, queue_timeout: 1s}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := nodes.New(nodes.Options{})
+	reg := fleet.New(fleet.Options{})
 	s := sched.New(reg, sched.Options{})
 	d := New(cfg, SchedulerSlots(s), ServerNodes(nodeserver.NewServer(nodeserver.Options{}, reg)), Options{})
-	c := reg.Register(nodes.ConnInfo{NodeID: "n1"})
+	c := reg.Register(fleet.ConnInfo{NodeID: "n1"})
 	if err := reg.MarkReady(c, c.Generation(), []*wirepb.Provider{{Name: "chat", Adapter: "openai", Capacity: 1,
 		Capabilities: []string{"list_targets", "tunnel"}, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
 		Targets: []*wirepb.Target{{Name: "chat-only"}}}}); err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/internal/yamlconf"
@@ -23,7 +23,7 @@ func TestThePlanHasTheRoutesProfileAndTheInventoryOnlyWhatCanBeServed(t *testing
 	slow.Name, slow.IdleTimeout = "slow", yamlconf.Duration(7*time.Minute)
 	cfg.Profiles = []edgeconfig.Profile{slow}
 	cfg.Routes = []edgeconfig.Route{{Name: "llama", Model: "llama3.2", Profile: "slow"}, {Name: "qwen", Model: "qwen3", Profile: "default"}}
-	reg := nodes.New(nodes.Options{})
+	reg := fleet.New(fleet.Options{})
 	d := New(cfg, SchedulerSlots(sched.New(reg, sched.Options{})), ServerNodes(nodeserver.NewServer(nodeserver.Options{}, reg)), Options{})
 	bob := auth.Principal{Name: "bob", Routes: []string{"llama"}}
 
@@ -42,7 +42,7 @@ func TestThePlanHasTheRoutesProfileAndTheInventoryOnlyWhatCanBeServed(t *testing
 	}
 	providers := []*wirepb.Provider{{Name: "p", Adapter: "ollama", Capacity: 1, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
 		Targets: []*wirepb.Target{{Name: "llama3.2"}, {Name: "qwen3"}}}}
-	c := reg.Register(nodes.ConnInfo{NodeID: "n1", Providers: providers})
+	c := reg.Register(fleet.ConnInfo{NodeID: "n1", Providers: providers})
 	if err := reg.MarkReady(c, c.Generation(), providers); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire"
@@ -26,7 +26,7 @@ routes: [{name: r, model: routed}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := nodes.New(nodes.Options{})
+	reg := fleet.New(fleet.Options{})
 	s := sched.New(reg, sched.Options{})
 	d := New(cfg, SchedulerSlots(s), ServerNodes(nodeserver.NewServer(nodeserver.Options{}, reg)), Options{})
 	all := auth.Principal{Name: "a", Routes: []string{edgeconfig.AllRoutes}}
@@ -44,7 +44,7 @@ routes: [{name: r, model: routed}]
 	if err := start("routed"); !errors.Is(err, sched.ErrNoCandidate) || errors.Is(err, ErrUnknownModel) {
 		t.Errorf("a routed model with no Node: %v, want no_candidate", err)
 	}
-	c := reg.Register(nodes.ConnInfo{NodeID: "n1", Providers: []*wirepb.Provider{{Name: "p", Adapter: "ollama", Capacity: 1,
+	c := reg.Register(fleet.ConnInfo{NodeID: "n1", Providers: []*wirepb.Provider{{Name: "p", Adapter: "ollama", Capacity: 1,
 		State: wirepb.ProviderState_PROVIDER_STATE_ONLINE, Targets: []*wirepb.Target{{Name: "gone:latest"}}}}})
 	reg.Fence(c, quicwire.CloseHeartbeatTimeout, "test")
 	if err := start("gone"); !errors.Is(err, sched.ErrNoCandidate) || errors.Is(err, ErrUnknownModel) {

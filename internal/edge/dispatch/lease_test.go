@@ -12,7 +12,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/credentials"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/lease"
 )
@@ -38,8 +38,8 @@ func TestSealBindsTheLeaseToTheDispatch(t *testing.T) {
 	pub, priv, _ := box.GenerateKey(rand.Reader)
 	creds := &fakeCreds{}
 	d := New(edgeconfig.Default(), nil, nil, Options{Leases: NewLeases(creds, edgeKey)})
-	reg := nodes.New(nodes.Options{GenerationBase: 100})
-	conn := reg.Register(nodes.ConnInfo{NodeID: "gpu-1", Identity: "spiffe://iop.test/node/gpu-1", LeaseKey: pub[:]})
+	reg := fleet.New(fleet.Options{GenerationBase: 100})
+	conn := reg.Register(fleet.ConnInfo{NodeID: "gpu-1", Identity: "spiffe://iop.test/node/gpu-1", LeaseKey: pub[:]})
 	plan := Plan{Principal: auth.Principal{Name: "alice"}, Model: "gpt", Route: "chat", Profile: edgeconfig.Profile{Name: "hosted", Credential: "upstream"}}
 	c := sched.Candidate{NodeID: "gpu-1", Generation: conn.Generation(), Provider: "openai", Target: "gpt-4o"}
 	deadline := time.Now().Add(time.Minute)
@@ -73,7 +73,7 @@ func TestSealBindsTheLeaseToTheDispatch(t *testing.T) {
 	}
 
 	// S3: an unauthenticated (loopback) connection is never given one.
-	loop := reg.Register(nodes.ConnInfo{NodeID: "dev", Identity: "loopback", LeaseKey: pub[:]})
+	loop := reg.Register(fleet.ConnInfo{NodeID: "dev", Identity: "loopback", LeaseKey: pub[:]})
 	if _, _, err := d.seal(plan, "run-3#0", c, loop, deadline); !errors.Is(err, ErrCredentialUnavailable) {
 		t.Errorf("loopback connection: %v, want ErrCredentialUnavailable", err)
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/live"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -42,7 +42,7 @@ type Watch struct {
 	Admitted func()
 	// Live is the status page's entry of the work: the loop tells it when
 	// the work waits for a slot and where it was dispatched.
-	Live *live.Entry
+	Live *inflight.Entry
 }
 
 // admitted calls Admitted the first time only.

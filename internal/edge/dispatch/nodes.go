@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -35,7 +35,7 @@ type Slot interface {
 }
 
 // Conn is the Node generation a slot is on, as the dispatcher reads it
-// (*nodes.Conn).
+// (*fleet.Conn).
 type Conn interface {
 	Generation() uint64
 	// Verified reports whether mutual TLS verified the Node's identity:
@@ -137,7 +137,7 @@ func (s schedulerSlot) Candidate() sched.Candidate { return s.s.Candidate }
 func (s schedulerSlot) Conn() Conn                 { return s.s.Conn() }
 func (s schedulerSlot) Release()                   { s.s.Release() }
 
-var _ Conn = (*nodes.Conn)(nil)
+var _ Conn = (*fleet.Conn)(nil)
 
 // ServerNodes adapts srv to Nodes.
 func ServerNodes(srv *nodeserver.Server) Nodes { return serverNodes{srv} }

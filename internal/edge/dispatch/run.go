@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/iop-dev/iop/internal/edge/live"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -30,7 +30,7 @@ type Run struct {
 	meter  usageMeter
 	// live is the status page's entry; streaming: it has seen the first
 	// output.
-	live      *live.Entry
+	live      *inflight.Entry
 	streaming bool
 }
 

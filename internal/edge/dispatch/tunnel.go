@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/iop-dev/iop/internal/edge/live"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -35,7 +35,7 @@ type Tunnel struct {
 	meter   usageMeter
 	// live is the status page's entry; streaming: it has seen the first
 	// byte of the body.
-	live      *live.Entry
+	live      *inflight.Entry
 	streaming bool
 }
 

@@ -5,13 +5,13 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/metrics"
-	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics/metricstest"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
-func testMetrics() *metrics.Metrics { return metrics.New(nodes.New(nodes.Options{}), nil) }
+func testMetrics() *edgemetrics.Metrics { return edgemetrics.New(fleet.New(fleet.Options{}), nil) }
 
 // A run's tokens are its last usage report's (usage is cumulative),
 // counted once whatever ends it, by model, principal and Node; the pace is
@@ -65,7 +65,7 @@ func TestUsageIsCountedOnceFromTheLastReport(t *testing.T) {
 }
 
 // paceSum is the sum of the observed paces.
-func paceSum(t *testing.T, m *metrics.Metrics) float64 {
+func paceSum(t *testing.T, m *edgemetrics.Metrics) float64 {
 	t.Helper()
 	fams, err := m.Registry().Gather()
 	if err != nil {

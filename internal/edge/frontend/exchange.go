@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/internal/edge/live"
-	"github.com/iop-dev/iop/internal/edge/metrics"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 )
 
 // Causes an exchange is stopped with (see Exchange.Stop); they are also
@@ -53,11 +53,11 @@ type Exchange struct {
 	p       auth.Principal
 	model   string // the model the request named, once peeked
 
-	metrics *metrics.Metrics
+	metrics *edgemetrics.Metrics
 	log     *slog.Logger
 	// live is the status page's entry of the work, from its start to the
 	// record of its outcome.
-	live *live.Entry
+	live *inflight.Entry
 
 	// admitted: the dispatcher gave the request a slot for its model, so
 	// the model is a name the Edge serves and may label metrics.
@@ -91,7 +91,7 @@ type Work interface {
 
 // NewExchange starts the life of a request that arrived now, for the
 // metrics and log label route. m and log may be nil.
-func NewExchange(w http.ResponseWriter, r *http.Request, route string, m *metrics.Metrics, log *slog.Logger) *Exchange {
+func NewExchange(w http.ResponseWriter, r *http.Request, route string, m *edgemetrics.Metrics, log *slog.Logger) *Exchange {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -220,7 +220,7 @@ func (x *Exchange) firstByte() {
 
 // active counts the work as in flight, of kind, until the returned
 // function is called.
-func (x *Exchange) active(kind live.Kind) (done func()) {
+func (x *Exchange) active(kind inflight.Kind) (done func()) {
 	if x.metrics == nil {
 		return func() {}
 	}
@@ -256,7 +256,7 @@ func (x *Exchange) record(msg, outcome string, f *Failure, started bool, attrs .
 	if x.live != nil {
 		reason := outcome
 		if reason == "ok" {
-			reason = live.Completed
+			reason = inflight.Completed
 		}
 		x.live.End(reason)
 	}

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
-	"github.com/iop-dev/iop/internal/edge/metrics"
-	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics/metricstest"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/sched"
 )
 
@@ -126,7 +126,7 @@ func TestWhyPrefersTheWorksCause(t *testing.T) {
 	})
 }
 
-func testMetrics() *metrics.Metrics { return metrics.New(nodes.New(nodes.Options{}), nil) }
+func testMetrics() *edgemetrics.Metrics { return edgemetrics.New(fleet.New(fleet.Options{}), nil) }
 
 // A request is counted by route, model, principal and outcome. The model
 // is a label only once the scheduler took the request for it (a slot, or

@@ -13,9 +13,9 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/dispatch"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
-	"github.com/iop-dev/iop/internal/edge/live"
-	"github.com/iop-dev/iop/internal/edge/metrics"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire"
 )
@@ -27,9 +27,9 @@ type Front struct {
 	d       Dispatcher
 	auth    *auth.Authenticator
 	door    *frontdoor.Door
-	metrics *metrics.Metrics
+	metrics *edgemetrics.Metrics
 	log     *slog.Logger
-	live    *live.Tracker
+	live    *inflight.Tracker
 }
 
 // Options are the optional parts of a Front.
@@ -38,12 +38,12 @@ type Options struct {
 	Door *frontdoor.Door
 	// Metrics counts requests, outcomes, first tokens and work in flight;
 	// nil counts nothing.
-	Metrics *metrics.Metrics
+	Metrics *edgemetrics.Metrics
 	// Logger logs each request's outcome; nil logs nothing.
 	Logger *slog.Logger
 	// Live tracks the work in flight for the status page; nil tracks
 	// nothing.
-	Live *live.Tracker
+	Live *inflight.Tracker
 }
 
 // New returns the front end over d, authenticating with a.
@@ -201,7 +201,7 @@ func (l *life) serve() *Failure {
 	if a, ok := l.job.(Answer); ok {
 		return a(l.resp)
 	}
-	x.live = l.f.live.Start(live.Work{Kind: l.job.kind(), API: x.route, Model: x.model, Principal: p.Name, Arrived: x.arrived})
+	x.live = l.f.live.Start(inflight.Work{Kind: l.job.kind(), API: x.route, Model: x.model, Principal: p.Name, Arrived: x.arrived})
 	ctx := x.Begin(time.Duration(plan.Profile.IdleTimeout))
 	defer x.End()
 	watch := dispatch.Watch{Admitted: x.Admitted, Live: x.live}
@@ -249,6 +249,7 @@ func (l *life) end(f *Failure) {
 	if f != nil && f != FailClientGone {
 		switch {
 		case !started:
+			l.x.beforeWrite()
 			l.f.writeError(l.api, l.x.w, f)
 		case l.job != nil:
 			l.job.fail(l.resp, f)

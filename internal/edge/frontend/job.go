@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/internal/edge/dispatch"
-	"github.com/iop-dev/iop/internal/edge/live"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -19,7 +19,7 @@ import (
 // Job is what a request becomes, as its API's translation makes it: a
 // RunJob, a TunnelJob, an EmbedJob, or an Answer the Edge gives itself.
 type Job interface {
-	kind() live.Kind
+	kind() inflight.Kind
 	// fail ends an answer that has started with f, in the API's in-stream
 	// shape: never a silent end.
 	fail(resp *Response, f *Failure)
@@ -61,16 +61,16 @@ type RunWriter interface {
 	Fail(f *Failure)
 }
 
-func (*RunJob) kind() live.Kind                      { return live.Run }
+func (*RunJob) kind() inflight.Kind                  { return inflight.Run }
 func (j *RunJob) fail(_ *Response, f *Failure)       { j.Out.Fail(f) }
 func (j *RunJob) writer() any                        { return j.Out }
-func (*TunnelJob) kind() live.Kind                   { return live.Tunnel }
+func (*TunnelJob) kind() inflight.Kind               { return inflight.Tunnel }
 func (j *TunnelJob) fail(resp *Response, f *Failure) { resp.End(j.Out.Fail(f)) }
 func (j *TunnelJob) writer() any                     { return j.Out }
-func (*EmbedJob) kind() live.Kind                    { return live.Embed }
+func (*EmbedJob) kind() inflight.Kind                { return inflight.Embed }
 func (*EmbedJob) fail(*Response, *Failure)           {} // nothing is sent before the call ends
 func (*EmbedJob) writer() any                        { return nil }
-func (Answer) kind() live.Kind                       { return "" }
+func (Answer) kind() inflight.Kind                   { return "" }
 func (Answer) fail(*Response, *Failure)              {} // an answer is sent whole
 func (Answer) writer() any                           { return nil }
 
@@ -130,7 +130,7 @@ func (l *life) run(ctx context.Context, plan dispatch.Plan, j *RunJob, watch dis
 	}
 	defer run.Close()
 	x.Attach(run)
-	defer x.active(live.Run)()
+	defer x.active(inflight.Run)()
 	l.id, l.node = run.ID(), run.Node().NodeID
 	j.Out.Started(run.ID())
 	return x.relay(run, j.Out)
@@ -181,7 +181,7 @@ func (x *Exchange) relay(run Run, w RunWriter) *Failure {
 // embed runs j's embedding call and answers it.
 func (l *life) embed(ctx context.Context, plan dispatch.Plan, j *EmbedJob, watch dispatch.Watch) *Failure {
 	x := l.x
-	done := x.active(live.Embed)
+	done := x.active(inflight.Embed)
 	emb, err := l.f.d.Embed(ctx, plan, j.Embed, watch, x.Wrote)
 	done()
 	if err != nil {
@@ -208,7 +208,7 @@ func (l *life) tunnel(ctx context.Context, plan dispatch.Plan, j *TunnelJob, wat
 	}
 	defer t.Close()
 	x.Attach(t)
-	defer x.active(live.Tunnel)()
+	defer x.active(inflight.Tunnel)()
 	l.id, l.node = t.ID(), t.Node().NodeID
 	head := t.Head()
 	if s := head.GetStatus(); s < 200 || s > 599 {

@@ -12,8 +12,8 @@ import (
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/dispatch"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/live"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -67,7 +67,7 @@ func testEndpoint(route string) *Endpoint {
 // dispatcher and one ready Node whose provider "chat" (capacity 1) serves
 // "m" and neither embeds nor completes. Key "alice" may use every route,
 // key "bob" only another model's.
-func liveFleet(t *testing.T) (*Front, *sched.Scheduler, *live.Tracker) {
+func liveFleet(t *testing.T) (*Front, *sched.Scheduler, *inflight.Tracker) {
 	t.Helper()
 	cfg, err := edgeconfig.Parse([]byte(`
 listen: {http: "127.0.0.1:8080", quic: "127.0.0.1:7443"}
@@ -82,10 +82,10 @@ api:
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := nodes.New(nodes.Options{})
+	reg := fleet.New(fleet.Options{})
 	s := sched.New(reg, sched.Options{})
 	d := dispatch.New(cfg, dispatch.SchedulerSlots(s), dispatch.ServerNodes(nodeserver.NewServer(nodeserver.Options{}, reg)), dispatch.Options{})
-	c := reg.Register(nodes.ConnInfo{NodeID: "n1"})
+	c := reg.Register(fleet.ConnInfo{NodeID: "n1"})
 	if err := reg.MarkReady(c, c.Generation(), []*wirepb.Provider{{Name: "chat", Adapter: "openai", Capacity: 1,
 		State: wirepb.ProviderState_PROVIDER_STATE_ONLINE, Targets: []*wirepb.Target{{Name: "m"}}}}); err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ api:
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := live.New(live.Options{})
+	tr := inflight.New(inflight.Options{})
 	return New(FromDispatcher(d), a, Options{Live: tr}), s, tr
 }
 
@@ -137,11 +137,11 @@ func TestWorkThatNeverStartsIsCountedWithItsClientsCode(t *testing.T) {
 		t.Fatalf("recent = %+v, want 3", s.Recent)
 	}
 	run, embed := s.Recent[2], s.Recent[1]
-	if run.Kind != live.Run || run.API != "test_route" || run.StartedAt.IsZero() || run.Principal != "alice" || run.Model != "m" ||
+	if run.Kind != inflight.Run || run.API != "test_route" || run.StartedAt.IsZero() || run.Principal != "alice" || run.Model != "m" ||
 		!strings.HasPrefix(run.ID, "run-") {
 		t.Errorf("the completion = %+v, want a run of test_route from alice, with its id", run)
 	}
-	if embed.Kind != live.Embed || !strings.HasPrefix(embed.ID, "emb-") {
+	if embed.Kind != inflight.Embed || !strings.HasPrefix(embed.ID, "emb-") {
 		t.Errorf("the embedding call = %+v, want an embed", embed)
 	}
 }
@@ -166,7 +166,7 @@ func TestQueuedWorkShowsAsQueuedAndEndsWithItsCause(t *testing.T) {
 		go func() { defer close(done); h.ServeHTTP(httptest.NewRecorder(), r) }()
 		synctest.Wait()
 		sn := tr.Snapshot()
-		if len(sn.Live) != 1 || sn.Live[0].Phase != live.Queued || sn.Live[0].Kind != live.Run || sn.Live[0].API != "test_route" || sn.Live[0].Node != "" {
+		if len(sn.Live) != 1 || sn.Live[0].Phase != inflight.Queued || sn.Live[0].Kind != inflight.Run || sn.Live[0].API != "test_route" || sn.Live[0].Node != "" {
 			t.Fatalf("live = %+v, want one queued test_route run, on no Node yet", sn.Live)
 		}
 

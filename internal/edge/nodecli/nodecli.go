@@ -1,7 +1,7 @@
 // Package nodecli adds the `edged node` commands: add (a join token and the
 // `noded join` command to run on the Node), remove (revoke a Node's
 // certificates and fence it) and list. They talk to the running Edge
-// through its admin socket in data_dir (internal/edge/enroll), so a removal
+// through its admin socket in data_dir (internal/edge/registrar), so a removal
 // takes effect at once; with no Edge running they open its store directly.
 package nodecli
 
@@ -20,7 +20,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/enroll"
+	"github.com/iop-dev/iop/internal/edge/registrar"
 	"github.com/iop-dev/iop/quicwire/pki"
 )
 
@@ -51,7 +51,7 @@ func Register(app *kingpin.Application, out io.Writer) (Run func(cmd string) (ok
 
 	add := node.Command("add", "Make a single-use join token for a Node and print the `noded join` command to run on it.")
 	add.Arg("node-id", "The Node's id (its identity is spiffe://TRUST-DOMAIN/node/NODE-ID).").Required().StringVar(&c.nodeID)
-	add.Flag("ttl", "How long the token may be used.").Default(enroll.DefaultTokenTTL.String()).DurationVar(&c.ttl)
+	add.Flag("ttl", "How long the token may be used.").Default(registrar.DefaultTokenTTL.String()).DurationVar(&c.ttl)
 	add.Flag("addr", "The Edge's address as the Node reaches it, for the printed command (default: listen.quic, or this host's name with its port).").PlaceHolder("HOST:PORT").StringVar(&c.addr)
 	add.Flag("config", "Edge configuration file (YAML).").Short('c').Required().StringVar(&c.configPath)
 
@@ -79,7 +79,7 @@ func Register(app *kingpin.Application, out io.Writer) (Run func(cmd string) (ok
 // answers on the admin socket, else its store opened here.
 type edge struct {
 	cfg    *edgeconfig.Config
-	client *enroll.SocketClient
+	client *registrar.SocketClient
 }
 
 func (c *cli) open() (*edge, error) {
@@ -93,33 +93,33 @@ func (c *cli) open() (*edge, error) {
 	if cfg.DataDir == "" {
 		return nil, fmt.Errorf("%s: set data_dir: the Edge keeps its join tokens, issued certificates and revocations there", c.configPath)
 	}
-	return &edge{cfg: cfg, client: enroll.NewSocketClient(cfg.DataDir)}, nil
+	return &edge{cfg: cfg, client: registrar.NewSocketClient(cfg.DataDir)}, nil
 }
 
 // offline runs f on the store when no Edge answers on the socket. An Edge
 // that holds the store but does not answer yet is starting: online is
 // tried again for a while before giving up.
-func (e *edge) offline(online func() error, f func(*enroll.Service) error) error {
-	store, err := enroll.OpenStore(e.cfg.DataDir, storeLockWait, time.Now())
-	if errors.Is(err, enroll.ErrStoreLocked) {
+func (e *edge) offline(online func() error, f func(*registrar.Service) error) error {
+	store, err := registrar.OpenStore(e.cfg.DataDir, storeLockWait, time.Now())
+	if errors.Is(err, registrar.ErrStoreLocked) {
 		for deadline := time.Now().Add(startWait); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if err := online(); !errors.Is(err, enroll.ErrNoEdge) {
+			if err := online(); !errors.Is(err, registrar.ErrNoEdge) {
 				return err
 			}
 		}
-		return fmt.Errorf("%w, but its admin socket %s does not answer: is it stuck?", err, filepath.Join(e.cfg.DataDir, enroll.SocketFile))
+		return fmt.Errorf("%w, but its admin socket %s does not answer: is it stuck?", err, filepath.Join(e.cfg.DataDir, registrar.SocketFile))
 	}
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	opts := enroll.Options{EdgeID: e.cfg.EdgeID, TrustDomain: e.cfg.Identity.TrustDomain}
+	opts := registrar.Options{EdgeID: e.cfg.EdgeID, TrustDomain: e.cfg.Identity.TrustDomain}
 	if e.cfg.Identity.CAFile != "" {
 		if opts.CACert, err = pki.LoadCACert(e.cfg.Identity.CAFile); err != nil {
 			return err
 		}
 	}
-	return f(enroll.New(store, opts))
+	return f(registrar.New(store, opts))
 }
 
 func (c *cli) add() error {
@@ -130,12 +130,12 @@ func (c *cli) add() error {
 	if !e.cfg.Enrollment.Enabled() {
 		return fmt.Errorf("%s: set enrollment.ca_key_file (the key of identity.ca_file): the Edge signs the certificate of a joining Node with it", c.configPath)
 	}
-	var res enroll.TokenResult
+	var res registrar.TokenResult
 	online := func() (err error) { res, err = e.client.AddToken(c.nodeID, c.ttl); return err }
 	err = online()
-	if errors.Is(err, enroll.ErrNoEdge) {
+	if errors.Is(err, registrar.ErrNoEdge) {
 		offline := false
-		err = e.offline(online, func(s *enroll.Service) (err error) {
+		err = e.offline(online, func(s *registrar.Service) (err error) {
 			offline = true
 			res, err = s.AddToken(c.nodeID, c.ttl)
 			return err
@@ -181,13 +181,13 @@ func (c *cli) remove() error {
 	if err != nil {
 		return err
 	}
-	var res enroll.RemoveResult
+	var res registrar.RemoveResult
 	online := func() (err error) { res, err = e.client.Remove(c.nodeID); return err }
 	err = online()
-	if errors.Is(err, enroll.ErrNoEdge) {
-		err = e.offline(online, func(s *enroll.Service) error {
+	if errors.Is(err, registrar.ErrNoEdge) {
+		err = e.offline(online, func(s *registrar.Service) error {
 			revoked, _, err := s.Remove(c.nodeID)
-			res = enroll.RemoveResult{NodeID: c.nodeID, Revoked: revoked, Offline: true}
+			res = registrar.RemoveResult{NodeID: c.nodeID, Revoked: revoked, Offline: true}
 			return err
 		})
 	}
@@ -216,11 +216,11 @@ func (c *cli) list() error {
 	if err != nil {
 		return err
 	}
-	var nodes []enroll.NodeStatus
+	var nodes []registrar.NodeStatus
 	online := func() (err error) { nodes, err = e.client.List(); return err }
 	err = online()
-	if errors.Is(err, enroll.ErrNoEdge) {
-		err = e.offline(online, func(s *enroll.Service) error {
+	if errors.Is(err, registrar.ErrNoEdge) {
+		err = e.offline(online, func(s *registrar.Service) error {
 			nodes, err = s.List()
 			return err
 		})
@@ -238,7 +238,7 @@ func (c *cli) list() error {
 
 // printList prints one line per Node: its newest certificate, its state and
 // when it was last seen.
-func printList(w io.Writer, nodes []enroll.NodeStatus, now time.Time) error {
+func printList(w io.Writer, nodes []registrar.NodeStatus, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tIDENTITY\tSTATE\tSERIAL\tEXPIRES\tLAST SEEN")
 	stamp := func(t time.Time) string {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/enroll"
+	"github.com/iop-dev/iop/internal/edge/registrar"
 )
 
 func TestTheJoinCommandNamesAReachableAddress(t *testing.T) {
@@ -28,16 +28,16 @@ func TestTheJoinCommandNamesAReachableAddress(t *testing.T) {
 
 func TestListShowsEachNodesNewestCertificateAndState(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	cert := func(serial string, nb time.Time) enroll.CertRecord {
-		return enroll.CertRecord{Serial: serial, NotBefore: nb, NotAfter: nb.Add(time.Hour)}
+	cert := func(serial string, nb time.Time) registrar.CertRecord {
+		return registrar.CertRecord{Serial: serial, NotBefore: nb, NotAfter: nb.Add(time.Hour)}
 	}
 	var out bytes.Buffer
-	err := printList(&out, []enroll.NodeStatus{
+	err := printList(&out, []registrar.NodeStatus{
 		{ID: "a", Identity: "spiffe://t/node/a", Connected: "ready", LastSeen: now,
-			Certificates: []enroll.CertRecord{cert("old", now.Add(-2*time.Hour)), cert("new", now.Add(-time.Minute))}},
-		{ID: "b", Identity: "spiffe://t/node/b", Removed: now, Certificates: []enroll.CertRecord{cert("rev", now)}},
-		{ID: "c", Identity: "spiffe://t/node/c", Tokens: []enroll.PendingToken{{ID: "tok", Expires: now}}},
-		{ID: "d", Identity: "spiffe://t/node/d", Certificates: []enroll.CertRecord{cert("gone", now.Add(-3*time.Hour))}},
+			Certificates: []registrar.CertRecord{cert("old", now.Add(-2*time.Hour)), cert("new", now.Add(-time.Minute))}},
+		{ID: "b", Identity: "spiffe://t/node/b", Removed: now, Certificates: []registrar.CertRecord{cert("rev", now)}},
+		{ID: "c", Identity: "spiffe://t/node/c", Tokens: []registrar.PendingToken{{ID: "tok", Expires: now}}},
+		{ID: "d", Identity: "spiffe://t/node/d", Certificates: []registrar.CertRecord{cert("gone", now.Add(-3*time.Hour))}},
 	}, now)
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -43,30 +44,30 @@ type nodeConn struct {
 	qc *quic.Conn
 	// cs is the control stream. Only the control loop reads it; the loop,
 	// the heartbeat and the notice sender write to it (Send serializes).
-	cs *quicwire.ControlStream
+	cs *transport.ControlStream
 	// hb is the Edge's heartbeat on the control stream. It exists before
 	// Register publishes the connection, because RTT reads it.
-	hb *quicwire.Heartbeat
+	hb *transport.Heartbeat
 	// gen is the registry entry: this connection's generation. Set once
 	// Register returns; the Link methods never read it.
-	gen *nodes.Conn
+	gen *fleet.Conn
 	log *slog.Logger
 }
 
 // The registry reaches a Node's connection through its Link.
-var _ nodes.Link = (*nodeConn)(nil)
+var _ fleet.Link = (*nodeConn)(nil)
 
 // newNodeConn makes the heartbeat, then publishes the connection to the
 // registry as a new generation of req's Node. Nothing runs yet.
-func newNodeConn(s *Server, qc *quic.Conn, cs *quicwire.ControlStream, req *wirepb.RegisterRequest, identity string) *nodeConn {
+func newNodeConn(s *Server, qc *quic.Conn, cs *transport.ControlStream, req *wirepb.RegisterRequest, identity string) *nodeConn {
 	c := &nodeConn{srv: s, qc: qc, cs: cs}
 	// The timeout reads c.gen: it can fire only once run has started the
 	// heartbeat, after gen is set.
-	c.hb = quicwire.NewHeartbeat(s.opts.Liveness, cs.Send, func() {
+	c.hb = transport.NewHeartbeat(s.opts.Liveness, cs.Send, func() {
 		s.reg.Fence(c.gen, quicwire.CloseHeartbeatTimeout,
 			fmt.Sprintf("no heartbeat answer within %v", s.opts.Liveness.ResponseWait))
 	})
-	c.gen = s.reg.Register(nodes.ConnInfo{
+	c.gen = s.reg.Register(fleet.ConnInfo{
 		NodeID:     req.GetNodeId(),
 		Version:    req.GetNodeVersion(),
 		RemoteAddr: qc.RemoteAddr().String(),
@@ -82,15 +83,15 @@ func newNodeConn(s *Server, qc *quic.Conn, cs *quicwire.ControlStream, req *wire
 	return c
 }
 
-// RTT is the round trip of the last answered heartbeat (nodes.Link).
+// RTT is the round trip of the last answered heartbeat (fleet.Link).
 func (c *nodeConn) RTT() (time.Duration, time.Time) { return c.hb.LastRTT() }
 
-// Close closes the QUIC connection with code (nodes.Link): the registry
+// Close closes the QUIC connection with code (fleet.Link): the registry
 // calls it when it fences the generation.
 func (c *nodeConn) Close(code quicwire.CloseCode, detail string) { code.Close(c.qc, detail) }
 
 // OpenStream opens a dispatched stream, waiting for a free stream slot
-// until ctx is done (nodes.Link).
+// until ctx is done (fleet.Link).
 func (c *nodeConn) OpenStream(ctx context.Context) (*quic.Stream, error) {
 	return c.qc.OpenStreamSync(ctx)
 }
@@ -145,14 +146,14 @@ func (c *nodeConn) controlLoop(g *errgroup.Group) error {
 		}
 		switch m := f.GetMsg().(type) {
 		case *wirepb.ControlFrame_Heartbeat:
-			if err := c.cs.Send(quicwire.AckFor(m.Heartbeat)); err != nil {
+			if err := c.cs.Send(transport.AckFor(m.Heartbeat)); err != nil {
 				return err
 			}
 		case *wirepb.ControlFrame_HeartbeatAck:
 			c.hb.Acked(m.HeartbeatAck.GetSeq())
 		case *wirepb.ControlFrame_ReadyRequest:
 			if err := reg.MarkReady(c.gen, m.ReadyRequest.GetGeneration(), m.ReadyRequest.GetProviders()); err != nil {
-				return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %v", quicwire.ErrUnexpectedFrame, err)}
+				return &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %v", transport.ErrUnexpectedFrame, err)}
 			}
 			if err := c.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_ReadyResponse{
 				ReadyResponse: &wirepb.NodeReadyResponse{Generation: c.gen.Generation()},
@@ -176,7 +177,7 @@ func (c *nodeConn) controlLoop(g *errgroup.Group) error {
 				return err
 			}
 		default:
-			return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T from a node", quicwire.ErrUnexpectedFrame, m)}
+			return &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T from a node", transport.ErrUnexpectedFrame, m)}
 		}
 	}
 }
@@ -186,7 +187,7 @@ func (c *nodeConn) controlLoop(g *errgroup.Group) error {
 // at once, whose response wait then decides the fence (R8, R9). When the
 // Node is heard from again it is dispatchable again at once.
 func (c *nodeConn) watch(ctx context.Context) {
-	w := quicwire.SilenceWatch{
+	w := transport.SilenceWatch{
 		After:   c.srv.opts.Liveness.SuspectAfter(),
 		Packets: func() uint64 { return c.qc.ConnectionStats().PacketsReceived },
 		OnSuspect: func(silent time.Duration) {
@@ -241,7 +242,7 @@ func (c *nodeConn) closeWhenDrained() {
 // loop.
 func (c *nodeConn) fenceFor(err error) {
 	reg := c.srv.reg
-	var pe *quicwire.ProtocolError
+	var pe *transport.ProtocolError
 	switch {
 	case errors.As(err, &pe):
 		reg.Fence(c.gen, quicwire.CloseProtocolError, pe.Error())

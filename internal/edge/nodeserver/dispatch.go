@@ -8,7 +8,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -22,9 +23,9 @@ import (
 // outcome) or Cancel: both halves of the stream are then finished, and a
 // draining Node's connection can close once all of them are.
 type Dispatched struct {
-	*quicwire.Stream
+	*transport.Stream
 	// Conn is the generation the stream was opened on.
-	Conn *nodes.Conn
+	Conn *fleet.Conn
 	srv  *Server
 	done sync.Once
 }
@@ -64,7 +65,7 @@ func (d *Dispatched) Cancel(code quicwire.StreamCode) {
 // ErrStreamWait is a dispatch that found every stream its Node's
 // connection accepts in use for Options.StreamWait. The scheduler grants no
 // more slots on a generation than its stream limit has room for
-// (nodes.Conn.Slots), so this is rare: metadata calls and streams still
+// (fleet.Conn.Slots), so this is rare: metadata calls and streams still
 // closing took the headroom. The work may move to another candidate.
 var ErrStreamWait = errors.New("no stream free on the node's connection")
 
@@ -96,7 +97,7 @@ func (s *Server) Dispatch(ctx context.Context, nodeID string, hdr *wirepb.Stream
 	}
 	hdr.Generation = conn.Generation()
 	conn.StreamOpened()
-	d := &Dispatched{Stream: quicwire.NewStream(st, quicwire.HeaderKind(hdr)), Conn: conn, srv: s}
+	d := &Dispatched{Stream: transport.NewStream(st, transport.HeaderKind(hdr)), Conn: conn, srv: s}
 	if err := d.SendFrames(append([]proto.Message{hdr}, then...)...); err != nil {
 		d.Cancel(quicwire.StreamCancelled)
 		return nil, fmt.Errorf("dispatch to %s: %w", nodeID, err)

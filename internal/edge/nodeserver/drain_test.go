@@ -9,8 +9,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	nodetransport "github.com/iop-dev/iop/internal/node/edgeclient"
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -18,7 +19,7 @@ import (
 // slowRun completes its run after d, unless its connection ends first. It
 // tells started when it begins.
 func slowRun(d time.Duration, started chan<- struct{}) handlerFunc {
-	return func(ctx context.Context, sess *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
+	return func(ctx context.Context, sess *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream) {
 		started <- struct{}{}
 		select {
 		case <-time.After(d):
@@ -51,9 +52,9 @@ func TestDrainFinishesInFlightWorkThenClosesWithShutdown(t *testing.T) {
 			defer cancel()
 			drained <- n.c.Drain(ctx, "test")
 		}()
-		h.waitFor("edge marks the node draining", time.Second, func() bool { return conn.State() == nodes.Draining })
-		var nd *nodes.NotDispatchableError
-		if _, err := e.srv.Dispatch(t.Context(), "n1", runHeader("r2")); !errors.As(err, &nd) || nd.State != nodes.Draining {
+		h.waitFor("edge marks the node draining", time.Second, func() bool { return conn.State() == fleet.Draining })
+		var nd *fleet.NotDispatchableError
+		if _, err := e.srv.Dispatch(t.Context(), "n1", runHeader("r2")); !errors.As(err, &nd) || nd.State != fleet.Draining {
 			t.Errorf("dispatch to a draining node: %v, want refused as draining", err)
 		}
 		ev := new(wirepb.RunEvent)
@@ -113,7 +114,7 @@ func TestRunReturnsOnlyAfterEveryStreamHandlerReturned(t *testing.T) {
 		e := h.startEdge(0)
 		started := make(chan struct{}, 2)
 		var returned atomic.Int32
-		lingering := handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, _ *quicwire.Stream) {
+		lingering := handlerFunc(func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, _ *transport.Stream) {
 			started <- struct{}{}
 			<-ctx.Done()
 			time.Sleep(3 * time.Second) // a provider call slow to return

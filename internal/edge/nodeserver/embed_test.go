@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -29,7 +30,7 @@ func embedTerminal(t wirepb.RunEventType) *wirepb.EmbedFrame {
 // frames, after checking it got an embed header.
 func embedNode(t *testing.T, h *harness, frames ...*wirepb.EmbedFrame) {
 	t.Helper()
-	h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
+	h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream) {
 		if hdr.GetEmbed() == nil || st.Kind() != "embed" {
 			t.Errorf("header %v on a %q stream, want an embed", hdr, st.Kind())
 			return
@@ -108,7 +109,7 @@ func TestEmbedCancelAndAbandon(t *testing.T) {
 		h := newSimHarness(t)
 		e := h.startEdge(0)
 		sawCancel := make(chan error, 2)
-		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
 			sawCancel <- st.Recv(new(wirepb.RunEvent))
 		})))
 		h.waitReady("n1")

@@ -18,7 +18,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	nodetransport "github.com/iop-dev/iop/internal/node/edgeclient"
 	"github.com/iop-dev/iop/internal/node/nodecert"
 	"github.com/iop-dev/iop/quicwire"
@@ -138,7 +138,7 @@ func TestCertificatesRenewOnTheConnectionAndRevocationFences(t *testing.T) {
 		if renewed.SerialNumber.Cmp(serial0) == 0 {
 			t.Fatalf("not renewed at two thirds of the lifetime:\n%s", n.log)
 		}
-		if c, _ := e.reg.Current("n1"); c != first || c.State() != nodes.Ready {
+		if c, _ := e.reg.Current("n1"); c != first || c.State() != fleet.Ready {
 			t.Errorf("the connection changed with the renewal: %v", c.State())
 		}
 		onDisk, _ := os.ReadFile(filepath.Join(dir, "node.pem"))
@@ -155,7 +155,7 @@ func TestCertificatesRenewOnTheConnectionAndRevocationFences(t *testing.T) {
 		if _, fenced, err := e.enrolled.Remove("n1"); err != nil || !fenced {
 			t.Fatalf("remove: fenced=%v err=%v", fenced, err)
 		}
-		if code, _, _ := first.FenceReason(); first.State() != nodes.Fenced || code != quicwire.CloseUnauthenticated {
+		if code, _, _ := first.FenceReason(); first.State() != fleet.Fenced || code != quicwire.CloseUnauthenticated {
 			t.Errorf("after remove: %s %s", first.State(), code)
 		}
 		h.waitFor("the reconnect refused", time.Minute, func() bool {

@@ -15,10 +15,11 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/testutils/simnet"
 
-	"github.com/iop-dev/iop/internal/edge/enroll"
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
+	"github.com/iop-dev/iop/internal/edge/registrar"
 	nodetransport "github.com/iop-dev/iop/internal/node/edgeclient"
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	wireenroll "github.com/iop-dev/iop/quicwire/enroll"
 	"github.com/iop-dev/iop/quicwire/pki"
@@ -74,9 +75,9 @@ type harness struct {
 }
 
 type edgeInstance struct {
-	enrolled *enroll.Service // nil unless h.enrollDir
-	store    *enroll.Store
-	reg      *nodes.Registry
+	enrolled *registrar.Service // nil unless h.enrollDir
+	store    *registrar.Store
+	reg      *fleet.Registry
 	srv      *nodeserver.Server
 	ln       *quic.Listener
 	tr       *quic.Transport
@@ -167,7 +168,7 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 		pc = h.packetConnAt(addr)
 	}
 	var tlsConf *tls.Config
-	reg := nodes.New(nodes.Options{GenerationBase: genBase})
+	reg := fleet.New(fleet.Options{GenerationBase: genBase})
 	e := &edgeInstance{reg: reg, done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(h.edgeLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if h.ca != nil {
@@ -179,10 +180,10 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 			log.Warn("refused node connection", "remote", remote, "err", err)
 		})
 		if h.enrollDir != "" {
-			if e.store, err = enroll.OpenStore(h.enrollDir, 5*time.Second, time.Now()); err != nil {
+			if e.store, err = registrar.OpenStore(h.enrollDir, 5*time.Second, time.Now()); err != nil {
 				h.t.Fatal(err)
 			}
-			e.enrolled = enroll.New(e.store, enroll.Options{EdgeID: "edge-1", TrustDomain: h.trustDomain, CACert: h.ca.Cert, CA: h.ca,
+			e.enrolled = registrar.New(e.store, registrar.Options{EdgeID: "edge-1", TrustDomain: h.trustDomain, CACert: h.ca.Cert, CA: h.ca,
 				Lifetime: h.certLifetime, Registry: reg, Logger: log})
 			tlsConf = wireenroll.WithJoin(tlsConf, wireenroll.EdgeJoinTLSConfig(cert, h.ca.Cert))
 		}
@@ -192,7 +193,7 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 			h.t.Fatal(err)
 		}
 	}
-	qconf := quicwire.EdgeQUICConfig(h.live)
+	qconf := transport.EdgeQUICConfig(h.live)
 	if h.edgeQUIC != nil {
 		qconf = h.edgeQUIC
 	}
@@ -201,7 +202,7 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 		key = new(quic.StatelessResetKey)
 		rand.Read(key[:])
 	}
-	tr := quicwire.EdgeTransport(pc, key)
+	tr := transport.EdgeTransport(pc, key)
 	ln, err := tr.Listen(tlsConf, qconf)
 	if err != nil {
 		h.t.Fatal(err)
@@ -349,9 +350,9 @@ func (h *harness) waitFor(what string, within time.Duration, cond func() bool) {
 }
 
 // waitReady waits until node id is dispatchable and returns its generation.
-func (h *harness) waitReady(id string) *nodes.Conn {
+func (h *harness) waitReady(id string) *fleet.Conn {
 	h.t.Helper()
-	var conn *nodes.Conn
+	var conn *fleet.Conn
 	h.waitFor(id+" ready", 30*time.Second, func() bool {
 		c, err := h.current().reg.Dispatchable(id)
 		conn = c
@@ -379,9 +380,9 @@ func (s *syncBuffer) String() string {
 }
 
 // handlerFunc adapts a function to nodetransport.Handler.
-type handlerFunc func(ctx context.Context, sess *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream)
+type handlerFunc func(ctx context.Context, sess *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream)
 
-func (f handlerFunc) ServeStream(ctx context.Context, sess *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
+func (f handlerFunc) ServeStream(ctx context.Context, sess *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream) {
 	f(ctx, sess, hdr, st)
 }
 

@@ -10,8 +10,9 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	nodetransport "github.com/iop-dev/iop/internal/node/edgeclient"
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -52,19 +53,19 @@ func TestRegisteredButNotReadyGetsNothing(t *testing.T) {
 		gate := newGatedProviders()
 		served := make(chan *wirepb.StreamHeader, 1)
 		h.startNode("n1", func(o *nodetransport.Options) { o.Providers = gate },
-			withHandler(handlerFunc(func(ctx context.Context, sess *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
+			withHandler(handlerFunc(func(ctx context.Context, sess *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream) {
 				served <- hdr
 			})))
 
 		h.waitFor("n1 registering", 10*time.Second, func() bool {
 			c, ok := e.reg.Current("n1")
-			return ok && c.State() == nodes.Registering
+			return ok && c.State() == fleet.Registering
 		})
 		// Registered for a whole minute, providers still not up.
 		time.Sleep(time.Minute)
 		_, err := e.srv.Dispatch(t.Context(), "n1", runHeader("r1"))
-		var nd *nodes.NotDispatchableError
-		if !errors.As(err, &nd) || nd.State != nodes.Registering {
+		var nd *fleet.NotDispatchableError
+		if !errors.As(err, &nd) || nd.State != fleet.Registering {
 			t.Fatalf("Dispatch to a registering node: got %v, want NotDispatchableError in state registering", err)
 		}
 
@@ -90,7 +91,7 @@ func TestHeartbeatTimeoutFencesAtResponseWait(t *testing.T) {
 	forEachNetwork(t, func(t *testing.T, h *harness) {
 		e := h.startEdge(0)
 		handlerDone := make(chan error, 1)
-		n := h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, sess *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
+		n := h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, sess *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream) {
 			<-ctx.Done() // a long run, bound to the connection
 			handlerDone <- ctx.Err()
 		})))
@@ -187,7 +188,7 @@ func TestTenMinutesOfSilentPrefillKeepsTheConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newSimHarness(t)
 		e := h.startEdge(0)
-		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, sess *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
+		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, sess *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream) {
 			select {
 			case <-time.After(10 * time.Minute): // prefill: not a byte
 			case <-ctx.Done():
@@ -243,7 +244,7 @@ func TestHeartbeatsFlowWhileStreamsAreUnread(t *testing.T) {
 // The control experiment: with quic-go's default auto-tuned windows, the
 // same unread streams use up the Edge's connection window and the control
 // stream stops while QUIC stays up (quic-go issue 3294). This is what the
-// fixed windows of quicwire.EdgeQUICConfig prevent, and shows the test above
+// fixed windows of transport.EdgeQUICConfig prevent, and shows the test above
 // can fail.
 func TestDefaultWindowsLetUnreadStreamsStarveHeartbeats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -259,9 +260,9 @@ func TestDefaultWindowsLetUnreadStreamsStarveHeartbeats(t *testing.T) {
 
 // floodUnreadStreams dispatches 64 streams whose reader never reads, half
 // flooded by the Node and half by the Edge, and lets 5 minutes pass.
-func floodUnreadStreams(t *testing.T, h *harness, e *edgeInstance) *nodes.Conn {
+func floodUnreadStreams(t *testing.T, h *harness, e *edgeInstance) *fleet.Conn {
 	chunk := make([]byte, 512<<10)
-	n := h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, sess *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
+	n := h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, sess *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream) {
 		if hdr.GetRun().GetRunId() == "edge-writes" {
 			<-ctx.Done() // never read what the Edge sends
 			return
@@ -299,7 +300,7 @@ func floodUnreadStreams(t *testing.T, h *harness, e *edgeInstance) *nodes.Conn {
 	})
 
 	time.Sleep(5 * time.Minute)
-	if rtt := n.c.Status().LastRTT; conn.State() != nodes.Fenced && (rtt == 0 || rtt > 100*time.Millisecond) {
+	if rtt := n.c.Status().LastRTT; conn.State() != fleet.Fenced && (rtt == 0 || rtt > 100*time.Millisecond) {
 		t.Errorf("node heartbeat RTT %v on a 4 ms link", rtt)
 	}
 	return conn

@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -17,7 +18,7 @@ func TestRunOnAFencedGenerationEndsDisconnected(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newSimHarness(t)
 		e := h.startEdge(0)
-		n := h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+		n := h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
 			st.Send(textEvent(1, "first"))
 			<-ctx.Done()
 		})))
@@ -48,7 +49,7 @@ func TestCancellingARunReachesTheNodeDuringSilence(t *testing.T) {
 		h := newSimHarness(t)
 		e := h.startEdge(0)
 		sawCancel := make(chan error, 1)
-		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
 			// A silent prefill: the handler only reads, as the Node's run
 			// path does to learn of a cancel.
 			sawCancel <- st.Recv(new(wirepb.RunEvent))

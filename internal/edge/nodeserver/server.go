@@ -17,7 +17,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/enroll"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -73,7 +74,7 @@ func (s *Server) refuse(kind, msg string, args ...any) {
 	s.log.Warn(msg, args...)
 }
 
-// Enrollment is the Edge's Node enrollment (internal/edge/enroll.Service
+// Enrollment is the Edge's Node enrollment (internal/edge/registrar.Service
 // implements it).
 type Enrollment interface {
 	// ServeJoin serves one unauthenticated join connection until it ends.
@@ -102,7 +103,7 @@ type CredentialState interface {
 type Server struct {
 	// Set by NewServer, never changed.
 	opts Options
-	reg  *nodes.Registry
+	reg  *fleet.Registry
 	log  *slog.Logger
 
 	mu sync.Mutex
@@ -117,7 +118,7 @@ type Server struct {
 }
 
 // NewServer returns a server that records Nodes in reg.
-func NewServer(opts Options, reg *nodes.Registry) *Server {
+func NewServer(opts Options, reg *fleet.Registry) *Server {
 	if opts.RegisterTimeout == 0 {
 		opts.RegisterTimeout = 10 * time.Second
 	}
@@ -131,7 +132,7 @@ func NewServer(opts Options, reg *nodes.Registry) *Server {
 }
 
 // Registry is the node registry the server feeds.
-func (s *Server) Registry() *nodes.Registry { return s.reg }
+func (s *Server) Registry() *fleet.Registry { return s.reg }
 
 // Serve accepts connections from ln until ctx is done or ln is closed.
 // Each connection is handled on its own goroutine, owned by the server.
@@ -226,7 +227,7 @@ func (s *Server) handle(ctx context.Context, qc *quic.Conn) {
 		quicwire.CloseProtocolError.Close(qc, "no control stream")
 		return
 	}
-	cs := quicwire.NewControlStream(st)
+	cs := transport.NewControlStream(st)
 	req, err := s.readRegister(st, cs)
 	if err == nil {
 		err = s.checkRegister(req, identity)
@@ -281,7 +282,7 @@ func (s *Server) peerIdentity(qc *quic.Conn) (string, error) {
 	return id.String(), nil
 }
 
-func (s *Server) readRegister(st *quic.Stream, cs *quicwire.ControlStream) (*wirepb.RegisterRequest, error) {
+func (s *Server) readRegister(st *quic.Stream, cs *transport.ControlStream) (*wirepb.RegisterRequest, error) {
 	_ = st.SetReadDeadline(time.Now().Add(s.opts.RegisterTimeout))
 	defer st.SetReadDeadline(time.Time{})
 	f, err := cs.Recv()
@@ -290,7 +291,7 @@ func (s *Server) readRegister(st *quic.Stream, cs *quicwire.ControlStream) (*wir
 	}
 	req := f.GetRegisterRequest()
 	if req == nil {
-		return nil, &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T before registration", quicwire.ErrUnexpectedFrame, f.GetMsg())}
+		return nil, &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T before registration", transport.ErrUnexpectedFrame, f.GetMsg())}
 	}
 	return req, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -27,7 +28,7 @@ func forEachNetwork(t *testing.T, f func(t *testing.T, h *harness), opts ...harn
 // ticker is a run handler that sends a text event every 100 ms until its
 // stream or connection ends, and reports how it ended.
 func ticker(ended chan<- error) handlerFunc {
-	return func(ctx context.Context, sess *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
+	return func(ctx context.Context, sess *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream) {
 		for seq := uint64(1); ; seq++ {
 			if err := st.Send(textEvent(seq, hdr.GetRun().GetRunId())); err != nil {
 				ended <- err
@@ -61,7 +62,7 @@ func TestCancellingOneStreamLeavesAnotherFlowing(t *testing.T) {
 		}
 		defer b.Cancel(quicwire.StreamCancelled)
 		ev := new(wirepb.RunEvent)
-		for _, s := range []*quicwire.Stream{a.Stream, b.Stream} {
+		for _, s := range []*transport.Stream{a.Stream, b.Stream} {
 			if err := s.Recv(ev); err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +112,7 @@ func TestMalformedFramesOnADispatchedStreamEndThatStreamOnly(t *testing.T) {
 		ended := make(chan error, 10)
 		writeRaw := make(chan []byte, 1)
 		runs := ticker(ended)
-		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, sess *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
+		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, sess *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream) {
 			if hdr.GetCommand() == nil {
 				runs(ctx, sess, hdr, st)
 				return
@@ -136,7 +137,7 @@ func TestMalformedFramesOnADispatchedStreamEndThatStreamOnly(t *testing.T) {
 			}
 			raw.Write(c.bytes)
 			raw.Close()
-			bad := quicwire.NewStream(raw, "run")
+			bad := transport.NewStream(raw, "run")
 			err = bad.Recv(ev)
 			var sc *quicwire.StreamCancelledError
 			if !errors.As(err, &sc) || sc.Code != quicwire.StreamProtocolError {
@@ -158,7 +159,7 @@ func TestMalformedFramesOnADispatchedStreamEndThatStreamOnly(t *testing.T) {
 			}
 			writeRaw <- c.bytes
 			err = ds.Recv(new(wirepb.CommandResult))
-			var pe *quicwire.ProtocolError
+			var pe *transport.ProtocolError
 			if !errors.As(err, &pe) || pe.Stream != "command" {
 				t.Errorf("%s frame from the node: edge read %v, want a protocol error on the command stream", c.name, err)
 			}
@@ -180,7 +181,7 @@ func TestMalformedControlFrameClosesTheConnection(t *testing.T) {
 		cases := map[string][]byte{
 			"oversized registration": append(binary.AppendUvarint(nil, quicwire.MaxControlFrameSize+1), make([]byte, 100)...),
 			"garbled registration":   {5, 0xff, 0xff, 0xff, 0xff, 0xff},
-			"heartbeat first":        mustFrame(t, quicwire.AckFor(&wirepb.Heartbeat{Seq: 1})),
+			"heartbeat first":        mustFrame(t, transport.AckFor(&wirepb.Heartbeat{Seq: 1})),
 		}
 		for name, b := range cases {
 			qc := h.rawDial()
@@ -214,7 +215,7 @@ func (h *harness) rawDial() *quic.Conn {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	qc, err := tr.Dial(h.t.Context(), addr, quicwire.LoopbackNodeTLSConfig(), quicwire.NodeQUICConfig(h.live, quicwire.DispatchedStreams(8)))
+	qc, err := tr.Dial(h.t.Context(), addr, quicwire.LoopbackNodeTLSConfig(), transport.NodeQUICConfig(h.live, quicwire.DispatchedStreams(8)))
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -224,7 +225,7 @@ func (h *harness) rawDial() *quic.Conn {
 
 func mustFrame(t *testing.T, f *wirepb.ControlFrame) []byte {
 	var b bytesWriter
-	if err := quicwire.NewFrameWriter(&b, quicwire.MaxControlFrameSize).Write(f); err != nil {
+	if err := transport.NewFrameWriter(&b, quicwire.MaxControlFrameSize).Write(f); err != nil {
 		t.Fatal(err)
 	}
 	return b
@@ -240,7 +241,7 @@ func TestStreamOfAnotherGenerationIsRefused(t *testing.T) {
 	forEachNetwork(t, func(t *testing.T, h *harness) {
 		h.startEdge(0)
 		served := make(chan struct{}, 1)
-		h.startNode("n1", withHandler(handlerFunc(func(context.Context, *quicwire.Session, *wirepb.StreamHeader, *quicwire.Stream) {
+		h.startNode("n1", withHandler(handlerFunc(func(context.Context, *transport.Session, *wirepb.StreamHeader, *transport.Stream) {
 			served <- struct{}{}
 		})))
 		conn := h.waitReady("n1")
@@ -248,7 +249,7 @@ func TestStreamOfAnotherGenerationIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := quicwire.NewStream(raw, "run")
+		st := transport.NewStream(raw, "run")
 		hdr := runHeader("stale")
 		hdr.Generation = conn.Generation() - 1
 		if err := st.Send(hdr); err != nil {

@@ -14,15 +14,16 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	nodetransport "github.com/iop-dev/iop/internal/node/edgeclient"
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
 // waitSuspect waits until conn is suspect and returns when that was seen.
-func (h *harness) waitSuspect(conn *nodes.Conn, within time.Duration) time.Time {
+func (h *harness) waitSuspect(conn *fleet.Conn, within time.Duration) time.Time {
 	h.t.Helper()
 	h.waitFor("node suspect", within, func() bool { _, ok := conn.Suspect(); return ok })
 	return time.Now()
@@ -53,7 +54,7 @@ func TestADarkLinkIsSuspectInSecondsAndFencedByTheHeartbeat(t *testing.T) {
 		if took := suspected.Sub(dark); took < after-h.live.KeepAlive()-time.Second || took > after+2*time.Second {
 			t.Errorf("suspect %v after the link went dark, want about %v", took, after)
 		}
-		var nd *nodes.NotDispatchableError
+		var nd *fleet.NotDispatchableError
 		if _, err := e.srv.Dispatch(t.Context(), "n1", runHeader("r1")); !errors.As(err, &nd) || !nd.Suspect {
 			t.Errorf("dispatch to a suspect node: %v, want a NotDispatchableError saying suspect", err)
 		}
@@ -81,7 +82,7 @@ func TestASuspectNodeHeardFromAgainIsDispatchableAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newSimHarness(t)
 		e := h.startEdge(0)
-		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
 			st.Send(textEvent(1, "ok"))
 			st.Send(&wirepb.RunEvent{Seq: 2, Type: wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED})
 		})))
@@ -122,7 +123,7 @@ func TestAbandonEndsOnlyARunThatHasProducedNothing(t *testing.T) {
 		e := h.startEdge(0)
 		var mu sync.Mutex
 		cancelled := map[string]bool{}
-		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
+		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream) {
 			id := hdr.GetRun().GetRunId()
 			if id == "talks" {
 				st.Send(textEvent(1, "first"))
@@ -229,7 +230,7 @@ func TestARestartedEdgeWithItsResetKeyGetsNodesBackInSeconds(t *testing.T) {
 }
 
 // Issues 10 and 13: an admin read or a /metrics scrape (the registry
-// snapshot, which asks each connection's nodes.Link for its heartbeat
+// snapshot, which asks each connection's fleet.Link for its heartbeat
 // round trip) while Nodes register is not a data race: the heartbeat
 // exists before the registry publishes the connection. Run with -race. On
 // the old order (heartbeat made after Register) every run fails, with a
@@ -266,7 +267,7 @@ func TestAbandonEndsOnlyATunnelWithoutAHead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newSimHarness(t)
 		e := h.startEdge(0)
-		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream) {
+		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream) {
 			readBody(st)
 			if hdr.GetTunnel().GetTunnelId() == "answers" {
 				st.Send(tHead(200))
@@ -313,7 +314,7 @@ func TestANodeAcceptsAStreamForEverySlotItOffers(t *testing.T) {
 		h := newSimHarness(t)
 		e := h.startEdge(0)
 		h.startNode("n1", func(o *nodetransport.Options) { o.Capacity = capacity },
-			withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+			withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
 				<-ctx.Done() // a long silent prefill
 			})))
 		conn := h.waitReady("n1")

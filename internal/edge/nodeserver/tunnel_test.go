@@ -17,8 +17,9 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/fakes/fakeollama"
-	"github.com/iop-dev/iop/internal/node/bridge"
+	"github.com/iop-dev/iop/internal/node/execution"
 	"github.com/iop-dev/iop/internal/pluginhost"
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/plugins/ollama"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -47,7 +48,7 @@ func tunnelRequest(id string) *wirepb.TunnelRequest {
 
 // readBody reads a tunnel's request body on the Node: body frames until
 // the Edge's FIN. It returns the bytes and each frame's size.
-func readBody(st *quicwire.Stream) ([]byte, []int, error) {
+func readBody(st *transport.Stream) ([]byte, []int, error) {
 	var body []byte
 	var sizes []int
 	for {
@@ -68,7 +69,7 @@ func readBody(st *quicwire.Stream) ([]byte, []int, error) {
 // most chunk bytes, between a head and a COMPLETED terminal. It reports
 // the request body's frame sizes.
 func echoHandler(chunk int, sizes chan<- []int) handlerFunc {
-	return func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+	return func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
 		body, s, err := readBody(st)
 		sizes <- s
 		if err != nil {
@@ -192,7 +193,7 @@ func TestTunnelOnAFencedGenerationEndsDisconnected(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newSimHarness(t)
 		e := h.startEdge(0)
-		n := h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+		n := h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
 			st.Send(tHead(200))
 			st.Send(tBody([]byte("first")))
 			<-ctx.Done()
@@ -229,7 +230,7 @@ func TestTunnelCancelReachesTheNodeAfterTheBody(t *testing.T) {
 	forEachNetwork(t, func(t *testing.T, h *harness) {
 		e := h.startEdge(0)
 		sawCancel := make(chan error, 1)
-		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
 			if _, _, err := readBody(st); err != nil {
 				sawCancel <- err
 				return
@@ -295,7 +296,7 @@ func TestTunnelBodyReadErrorCancelsTheTunnel(t *testing.T) {
 		h := newSimHarness(t)
 		e := h.startEdge(0)
 		sawCancel, delivered := make(chan error, 1), make(chan struct{})
-		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
 			if err := st.Recv(new(wirepb.TunnelFrame)); err != nil {
 				sawCancel <- err
 				return
@@ -340,7 +341,7 @@ func TestTunnelFramesOutOfOrderAreAProtocolFailure(t *testing.T) {
 		h := newSimHarness(t)
 		e := h.startEdge(0)
 		script := make(chan []*wirepb.TunnelFrame, 1)
-		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
 			readBody(st)
 			for _, f := range <-script {
 				st.Send(f)
@@ -369,7 +370,7 @@ func TestTunnelNodeFailureBeforeTheHeadEndsItAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newSimHarness(t)
 		e := h.startEdge(0)
-		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
 			st.Send(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Terminal{Terminal: &wirepb.TunnelTerminal{
 				Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED,
 				Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED, Message: "all 1 slots busy"},
@@ -399,7 +400,7 @@ func TestTunnelSlowReaderSlowsTheNode(t *testing.T) {
 		e := h.startEdge(0)
 		var written atomic.Int64
 		done := make(chan struct{})
-		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *quicwire.Session, _ *wirepb.StreamHeader, st *quicwire.Stream) {
+		h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
 			defer close(done)
 			chunk := make([]byte, quicwire.MaxBodyChunkSize)
 			st.Send(tHead(200))
@@ -448,11 +449,13 @@ func TestTunnelThroughTheNodeRuntimeToOllama(t *testing.T) {
 	fake := fakeollama.New(fakeollama.Model{Name: "m:latest", TokenCount: lines, TokenDelay: delay},
 		fakeollama.Model{Name: "slow:latest", PrefillDelay: time.Hour})
 	t.Cleanup(fake.Close)
-	set := bridge.NewSet()
-	set.Add(bridge.NewProvider(bridge.ProviderConfig{Name: "o", Adapter: "ollama", Targets: []string{"m", "slow"}, Capacity: 2,
+	set := execution.NewSet()
+	set.Add(execution.NewProvider(execution.ProviderConfig{Name: "o", Adapter: "ollama", Targets: []string{"m", "slow"}, Capacity: 2,
 		Config: sdk.MustConfig(map[string]any{"base_url": fake.URL()}),
-		Launch: func(ctx context.Context) (bridge.Plugin, error) { return pluginhost.StartInProcess(ctx, ollama.New()) },
-	}, bridge.DefaultSupervision, slog.New(slog.DiscardHandler), set.Notify))
+		Launch: func(ctx context.Context) (execution.Plugin, error) {
+			return pluginhost.StartInProcess(ctx, ollama.New())
+		},
+	}, execution.DefaultSupervision, slog.New(slog.DiscardHandler), set.Notify))
 	set.Start()
 	t.Cleanup(set.Stop)
 	if err := set.WaitReady(t.Context()); err != nil {
@@ -460,7 +463,7 @@ func TestTunnelThroughTheNodeRuntimeToOllama(t *testing.T) {
 	}
 	h := newUDPHarness(t)
 	e := h.startEdge(0)
-	h.startNode("n1", withHandler(bridge.NewHandler(set, slog.New(slog.DiscardHandler), bridge.HandlerOptions{})))
+	h.startNode("n1", withHandler(execution.NewHandler(set, slog.New(slog.DiscardHandler), execution.HandlerOptions{})))
 	h.waitReady("n1")
 	chat := func(ctx context.Context, model string) *nodeserver.TunnelStream {
 		req := &wirepb.TunnelRequest{TunnelId: model, Target: model, Method: "POST", Path: "/api/chat",

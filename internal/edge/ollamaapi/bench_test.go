@@ -14,7 +14,7 @@ import (
 	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 	"github.com/iop-dev/iop/internal/edge/sched"
 
-	"github.com/iop-dev/iop/internal/edge/metrics"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -49,7 +49,7 @@ func benchEdgeHop(b *testing.B, sparse bool) {
 	tun := &benchTunnel{n: b.N, read: make(chan struct{}, 1), sparse: sparse}
 	tun.ctx, tun.cancel = context.WithCancelCause(context.Background())
 	r := &benchRunner{Dispatcher: &ft.Dispatcher{}, tunnel: tun}
-	srv := httptest.NewServer(Handler(frontend.New(r, testAuth(b), frontend.Options{Metrics: metrics.New(nil, nil)})))
+	srv := httptest.NewServer(Handler(frontend.New(r, testAuth(b), frontend.Options{Metrics: edgemetrics.New(nil, nil)})))
 	defer srv.Close()
 
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/chat", strings.NewReader(chatBody))

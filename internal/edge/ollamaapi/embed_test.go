@@ -12,7 +12,7 @@ import (
 
 	"github.com/ollama/ollama/api"
 
-	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics/metricstest"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 

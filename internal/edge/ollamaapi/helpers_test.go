@@ -16,8 +16,8 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
-	"github.com/iop-dev/iop/internal/edge/metrics"
-	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics/metricstest"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind: a
@@ -46,13 +46,13 @@ func testAuth(t testing.TB) *auth.Authenticator {
 // env is the API over a fake dispatcher, with its metrics.
 type env struct {
 	runner  *ft.Dispatcher
-	metrics *metrics.Metrics
+	metrics *edgemetrics.Metrics
 	handler http.Handler
 }
 
 func newEnv(t testing.TB, f *ft.Dispatcher) *env {
 	t.Helper()
-	m := metrics.New(nil, nil)
+	m := edgemetrics.New(nil, nil)
 	return &env{runner: f, metrics: m, handler: Handler(frontend.New(f, testAuth(t), frontend.Options{Metrics: m}))}
 }
 

@@ -9,7 +9,7 @@ import (
 
 	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 
-	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics/metricstest"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 

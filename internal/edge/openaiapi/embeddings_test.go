@@ -14,13 +14,13 @@ import (
 	"github.com/iop-dev/iop/internal/edge/dispatch"
 	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 
-	"github.com/iop-dev/iop/internal/edge/metrics"
-	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics/metricstest"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
-func embedEnv(t *testing.T, f *ft.Dispatcher) (http.Handler, *metrics.Metrics) {
+func embedEnv(t *testing.T, f *ft.Dispatcher) (http.Handler, *edgemetrics.Metrics) {
 	t.Helper()
 	e := newEnv(t, f)
 	return e.handler, e.metrics

@@ -14,7 +14,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/frontend"
 	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 
-	"github.com/iop-dev/iop/internal/edge/metrics/metricstest"
+	"github.com/iop-dev/iop/internal/edge/edgemetrics/metricstest"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )

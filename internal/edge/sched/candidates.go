@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -49,12 +49,12 @@ func (k providerKey) conn() connKey { return connKey{k.node, k.gen} }
 // candidate is a Candidate with the connection it lives on.
 type candidate struct {
 	Candidate
-	conn *nodes.Conn
+	conn *fleet.Conn
 	// stalls is the target's count of consecutive request_stalled
 	// observations (the health overlay): it breaks ties.
 	stalls uint64
 	// connSlots is how many slots the generation may hold at once, all
-	// its providers together (nodes.Conn.Slots).
+	// its providers together (fleet.Conn.Slots).
 	connSlots int
 }
 

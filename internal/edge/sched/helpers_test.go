@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	fleet1 "github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -16,13 +16,13 @@ import (
 // synctest bubble: the scheduler's Run ends with the test's context.
 type fleet struct {
 	t   *testing.T
-	reg *nodes.Registry
+	reg *fleet1.Registry
 	s   *sched.Scheduler
 }
 
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	reg := nodes.New(nodes.Options{})
+	reg := fleet1.New(fleet1.Options{})
 	s := sched.New(reg, sched.Options{})
 	go s.Run(t.Context())
 	return &fleet{t: t, reg: reg, s: s}
@@ -39,9 +39,9 @@ func provider(name, adapter string, capacity int, targets ...string) *wirepb.Pro
 
 // join registers a new generation of Node id and completes its ready
 // handshake with providers.
-func (f *fleet) join(id string, providers ...*wirepb.Provider) *nodes.Conn {
+func (f *fleet) join(id string, providers ...*wirepb.Provider) *fleet1.Conn {
 	f.t.Helper()
-	c := f.reg.Register(nodes.ConnInfo{NodeID: id, Providers: providers})
+	c := f.reg.Register(fleet1.ConnInfo{NodeID: id, Providers: providers})
 	if err := f.reg.MarkReady(c, c.Generation(), providers); err != nil {
 		f.t.Fatal(err)
 	}
@@ -131,6 +131,6 @@ func onNode(id string) func(sched.Candidate) bool {
 	return func(c sched.Candidate) bool { return c.NodeID == id }
 }
 
-func connInfo(id string, providers ...*wirepb.Provider) nodes.ConnInfo {
-	return nodes.ConnInfo{NodeID: id, Providers: providers}
+func connInfo(id string, providers ...*wirepb.Provider) fleet1.ConnInfo {
+	return fleet1.ConnInfo{NodeID: id, Providers: providers}
 }

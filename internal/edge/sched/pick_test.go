@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	fleet1 "github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -72,7 +72,7 @@ func TestNoCandidateRefusesAtOnce(t *testing.T) {
 	}{
 		{"no nodes", func(f *fleet) {}, req("r", "m")},
 		{"node still registering", func(f *fleet) {
-			f.reg.Register(nodes.ConnInfo{NodeID: "n", Providers: []*wirepb.Provider{provider("p", "ollama", 1, "m")}})
+			f.reg.Register(fleet1.ConnInfo{NodeID: "n", Providers: []*wirepb.Provider{provider("p", "ollama", 1, "m")}})
 		}, req("r", "m")},
 		{"node draining", func(f *fleet) { f.reg.MarkDraining(f.join("n", provider("p", "ollama", 1, "m"))) }, req("r", "m")},
 		{"node fenced", func(f *fleet) {
@@ -200,7 +200,7 @@ func TestHealthOverlayShapesSelection(t *testing.T) {
 		f := newFleet(t)
 		a := f.join("a", provider("p", "ollama", 1, "m"))
 		b := f.join("b", provider("p", "ollama", 1, "m"))
-		obs := func(c *nodes.Conn, seq uint64, class string) {
+		obs := func(c *fleet1.Conn, seq uint64, class string) {
 			t.Helper()
 			if err := f.reg.ObserveStall(c, &wirepb.StallObservation{NodeId: c.NodeID(), Generation: c.Generation(),
 				HealthObservationSeq: seq, Provider: "p", Target: "m", LivenessClassification: class}); err != nil {

@@ -23,7 +23,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	"github.com/iop-dev/iop/internal/edge/fleet"
 )
 
 // Options tune a Scheduler.
@@ -55,7 +55,7 @@ type Request struct {
 
 // Scheduler hands out slots on candidates. It is safe for concurrent use.
 type Scheduler struct {
-	reg *nodes.Registry
+	reg *fleet.Registry
 	now func() time.Time
 
 	mu       sync.Mutex
@@ -63,7 +63,7 @@ type Scheduler struct {
 	cands    []candidate     // sorted by node, provider, target
 	inflight map[providerKey]int
 	// connSlots counts the slots held on each Node generation, against
-	// its stream limit (nodes.Conn.Slots).
+	// its stream limit (fleet.Conn.Slots).
 	connSlots map[connKey]int
 	models    map[string]*modelCount // present while a model waits or runs
 	waiting   []*waiter              // every model's waiters, in arrival order
@@ -84,7 +84,7 @@ type waiter struct {
 
 // New returns a scheduler over reg's Nodes. Run must run for queued
 // requests to see registry changes.
-func New(reg *nodes.Registry, opts Options) *Scheduler {
+func New(reg *fleet.Registry, opts Options) *Scheduler {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -125,7 +125,7 @@ type Slot struct {
 	Waited time.Duration
 
 	s        *Scheduler
-	conn     *nodes.Conn
+	conn     *fleet.Conn
 	model    string
 	released bool // guarded by s.mu
 }
@@ -133,7 +133,7 @@ type Slot struct {
 // Conn is the Node generation the slot is on. If it is fenced before the
 // request is dispatched, the dispatch fails and the caller moves on with
 // the candidate in Request.Exclude.
-func (sl *Slot) Conn() *nodes.Conn { return sl.conn }
+func (sl *Slot) Conn() *fleet.Conn { return sl.conn }
 
 // Release frees the slot and grants it to the first waiter that can use
 // it. It is idempotent.

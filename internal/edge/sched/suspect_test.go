@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/iop-dev/iop/internal/edge/nodes"
+	fleet1 "github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -64,7 +64,7 @@ func TestSlotsNeverExceedTheStreamsANodeAccepts(t *testing.T) {
 		const capacity = 300
 		join := func(id string, maxStreams int) {
 			p := []*wirepb.Provider{provider("p", "ollama", capacity, "m-"+id)}
-			c := f.reg.Register(nodes.ConnInfo{NodeID: id, Providers: p, MaxStreams: maxStreams})
+			c := f.reg.Register(fleet1.ConnInfo{NodeID: id, Providers: p, MaxStreams: maxStreams})
 			if err := f.reg.MarkReady(c, c.Generation(), p); err != nil {
 				t.Fatal(err)
 			}

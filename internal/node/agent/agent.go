@@ -18,8 +18,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/iop-dev/iop/internal/node/bridge"
 	"github.com/iop-dev/iop/internal/node/edgeclient"
+	"github.com/iop-dev/iop/internal/node/execution"
 	"github.com/iop-dev/iop/internal/node/leasekey"
 	"github.com/iop-dev/iop/internal/node/nodecert"
 	"github.com/iop-dev/iop/internal/node/nodeconfig"
@@ -43,8 +43,8 @@ type Options struct {
 	// appended: by default this executable with "plugin" (`noded plugin
 	// ollama`).
 	Self []string
-	// Supervision defaults to bridge.DefaultSupervision.
-	Supervision *bridge.Supervision
+	// Supervision defaults to execution.DefaultSupervision.
+	Supervision *execution.Supervision
 }
 
 // Agent is a running Node.
@@ -53,7 +53,7 @@ type Agent struct {
 	log       *slog.Logger
 	client    *edgeclient.Client
 	key       *leasekey.Key
-	providers *bridge.Set
+	providers *execution.Set
 	metrics   *nodemetrics.Metrics
 
 	mu     sync.Mutex
@@ -85,16 +85,16 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 		}
 		opts.Self = []string{exe, "plugin"}
 	}
-	sup := bridge.DefaultSupervision
+	sup := execution.DefaultSupervision
 	if opts.Supervision != nil {
 		sup = *opts.Supervision
 	}
 	// The lease opener (R11): this Node's X25519 key; the Edge's signing
 	// key arrives with each registration.
 	leases := lease.NewOpener(lease.OpenerConfig{Key: &key.Private, Public: &key.Public})
-	stall := bridge.Liveness{CloseGrace: time.Duration(cfg.Stall.CloseGrace), ProbeTimeout: time.Duration(cfg.Stall.ProbeTimeout)}
+	stall := execution.Liveness{CloseGrace: time.Duration(cfg.Stall.CloseGrace), ProbeTimeout: time.Duration(cfg.Stall.ProbeTimeout)}
 	sup.ProbeTimeout = stall.ProbeTimeout
-	a := &Agent{cfg: cfg, log: opts.Logger, key: key, providers: bridge.NewSet()}
+	a := &Agent{cfg: cfg, log: opts.Logger, key: key, providers: execution.NewSet()}
 	a.metrics = nodemetrics.New(nodemetrics.Options{Providers: a.providerStates, Edge: func() edgeclient.Status { return a.client.Status() }})
 	for _, p := range cfg.Providers {
 		launch, err := launcher(p, opts.Self, opts.Logger)
@@ -105,7 +105,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("providers %s: config: %w", p.Name, err)
 		}
-		a.providers.Add(bridge.NewProvider(bridge.ProviderConfig{
+		a.providers.Add(execution.NewProvider(execution.ProviderConfig{
 			Name: p.Name, Adapter: p.Adapter, Targets: p.Targets, Capacity: p.Capacity, Config: sdk.Config(conf), Launch: launch,
 			RelistInterval: time.Duration(p.RelistInterval), // 0 (a config built in code) is the runtime's default
 			Metrics:        a.metrics,
@@ -124,7 +124,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 		Providers:      a.providers,
 		Leases:         leases,
 		Certificates:   certs,
-		Handler: bridge.NewHandler(a.providers, opts.Logger, bridge.HandlerOptions{
+		Handler: execution.NewHandler(a.providers, opts.Logger, execution.HandlerOptions{
 			Status:  func() edgeclient.Status { return a.client.Status() },
 			Stall:   stall,
 			Leases:  leases,
@@ -140,7 +140,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 
 // launcher returns how to start provider p's plugin: a built-in adapter by
 // re-executing self, a third-party one from its binary, pinned by SHA-256.
-func launcher(p nodeconfig.Provider, self []string, log *slog.Logger) (bridge.Launcher, error) {
+func launcher(p nodeconfig.Provider, self []string, log *slog.Logger) (execution.Launcher, error) {
 	var sum []byte
 	if p.Adapter == nodeconfig.AdapterExternal {
 		var err error
@@ -151,7 +151,7 @@ func launcher(p nodeconfig.Provider, self []string, log *slog.Logger) (bridge.La
 		return nil, fmt.Errorf("providers %s: no built-in adapter %q", p.Name, p.Adapter)
 	}
 	log = log.With("provider", p.Name)
-	return func(ctx context.Context) (bridge.Plugin, error) {
+	return func(ctx context.Context) (execution.Plugin, error) {
 		cmd := exec.Command(p.Binary)
 		if p.Adapter != nodeconfig.AdapterExternal {
 			cmd = exec.Command(self[0], append(slices.Clone(self[1:]), p.Adapter)...)
@@ -180,7 +180,7 @@ func nodeTLS(cfg *nodeconfig.Config) (*tls.Config, edgeclient.Certificates, erro
 }
 
 // Providers are the Node's providers.
-func (a *Agent) Providers() *bridge.Set { return a.providers }
+func (a *Agent) Providers() *execution.Set { return a.providers }
 
 // Client is the transport client, for status.
 func (a *Agent) Client() *edgeclient.Client { return a.client }

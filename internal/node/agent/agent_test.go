@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iop-dev/iop/internal/node/bridge"
+	"github.com/iop-dev/iop/internal/node/execution"
 	"github.com/iop-dev/iop/internal/node/nodeconfig"
 	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -57,8 +57,8 @@ func TestManagedNodeChecksItsIdentityFiles(t *testing.T) {
 // P1: a provider built in code with no relist interval (edged/dev's Node)
 // gets the runtime's default, which must be the one a file gets.
 func TestRelistIntervalDefaultsAgree(t *testing.T) {
-	if nodeconfig.DefaultRelistInterval != bridge.DefaultRelistInterval {
-		t.Errorf("nodeconfig.DefaultRelistInterval %v, bridge.DefaultRelistInterval %v", nodeconfig.DefaultRelistInterval, bridge.DefaultRelistInterval)
+	if nodeconfig.DefaultRelistInterval != execution.DefaultRelistInterval {
+		t.Errorf("nodeconfig.DefaultRelistInterval %v, execution.DefaultRelistInterval %v", nodeconfig.DefaultRelistInterval, execution.DefaultRelistInterval)
 	}
 }
 

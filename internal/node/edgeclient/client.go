@@ -18,6 +18,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -27,7 +28,7 @@ import (
 // lifetimes are bound to the connection) and the handler must then return
 // promptly. The client finishes both halves of st after ServeStream returns.
 type Handler interface {
-	ServeStream(ctx context.Context, sess *quicwire.Session, hdr *wirepb.StreamHeader, st *quicwire.Stream)
+	ServeStream(ctx context.Context, sess *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream)
 }
 
 // Providers is what the Node reports about its providers.
@@ -133,9 +134,9 @@ type Client struct {
 // connection is one live connection (one generation).
 type connection struct {
 	qc   *quic.Conn
-	cs   *quicwire.ControlStream
-	sess *quicwire.Session
-	hb   *quicwire.Heartbeat
+	cs   *transport.ControlStream
+	sess *transport.Session
+	hb   *transport.Heartbeat
 	// certAnswers carries the Edge's answers to certificate requests from
 	// the control loop to the renewal (one request at a time).
 	certAnswers chan *wirepb.CertificateResponse
@@ -264,7 +265,7 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 		return false, fmt.Errorf("resolve edge address: %w", err)
 	}
 	dctx, cancel := context.WithTimeout(ctx, quicwire.HandshakeTimeout)
-	qc, err := tr.Dial(dctx, addr, c.opts.TLS, quicwire.NodeQUICConfig(c.opts.Liveness, c.streams()))
+	qc, err := tr.Dial(dctx, addr, c.opts.TLS, transport.NodeQUICConfig(c.opts.Liveness, c.streams()))
 	cancel()
 	if err != nil {
 		return false, fmt.Errorf("dial edge %s: %w", c.opts.EdgeAddr, quicwire.DescribeHandshakeError(err))
@@ -275,7 +276,7 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 	if err != nil {
 		return false, fmt.Errorf("open control stream: %w", quicwire.DescribeHandshakeError(err))
 	}
-	cs := quicwire.NewControlStream(st)
+	cs := transport.NewControlStream(st)
 	gen, edgeKey, renews, err := c.register(st, cs)
 	if err != nil {
 		return false, err
@@ -285,8 +286,8 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 		// Edge process (another key) is refused as it should be.
 		c.opts.Leases.SetEdgeKey(edgeKey)
 	}
-	conn := &connection{qc: qc, cs: cs, sess: quicwire.NewSession(c.opts.NodeID, gen, time.Now()), certAnswers: make(chan *wirepb.CertificateResponse, 1)}
-	conn.hb = quicwire.NewHeartbeat(c.opts.Liveness, cs.Send, func() {
+	conn := &connection{qc: qc, cs: cs, sess: transport.NewSession(c.opts.NodeID, gen, time.Now()), certAnswers: make(chan *wirepb.CertificateResponse, 1)}
+	conn.hb = transport.NewHeartbeat(c.opts.Liveness, cs.Send, func() {
 		quicwire.CloseHeartbeatTimeout.Close(qc, fmt.Sprintf("no heartbeat answer within %v", c.opts.Liveness.ResponseWait))
 	})
 	log := c.log.With("generation", gen)
@@ -326,7 +327,7 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 	}
 
 	err = c.controlLoop(conn, &ready)
-	var pe *quicwire.ProtocolError
+	var pe *transport.ProtocolError
 	if errors.As(err, &pe) {
 		quicwire.CloseProtocolError.Close(qc, pe.Error())
 	}
@@ -347,7 +348,7 @@ func (c *Client) streams() int { return quicwire.DispatchedStreams(c.opts.Capaci
 // or the Edge frozen, the heartbeat's response wait decides as always (R8,
 // R9). Work in flight is left alone.
 func (c *Client) watchEdge(ctx context.Context, conn *connection, log *slog.Logger) {
-	w := quicwire.SilenceWatch{
+	w := transport.SilenceWatch{
 		After:   c.opts.Liveness.SuspectAfter(),
 		Packets: func() uint64 { return conn.qc.ConnectionStats().PacketsReceived },
 		OnSuspect: func(silent time.Duration) {
@@ -371,7 +372,7 @@ func registerError(err error) error {
 }
 
 // register sends the RegisterRequest and reads the answer.
-func (c *Client) register(st *quic.Stream, cs *quicwire.ControlStream) (gen uint64, edgeKey ed25519.PublicKey, renews bool, err error) {
+func (c *Client) register(st *quic.Stream, cs *transport.ControlStream) (gen uint64, edgeKey ed25519.PublicKey, renews bool, err error) {
 	err = cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterRequest{RegisterRequest: &wirepb.RegisterRequest{
 		NodeId:               c.opts.NodeID,
 		NodeVersion:          c.opts.Version,
@@ -393,11 +394,11 @@ func (c *Client) register(st *quic.Stream, cs *quicwire.ControlStream) (gen uint
 	resp := f.GetRegisterResponse()
 	switch {
 	case resp == nil:
-		return 0, nil, false, &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T instead of RegisterResponse", quicwire.ErrUnexpectedFrame, f.GetMsg())}
+		return 0, nil, false, &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T instead of RegisterResponse", transport.ErrUnexpectedFrame, f.GetMsg())}
 	case !resp.GetAccepted():
 		return 0, nil, false, &RefusedError{Code: quicwire.CloseCode(resp.GetRefusalCode()), Reason: resp.GetRefusalReason()}
 	case resp.GetGeneration() == 0:
-		return 0, nil, false, &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: accepted registration without a generation", quicwire.ErrUnexpectedFrame)}
+		return 0, nil, false, &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: accepted registration without a generation", transport.ErrUnexpectedFrame)}
 	}
 	return resp.GetGeneration(), resp.GetLeaseSigningKey(), resp.GetCertificateRenewal(), nil
 }
@@ -448,15 +449,15 @@ func (c *Client) controlLoop(conn *connection, ready *bool) error {
 			if c.opts.Faults.SilenceHeartbeatAcks.Load() {
 				continue
 			}
-			if err := conn.cs.Send(quicwire.AckFor(m.Heartbeat)); err != nil {
+			if err := conn.cs.Send(transport.AckFor(m.Heartbeat)); err != nil {
 				return err
 			}
 		case *wirepb.ControlFrame_HeartbeatAck:
 			conn.hb.Acked(m.HeartbeatAck.GetSeq())
 		case *wirepb.ControlFrame_ReadyResponse:
 			if m.ReadyResponse.GetGeneration() != conn.sess.Generation() {
-				return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: ready response for generation %d on generation %d",
-					quicwire.ErrUnexpectedFrame, m.ReadyResponse.GetGeneration(), conn.sess.Generation())}
+				return &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: ready response for generation %d on generation %d",
+					transport.ErrUnexpectedFrame, m.ReadyResponse.GetGeneration(), conn.sess.Generation())}
 			}
 			*ready = true
 			c.update(func(s *Status) {
@@ -477,10 +478,10 @@ func (c *Client) controlLoop(conn *connection, ready *bool) error {
 			select {
 			case conn.certAnswers <- m.CertificateResponse:
 			default:
-				return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: certificate response not asked for", quicwire.ErrUnexpectedFrame)}
+				return &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: certificate response not asked for", transport.ErrUnexpectedFrame)}
 			}
 		default:
-			return &quicwire.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T from the edge", quicwire.ErrUnexpectedFrame, m)}
+			return &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T from the edge", transport.ErrUnexpectedFrame, m)}
 		}
 	}
 }

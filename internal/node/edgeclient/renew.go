@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -98,7 +98,7 @@ func (c *Client) renewOnce(ctx context.Context, conn *connection) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
-		return &quicwire.ProtocolError{Stream: "control", Err: errNoRenewAnswer}
+		return &transport.ProtocolError{Stream: "control", Err: errNoRenewAnswer}
 	case resp := <-conn.certAnswers:
 		if r := resp.GetRefusal(); r != "" {
 			return renewErr(r)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -41,7 +42,7 @@ func (c *Client) acceptStreams(ctx context.Context, conn *connection) {
 // serveStream reads the header of one dispatched stream, checks it belongs
 // to this generation, and hands it to the handler.
 func (c *Client) serveStream(ctx context.Context, conn *connection, raw *quic.Stream) {
-	st := quicwire.NewStream(raw, "header")
+	st := transport.NewStream(raw, "header")
 	defer func() {
 		// Finish both halves, or the Edge's stream slot is never freed.
 		st.StopReading()
@@ -50,7 +51,7 @@ func (c *Client) serveStream(ctx context.Context, conn *connection, raw *quic.St
 	_ = raw.SetReadDeadline(time.Now().Add(headerTimeout))
 	hdr := new(wirepb.StreamHeader)
 	if err := st.Recv(hdr); err != nil {
-		var pe *quicwire.ProtocolError
+		var pe *transport.ProtocolError
 		if errors.As(err, &pe) {
 			c.log.Warn("malformed stream header", "stream", raw.StreamID(), "err", err)
 		}
@@ -58,7 +59,7 @@ func (c *Client) serveStream(ctx context.Context, conn *connection, raw *quic.St
 		return
 	}
 	_ = raw.SetReadDeadline(time.Time{})
-	st.SetKind(quicwire.HeaderKind(hdr))
+	st.SetKind(transport.HeaderKind(hdr))
 	switch {
 	case hdr.GetGeneration() != conn.sess.Generation():
 		// A stream bound to another generation is fenced (decision 6).

@@ -2,7 +2,7 @@
 // registry of their own (so tests can read them) and served at /metrics on
 // the Node's health listener (noded run --health-addr).
 //
-// What the Node decides is counted where it decides it (internal/node/bridge):
+// What the Node decides is counted where it decides it (internal/node/execution):
 // the terminal of every provider call, stall observations, plugin restarts
 // and credential lease refusals. What the Node is (its providers' state,
 // slots and circuit breakers, its connection to the Edge) is read from its
@@ -36,7 +36,7 @@ const (
 var Kinds = []string{Run, Tunnel, Metadata, Embed}
 
 // Outcomes are the terminals a provider call ends with, as the wire names
-// them (bridge.Cause's names): the outcome label.
+// them (execution.Cause's names): the outcome label.
 var Outcomes = []string{"completed", "failed", "cancelled", "deadline_exceeded", "disconnected", "response_stalled"}
 
 // Classifications are a stall's liveness classifications (R6).

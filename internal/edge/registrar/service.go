@@ -1,0 +1,334 @@
+// Package registrar is the Edge's side of Node enrollment: join tokens, the
+// join exchange, certificate renewal over a Node's connection, revocation
+// (`edged node remove`) and the check of every Node connection against it,
+// all recorded in a bbolt store in the Edge's data_dir (store.go). The
+// token format and the join wire are in quicwire/enroll.
+package registrar
+
+import (
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/iop-dev/iop/internal/edge/fleet"
+	"github.com/iop-dev/iop/quicwire"
+	wireenroll "github.com/iop-dev/iop/quicwire/enroll"
+	"github.com/iop-dev/iop/quicwire/pki"
+)
+
+// Token TTL bounds.
+const (
+	DefaultTokenTTL = time.Hour
+	MinTokenTTL     = time.Second
+	MaxTokenTTL     = 7 * 24 * time.Hour
+)
+
+// maxBackdate is how far before the moment of issue a certificate's
+// validity starts, for clock skew between Edge and Node; a short lifetime
+// gets a tenth of it instead.
+const maxBackdate = time.Minute
+
+// ErrDisabled is why joins and renewals are refused on an Edge without
+// enrollment.ca_key_file.
+var ErrDisabled = errors.New("this Edge does not issue Node certificates: set enrollment.ca_key_file (and data_dir) in its configuration")
+
+// ErrUnknownNode is `node remove` of a Node the store does not know.
+var ErrUnknownNode = errors.New("no such node in the enrollment store")
+
+// Options configure a Service.
+type Options struct {
+	// EdgeID and TrustDomain are told to joining Nodes.
+	EdgeID      string
+	TrustDomain string
+	// CACert is the CA of the deployment (identity.ca_file): its hash goes
+	// into tokens.
+	CACert *x509.Certificate
+	// CA signs Node certificates; nil disables joins and renewals (no
+	// enrollment.ca_key_file), which are then refused with ErrDisabled.
+	CA *pki.CA
+	// Lifetime of issued Node certificates.
+	Lifetime time.Duration
+	// Registry, if set, is where a removed Node's live connection is fenced,
+	// and what List reads connections from.
+	Registry *fleet.Registry
+	// Refused, if set, counts refused joins and logs them without letting
+	// a flood flood the log (frontdoor.Refusals); otherwise each is logged
+	// at Warn.
+	Refused Refuser
+	Now     func() time.Time
+	Logger  *slog.Logger
+}
+
+// Refuser records a refusal of kind with its message and log attributes.
+type Refuser interface {
+	Refuse(kind, msg string, args ...any)
+}
+
+// refuse records a refused join: they come from unauthenticated peers.
+func (s *Service) refuse(msg string, args ...any) {
+	if s.opts.Refused != nil {
+		s.opts.Refused.Refuse("join", msg, args...)
+		return
+	}
+	s.log.Warn(msg, args...)
+}
+
+// Service issues, renews and revokes Node identities. Its methods are safe
+// for concurrent use; the store serializes writes.
+type Service struct {
+	opts  Options
+	store *Store
+	log   *slog.Logger
+	joins chan struct{} // semaphore of join exchanges in progress (join.go)
+}
+
+// New returns a service over store.
+func New(store *Store, opts Options) *Service {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Lifetime <= 0 {
+		opts.Lifetime = 24 * time.Hour
+	}
+	return &Service{opts: opts, store: store, log: opts.Logger, joins: make(chan struct{}, maxJoins)}
+}
+
+// CACert is the CA certificate the Service's tokens name.
+func (s *Service) CACert() *x509.Certificate { return s.opts.CACert }
+
+// Renews reports whether the Service issues certificates (has the CA key).
+func (s *Service) Renews() bool { return s.opts.CA != nil }
+
+// NewToken makes a single-use join token for nodeID, valid for ttl, and
+// records it (its secret only as a hash).
+func (s *Service) NewToken(nodeID string, ttl time.Duration) (wireenroll.Token, time.Time, error) {
+	if err := quicwire.ValidateID(nodeID); err != nil {
+		return wireenroll.Token{}, time.Time{}, fmt.Errorf("node id: %w", err)
+	}
+	if ttl < MinTokenTTL || ttl > MaxTokenTTL {
+		return wireenroll.Token{}, time.Time{}, fmt.Errorf("--ttl %s: want from %s to %s", ttl, MinTokenTTL, MaxTokenTTL)
+	}
+	if s.opts.CACert == nil {
+		return wireenroll.Token{}, time.Time{}, errors.New("no CA certificate (identity.ca_file) to name in the token")
+	}
+	id := make([]byte, wireenroll.TokenIDSize)
+	secret := make([]byte, wireenroll.TokenSecretSize)
+	rand.Read(id)
+	rand.Read(secret)
+	tok := wireenroll.Token{ID: base64.RawURLEncoding.EncodeToString(id), Secret: secret, CAHash: wireenroll.CAHash(s.opts.CACert)}
+	now := s.opts.Now()
+	rec := TokenRecord{ID: tok.ID, NodeID: nodeID, SecretHash: wireenroll.SecretHash(secret), Created: now, Expires: now.Add(ttl)}
+	if err := s.store.AddToken(rec); err != nil {
+		return wireenroll.Token{}, time.Time{}, err
+	}
+	s.log.Info("join token made", "node", nodeID, "token", tok.ID, "expires", rec.Expires.UTC().Format(time.RFC3339))
+	return tok, rec.Expires, nil
+}
+
+// sign issues a certificate for nodeID's key in csr, valid from now for
+// the configured lifetime (backdated a little for clock skew).
+func (s *Service) sign(nodeID string, csr *x509.CertificateRequest, via string) (*x509.Certificate, CertRecord, error) {
+	if s.opts.CA == nil {
+		return nil, CertRecord{}, ErrDisabled
+	}
+	backdate := min(maxBackdate, s.opts.Lifetime/10)
+	now := s.opts.Now()
+	cert, err := s.opts.CA.Sign(quicwire.NodeIdentity(s.opts.TrustDomain, nodeID), csr.PublicKey,
+		pki.Options{NotBefore: now.Add(-backdate), Validity: s.opts.Lifetime + backdate})
+	if err != nil {
+		return nil, CertRecord{}, err
+	}
+	return cert, CertRecord{Serial: Serial(cert), NodeID: nodeID, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter, Via: via}, nil
+}
+
+// Serial is how the store and `edged node list` spell a certificate's
+// serial number: lowercase hex.
+func Serial(c *x509.Certificate) string { return c.SerialNumber.Text(16) }
+
+// parseCSR parses and checks a certificate request: only its key and
+// signature matter; the identity is the Edge's to decide.
+func parseCSR(der []byte) (*x509.CertificateRequest, error) {
+	csr, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		return nil, fmt.Errorf("certificate request: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("certificate request: %w", err)
+	}
+	return csr, nil
+}
+
+// Renew issues a new certificate to the Node of a verified, admitted
+// connection (nodeID is its identity), for the key of csrDER. It returns
+// the chain: the certificate, then the CA.
+func (s *Service) Renew(nodeID string, csrDER []byte) ([][]byte, error) {
+	if s.opts.CA == nil {
+		return nil, ErrDisabled
+	}
+	st, err := s.store.Standing(nodeID, "")
+	if err != nil {
+		return nil, err
+	}
+	if !st.NodeRemoved.IsZero() {
+		return nil, fmt.Errorf("node %s was removed", nodeID)
+	}
+	csr, err := parseCSR(csrDER)
+	if err != nil {
+		return nil, err
+	}
+	cert, rec, err := s.sign(nodeID, csr, "renew")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.AddCert(rec); err != nil {
+		return nil, err
+	}
+	s.log.Info("node certificate renewed", "node", nodeID, "serial", rec.Serial, "not_after", rec.NotAfter.UTC().Format(time.RFC3339))
+	return [][]byte{cert.Raw, s.opts.CACert.Raw}, nil
+}
+
+// Admit checks a verified Node certificate against the store: a removed
+// Node or a revoked serial is refused (the caller closes the connection as
+// unauthenticated). An admitted connection is recorded as the Node's last
+// sighting. A store that cannot be read refuses: fail closed.
+func (s *Service) Admit(nodeID string, leaf *x509.Certificate) error {
+	if err := s.Check(nodeID, leaf); err != nil {
+		return err
+	}
+	if err := s.store.Seen(nodeID, Serial(leaf), s.opts.Now()); err != nil {
+		s.log.Warn("could not record node sighting", "node", nodeID, "err", err)
+	}
+	return nil
+}
+
+// Check is Admit without recording the sighting: the Edge checks again
+// once the connection is registered, so that a removal that landed
+// between Admit and the registration still fences it.
+func (s *Service) Check(nodeID string, leaf *x509.Certificate) error {
+	serial := Serial(leaf)
+	st, err := s.store.Standing(nodeID, serial)
+	if err != nil {
+		return fmt.Errorf("revocation check: %w", err)
+	}
+	switch {
+	case !st.NodeRemoved.IsZero():
+		return fmt.Errorf("node %s was removed at %s (edged node remove); join it again with a new token", nodeID, st.NodeRemoved.UTC().Format(time.RFC3339))
+	case !st.CertRevoked.IsZero():
+		return fmt.Errorf("certificate %s of node %s was revoked at %s", serial, nodeID, st.CertRevoked.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// Remove revokes every certificate issued to nodeID, refuses the Node from
+// now on (until it joins again with a new token), drops its pending tokens,
+// and fences its live connection at once.
+func (s *Service) Remove(nodeID string) (revoked []string, fenced bool, err error) {
+	var conn *fleet.Conn
+	if reg := s.opts.Registry; reg != nil {
+		conn, _ = reg.Current(nodeID)
+	}
+	// A Node the store never saw but the Edge knows from a connection
+	// (a certificate made by hand) is marked removed all the same.
+	known, revoked, err := s.store.Remove(nodeID, s.opts.Now(), conn != nil)
+	if err != nil {
+		return nil, false, err
+	}
+	if conn != nil && conn.State() != fleet.Fenced {
+		s.opts.Registry.Fence(conn, quicwire.CloseUnauthenticated, "node removed: its certificate is revoked")
+		fenced = true
+	}
+	if !known && conn == nil {
+		return nil, false, fmt.Errorf("%w: %s", ErrUnknownNode, nodeID)
+	}
+	s.log.Info("node removed", "node", nodeID, "revoked_serials", strings.Join(revoked, ","), "fenced", fenced)
+	return revoked, fenced, nil
+}
+
+// NodeStatus is one Node as `edged node list` shows it.
+type NodeStatus struct {
+	ID string `json:"id"`
+	// Identity is the Node's SPIFFE identity.
+	Identity string    `json:"identity"`
+	Removed  time.Time `json:"removed,omitzero"`
+	LastSeen time.Time `json:"last_seen,omitzero"`
+	// Connected is the state of its current connection at the Edge
+	// ("ready", "registering", ...), empty when none or not known (the
+	// store read without a running Edge).
+	Connected    string         `json:"connected,omitempty"`
+	Certificates []CertRecord   `json:"certificates,omitempty"`
+	Tokens       []PendingToken `json:"pending_tokens,omitempty"`
+}
+
+// PendingToken is an unused join token, never its secret.
+type PendingToken struct {
+	ID      string    `json:"id"`
+	Expires time.Time `json:"expires"`
+}
+
+// List returns every Node the store knows, by id, with its certificates
+// (newest last) and unused tokens.
+func (s *Service) List() ([]NodeStatus, error) {
+	return List(s.store, s.opts.TrustDomain, s.opts.Registry, s.opts.Now())
+}
+
+// List reads the Nodes of store; reg, if set, adds their connection state
+// as of now.
+func List(store *Store, trustDomain string, reg *fleet.Registry, now time.Time) ([]NodeStatus, error) {
+	c, err := store.Contents()
+	if err != nil {
+		return nil, err
+	}
+	byID := map[string]*NodeStatus{}
+	node := func(id string) *NodeStatus {
+		if n, ok := byID[id]; ok {
+			return n
+		}
+		n := &NodeStatus{ID: id, Identity: quicwire.NodeIdentity(trustDomain, id).String()}
+		byID[id] = n
+		return n
+	}
+	for _, r := range c.Nodes {
+		n := node(r.ID)
+		n.Removed, n.LastSeen = r.Removed, r.LastSeen
+	}
+	for _, r := range c.Certs {
+		n := node(r.NodeID)
+		n.Certificates = append(n.Certificates, r)
+	}
+	for _, t := range c.Tokens {
+		if t.Used.IsZero() {
+			n := node(t.NodeID)
+			n.Tokens = append(n.Tokens, PendingToken{ID: t.ID, Expires: t.Expires})
+		}
+	}
+	out := make([]NodeStatus, 0, len(byID))
+	for _, n := range byID {
+		slices.SortFunc(n.Certificates, func(a, b CertRecord) int { return a.NotBefore.Compare(b.NotBefore) })
+		if reg != nil {
+			if conn, ok := reg.Current(n.ID); ok {
+				n.Connected = string(conn.State())
+				// The store has the last admission; a live connection is
+				// seen now, a fenced one until its fence.
+				seen := now
+				if conn.State() == fleet.Fenced {
+					seen = conn.FencedAt()
+				}
+				if seen.After(n.LastSeen) {
+					n.LastSeen = seen
+				}
+			}
+		}
+		out = append(out, *n)
+	}
+	slices.SortFunc(out, func(a, b NodeStatus) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}

@@ -1,0 +1,196 @@
+package execution
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/iop-dev/iop/internal/pluginhost"
+	"github.com/iop-dev/iop/internal/transport"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+	"github.com/iop-dev/iop/sdk"
+)
+
+// Liveness is how the Node guards a provider call once it has started
+// (R5, R6): the close grace and the probe deadline of a stall. The stall
+// timeout itself comes with each request (R4).
+type Liveness struct {
+	// CloseGrace bounds the wait for a stalled call to return after it is
+	// cancelled; 0 means DefaultCloseGrace.
+	CloseGrace time.Duration
+	// ProbeTimeout is the deadline of the exact-target probe run after a
+	// stall, and of each recovery probe of an unavailable target; 0 means
+	// DefaultProbeTimeout.
+	ProbeTimeout time.Duration
+}
+
+// guard is what every provider call (a normalized run, a raw tunnel or an
+// embedding call) runs under: the call's context, which ends with the
+// connection, the hard deadline, the Edge's cancel or a stall; the claim
+// of its one outcome (S5); and the stall watchdog.
+type guard struct {
+	claim  *Claim
+	wd     *Watchdog
+	ctx    context.Context // the call's
+	cancel context.CancelCauseFunc
+	conn   context.Context // the connection's
+	stopDL context.CancelFunc
+}
+
+// guardSpec names one call for its guard.
+type guardSpec struct {
+	sess       *transport.Session // nil: not bound to a connection (R7: no seq)
+	prov       *Provider
+	plugin     Plugin
+	target     string
+	stall      time.Duration
+	deadlineMs int64
+}
+
+// newGuard makes the guard of one call on the connection whose context is
+// conn; serve starts its watchdog.
+func (h *Handler) newGuard(conn context.Context, s guardSpec) *guard {
+	g := &guard{conn: conn, stopDL: func() {}}
+	g.ctx, g.cancel = context.WithCancelCause(conn)
+	if s.deadlineMs > 0 {
+		g.ctx, g.stopDL = context.WithDeadline(g.ctx, time.UnixMilli(s.deadlineMs))
+	}
+	g.claim = NewClaim(g.ctx)
+	cfg := WatchdogConfig{
+		StallTimeout: s.stall,
+		CloseGrace:   h.live.CloseGrace,
+		ProbeTimeout: h.live.ProbeTimeout,
+		Provider:     s.prov.Name(),
+		Target:       s.target,
+		Probe: func(ctx context.Context) (sdk.Health, error) {
+			return s.plugin.Probe(ctx, s.target)
+		},
+		Observed: func(ev Evidence) { s.prov.observe(s.target, ev) },
+	}
+	if s.sess != nil {
+		cfg.NextSeq = s.sess.NextHealthObservationSeq
+		cfg.NodeID, cfg.Generation = s.sess.NodeID(), s.sess.Generation()
+	}
+	g.wd = NewWatchdog(cfg, g.claim, g.cancel)
+	return g
+}
+
+// serve runs one provider call under g and returns its one outcome: it is
+// the skeleton every kind of call shares. The watchdog starts; call runs
+// on its own goroutine (so that a stall can end the work while the call is
+// still stuck) and returns the plugin's own outcome (CauseNone if the
+// plugin ended without one) or an error; and the outcome is claimed once:
+// what the call returned, a cause that ended it from outside (S5), or a
+// stall, whose observation then makes the outcome (R5, R6). release frees
+// the capacity slot once the call has returned.
+func (g *guard) serve(log *slog.Logger, release func(), call func() (Outcome, error)) Outcome {
+	var ret Outcome // written before callDone closes
+	callDone := make(chan struct{})
+	g.wd.Start()
+	go func() {
+		defer close(callDone)
+		own, err := call()
+		g.wd.CallReturned()
+		ret = g.settle(own, err)
+	}()
+	defer g.releaseAfter(callDone, release)
+
+	select {
+	case <-callDone:
+		if ret.Cause != CauseStalled {
+			return ret
+		}
+	case <-g.wd.Stalled():
+	}
+	if obs := g.wd.Finish(); obs != nil {
+		log.Warn("provider call stalled", "stall", stallMessage(obs), "seq", obs.GetHealthObservationSeq(),
+			"retryable", obs.GetRetryable(), "fenced_output", g.wd.Dropped())
+		return Outcome{Cause: CauseStalled, Stall: obs}
+	}
+	<-callDone // a deadline or disconnect took the outcome at the same instant
+	return Outcome{Cause: g.claim.Winner()}
+}
+
+// settle claims the outcome of a call that returned own or err. The cause
+// that ended the call's context wins over what the call returned after it;
+// a cause that took the outcome first (an external end, or the stall,
+// which serve then finishes) wins over both.
+func (g *guard) settle(own Outcome, err error) Outcome {
+	o := g.returned(own, err)
+	if g.claim.Take(o.Cause) {
+		return o
+	}
+	if w := g.claim.Winner(); w != o.Cause {
+		return Outcome{Cause: w}
+	}
+	return o
+}
+
+// returned is the outcome of a call that returned own or err, as the
+// call's context tells it: why the context ended, if it did; then the
+// call's error; then the plugin's own outcome.
+func (g *guard) returned(own Outcome, err error) Outcome {
+	reason := context.Cause(g.ctx)
+	var tv *tunnelViolation
+	switch {
+	case g.conn.Err() != nil || errors.Is(reason, errDisconnected):
+		return Outcome{Cause: CauseDisconnected}
+	case errors.Is(reason, errCancelled):
+		return Outcome{Cause: CauseCancelled}
+	case errors.Is(reason, errEdgeProtocol):
+		return failedOutcome(wirepb.FailureKind_FAILURE_KIND_PROTOCOL, "%v", reason)
+	case errors.Is(g.ctx.Err(), context.DeadlineExceeded):
+		return Outcome{Cause: CauseDeadline}
+	case errors.As(err, &tv):
+		return failedOutcome(wirepb.FailureKind_FAILURE_KIND_PROTOCOL, "%v", err)
+	case err != nil:
+		return Outcome{Cause: CauseFailed, Failure: pluginhost.FailureToWire(err)}
+	case own.Cause == CauseNone:
+		return failedOutcome(wirepb.FailureKind_FAILURE_KIND_INTERNAL, "the plugin ended the call without a terminal")
+	}
+	return own
+}
+
+// stop ends the call from outside for reason (errCancelled,
+// errDisconnected, or a protocol error of the Edge): the outcome is
+// claimed for it first, so a stall cannot take it afterwards, then the
+// call is cancelled.
+func (g *guard) stop(reason error) {
+	g.claim.Take(causeOf(reason))
+	g.cancel(reason)
+}
+
+// releaseAfter frees the capacity slot (release) and the guard's timers
+// and context once the call has returned (callDone): at once if it has, in
+// the background if not (a stall whose close was not confirmed). The slot
+// is the provider's until its call returns, so capacity stays honest.
+func (g *guard) releaseAfter(callDone <-chan struct{}, release func()) {
+	free := func() {
+		release()
+		g.wd.Stop()
+		g.stopDL()
+		g.cancel(nil)
+	}
+	select {
+	case <-callDone:
+		free()
+	default:
+		go func() {
+			<-callDone
+			free()
+		}()
+	}
+}
+
+// stallMessage is the human-readable part of a response_stalled failure:
+// Node-owned facts only (R5), never payload text.
+func stallMessage(o *wirepb.StallObservation) string {
+	msg := "no progress for " + time.Duration(o.GetSinceLastProgressMs()*int64(time.Millisecond)).String() +
+		" (stall timeout " + time.Duration(o.GetStallTimeoutMs()*int64(time.Millisecond)).String() + "); provider health " +
+		o.GetProviderHealth() + " (" + o.GetLivenessClassification() + ")"
+	if o.GetCloseConfirmed() {
+		return msg + "; the provider call was closed"
+	}
+	return msg + "; the provider call did not return inside the close grace"
+}

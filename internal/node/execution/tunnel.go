@@ -1,0 +1,294 @@
+package execution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/iop-dev/iop/internal/pluginhost"
+	"github.com/iop-dev/iop/internal/pluginpb"
+	"github.com/iop-dev/iop/internal/transport"
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+	"github.com/iop-dev/iop/sdk"
+)
+
+// The raw provider tunnel (R3), Node side. On a tunnel stream the Edge
+// sends TunnelFrame{body}... then FIN; the Node answers with the
+// provider's TunnelFrame{head}, {body}... and exactly one {terminal}.
+//
+//	Edge ──body frames, FIN──► tunnelBody ──► plugin.Tunnel ──► provider
+//	Edge ◄──head, body, terminal── tunnelOut.emit ◄── plugin frames
+//
+// The plugin's terminal passes through when it sends one (a completed or
+// failed outcome, claimed as it is sent); otherwise the Node's outcome is
+// sent (tunnelOut.finish). Either way the first claim wins and nothing is
+// sent after it.
+
+// tunnelViolation is a plugin frame out of order. It ends the tunnel with
+// a protocol failure claimed by the Node.
+type tunnelViolation struct{ msg string }
+
+func (e *tunnelViolation) Error() string { return "tunnel: " + e.msg }
+
+// tunnelOut is a tunnel's output side: it serializes frames to the stream
+// and owns the single terminal. A plugin frame that would break the order
+// (body before head, a second head, anything after the terminal) is
+// refused, which makes the plugin call end. A Send blocked by flow control
+// (an Edge that reads slowly: backpressure) holds the lock; the Edge's
+// cancel resets the stream, which unblocks it.
+type tunnelOut struct {
+	st Stream
+	// ended refuses further plugin frames once the tunnel's context is
+	// done: the cause that ended it wins over what the plugin sends late.
+	ended func() error
+	// claim is the tunnel's: a plugin's terminal is sent only if it takes
+	// the outcome.
+	claim *Claim
+
+	mu       sync.Mutex
+	head     bool
+	terminal *wirepb.TunnelTerminal
+}
+
+// emit sends one frame from the plugin. A terminal frame from the plugin
+// is claimed here (exactly one terminal: the first claim wins), even if
+// sending it then fails.
+func (o *tunnelOut) emit(f *wirepb.TunnelFrame) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.terminal != nil {
+		return &tunnelViolation{fmt.Sprintf("frame after the terminal (%s)", o.terminal.GetOutcome())}
+	}
+	if err := o.ended(); err != nil {
+		return err
+	}
+	switch f.GetFrame().(type) {
+	case *wirepb.TunnelFrame_Head:
+		if o.head {
+			return &tunnelViolation{"a second response head"}
+		}
+		o.head = true
+	case *wirepb.TunnelFrame_Body:
+		if !o.head {
+			return &tunnelViolation{"body before the response head"}
+		}
+	case *wirepb.TunnelFrame_Terminal:
+		t := f.GetTerminal()
+		switch t.GetOutcome() {
+		case wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED:
+			if !o.head {
+				return &tunnelViolation{"completed without a response head"}
+			}
+		case wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED:
+		default:
+			// Cancelled, disconnected, stalled, deadline: the Node's to claim.
+			return &tunnelViolation{fmt.Sprintf("the plugin sent outcome %s", t.GetOutcome())}
+		}
+		if !o.claim.Take(outcomeOfTunnel(t).Cause) {
+			return fmt.Errorf("tunnel outcome already claimed (%s)", o.claim.Winner())
+		}
+		o.terminal = t
+	default:
+		return &tunnelViolation{"empty frame"}
+	}
+	return o.st.Send(f)
+}
+
+// finish claims the terminal for the Node and sends it; only the first
+// claim does anything. It reports whether this call was the one.
+func (o *tunnelOut) finish(t *wirepb.TunnelTerminal) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.terminal != nil {
+		return false
+	}
+	o.terminal = t
+	_ = o.st.Send(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Terminal{Terminal: t}})
+	return true
+}
+
+// claimed returns the terminal, once there is one.
+func (o *tunnelOut) claimed() *wirepb.TunnelTerminal {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.terminal
+}
+
+// serveTunnel relays one raw HTTP request to a provider's own API (R3):
+// validate, admit, run the plugin's Tunnel, and end with exactly one
+// terminal. A metadata request (a read-only call such as a model list)
+// takes no capacity slot, so it answers while the provider is busy.
+func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req *wirepb.TunnelRequest, st Stream) {
+	out := &tunnelOut{st: st, ended: func() error { return nil }}
+	log := h.log.With("tunnel_id", req.GetTunnelId(), "provider", req.GetProvider(), "target", req.GetTarget())
+
+	a, refused := h.admit(sess, admission{kind: tunnelKind(req), stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(),
+		target: req.GetTarget(), capability: sdk.CapTunnel, noSlot: req.GetMetadata(), sealed: req.GetSealedLease(), binding: req.GetBinding()})
+	if refused != nil {
+		out.finish(refusedOutcome(refused).TunnelTerminal())
+		return
+	}
+	req.SealedLease = nil // the adapter gets the credential, not the lease
+
+	g := h.newGuard(ctx, guardSpec{sess: sess, prov: a.prov, plugin: a.plugin, target: req.GetTarget(),
+		stall: a.stall, deadlineMs: req.GetDeadlineUnixMs()})
+	out.claim = g.claim
+	out.ended = func() error {
+		if g.ctx.Err() != nil {
+			return context.Cause(g.ctx)
+		}
+		return nil
+	}
+	// After the request body the Edge sends nothing more, so a cancel
+	// must be seen another way: the Edge's cancel also stops reading its
+	// side (STOP_SENDING), which ends the write side of st here, even
+	// while the provider is silent and nothing is being written.
+	if sctx := sendContext(st); sctx != nil {
+		defer context.AfterFunc(sctx, func() { g.stop(writeSideEnded(context.Cause(sctx))) })()
+	}
+	body := &tunnelBody{st: st, cancel: g.stop}
+	emit := func(f *wirepb.TunnelFrame) error {
+		return g.wd.Emit(TunnelFrameIsProgress(f), func() error {
+			err := out.emit(f)
+			var sc *quicwire.StreamCancelledError
+			if errors.As(err, &sc) {
+				g.stop(errCancelled) // the Edge reset the stream: the provider's request is cancelled
+			}
+			return err
+		})
+	}
+
+	start := time.Now()
+	callErr := make(chan error, 1) // what the relay returned, once it has
+	o := g.serve(log, a.release, func() (Outcome, error) {
+		if a.route != nil {
+			// The Node moves the bytes itself: no plugin on the byte path.
+			err := sdk.RelayTunnel(g.ctx, a.prov.relay, a.route, pluginhost.TunnelRequestFromWire(req, body, a.cred), &frameWriter{emit: emit})
+			callErr <- err
+			return Outcome{Cause: CauseCompleted}, err
+		}
+		err := a.plugin.Tunnel(g.ctx, req, a.cred, body, emit)
+		callErr <- err
+		if t := out.claimed(); t != nil {
+			return outcomeOfTunnel(t), nil // the plugin's own, already sent
+		}
+		if err == nil {
+			err = errors.New("the plugin ended the tunnel without a terminal frame")
+		}
+		return Outcome{}, err
+	})
+	out.finish(o.TunnelTerminal())
+	term := out.claimed()
+	h.ended(tunnelKind(req), a.prov, outcomeOfTunnel(term))
+	attrs := []any{"outcome", outcomeOfTunnel(term).Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start)}
+	select {
+	case err := <-callErr:
+		attrs = append(attrs, "err", err)
+	default: // a stalled call that has not returned
+	}
+	log.Info("tunnel ended", attrs...)
+}
+
+// frameWriter is the sdk.TunnelResponse of the Node's own relay: the
+// response head and each body read become frames, through emit (the
+// watchdog's fence and tunnelOut's order), exactly as a plugin's frames do.
+type frameWriter struct {
+	emit func(*wirepb.TunnelFrame) error
+}
+
+// WriteHeader sends the response head.
+func (w *frameWriter) WriteHeader(status int, header http.Header) error {
+	return w.emit(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Head{Head: &wirepb.TunnelResponseHead{
+		Status: int32(status), Headers: pluginpb.HeadersToWire(header)}}})
+}
+
+// Write sends p as one body frame (the stream copies it before Write
+// returns). RelayTunnel's reads are smaller than a frame's bound.
+func (w *frameWriter) Write(p []byte) (int, error) {
+	if err := w.emit(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Body{Body: p}}); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// tunnelBody is the request body the plugin reads: the Edge's body frames,
+// until its FIN. It is read by one goroutine (the plugin host's), which is
+// not waited for: a Read blocked in Recv ends when the stream's reading
+// half is finished after the handler returns.
+type tunnelBody struct {
+	st     Stream
+	cancel func(error)
+	buf    []byte // the unread rest of the current frame
+	err    error  // sticky: io.EOF after FIN, or why the body broke
+}
+
+// Read implements io.Reader. A reset of the stream (the Edge's cancel)
+// cancels the tunnel; so does a frame that is not a body chunk.
+func (b *tunnelBody) Read(p []byte) (int, error) {
+	for len(b.buf) == 0 {
+		if b.err != nil {
+			return 0, b.err
+		}
+		f := new(wirepb.TunnelFrame)
+		err := b.st.Recv(f)
+		var sc *quicwire.StreamCancelledError
+		switch {
+		case err == io.EOF:
+			b.err = io.EOF
+		case errors.As(err, &sc):
+			b.err = fmt.Errorf("request body: %w", err)
+			b.cancel(errCancelled)
+		case errors.Is(err, quicwire.ErrDisconnected):
+			b.err = fmt.Errorf("request body: %w", err)
+			b.cancel(errDisconnected)
+		case err != nil:
+			b.err = fmt.Errorf("request body: %w", err)
+			b.cancel(fmt.Errorf("%w: %w", errEdgeProtocol, err))
+		case f.GetFrame() == nil:
+			b.err = errEdgeProtocol
+			b.cancel(errEdgeProtocol)
+		default:
+			body, ok := f.GetFrame().(*wirepb.TunnelFrame_Body)
+			if !ok {
+				b.err = fmt.Errorf("%w: %T", errEdgeProtocol, f.GetFrame())
+				b.cancel(b.err)
+				break
+			}
+			b.buf = body.Body
+		}
+	}
+	n := copy(p, b.buf)
+	b.buf = b.buf[n:]
+	return n, nil
+}
+
+// sendContext returns a context that ends when the write side of st ends:
+// on a QUIC stream, when the Edge stops reading (its cancel) or the
+// connection closes. Nil when st cannot tell.
+func sendContext(st Stream) context.Context {
+	switch s := st.(type) {
+	case interface{ Raw() *quic.Stream }:
+		return s.Raw().Context()
+	case interface{ Context() context.Context }:
+		return s.Context()
+	}
+	return nil
+}
+
+// writeSideEnded maps why the write side of a tunnel stream ended to the
+// cause that ends the tunnel: the Edge's cancel, or the connection.
+func writeSideEnded(cause error) error {
+	var se *quic.StreamError
+	var sc *quicwire.StreamCancelledError
+	if errors.As(cause, &se) || errors.As(cause, &sc) {
+		return errCancelled
+	}
+	return errDisconnected
+}

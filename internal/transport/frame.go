@@ -1,0 +1,183 @@
+package transport
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// Sentinel causes of a ProtocolError; test with errors.Is.
+var (
+	// ErrFrameTooLarge: the length prefix announces more than the limit.
+	ErrFrameTooLarge = errors.New("frame exceeds the size limit")
+	// ErrFrameTruncated: the stream ended inside a length prefix or a message.
+	ErrFrameTruncated = errors.New("frame truncated")
+	// ErrFrameGarbled: the length prefix is not a valid varint, or the
+	// message does not parse.
+	ErrFrameGarbled = errors.New("frame does not parse")
+	// ErrUnexpectedFrame: a frame that parses but is not allowed here.
+	ErrUnexpectedFrame = errors.New("unexpected frame")
+)
+
+// ProtocolError is a violation of the wire protocol by the peer. It ends the
+// stream it happened on (or the connection, on the control stream).
+type ProtocolError struct {
+	// Stream says where: "control", "run", "tunnel", "command", "header".
+	Stream string
+	// Err is one of the sentinel causes, possibly wrapped with detail.
+	Err error
+}
+
+func (e *ProtocolError) Error() string {
+	return fmt.Sprintf("protocol error on %s stream: %v", e.Stream, e.Err)
+}
+
+func (e *ProtocolError) Unwrap() error { return e.Err }
+
+// FrameReader reads length-delimited protobuf frames with a size limit.
+// It is not safe for concurrent use.
+type FrameReader struct {
+	r      *bufio.Reader
+	limit  int
+	stream string
+	buf    []byte
+}
+
+// NewFrameReader returns a reader of frames of at most limit bytes from r.
+// stream names the stream in errors.
+func NewFrameReader(r io.Reader, limit int, stream string) *FrameReader {
+	return &FrameReader{r: bufio.NewReaderSize(r, readAhead), limit: limit, stream: stream}
+}
+
+// readAhead is the reader's buffer. Every open stream holds one, on both
+// ends, so it is sized for the frames that are many (a token's event or
+// body line, a heartbeat) rather than for throughput: a larger frame is
+// read past the buffer, straight into the frame's own buffer.
+const readAhead = 1 << 10
+
+// Read reads the next frame into m. At a clean end of stream (between
+// frames) it returns io.EOF. A malformed frame returns a *ProtocolError.
+// Errors of the underlying stream (a reset, a closed connection) are
+// returned as they are.
+func (fr *FrameReader) Read(m proto.Message) error {
+	n, err := binary.ReadUvarint(fr.r)
+	switch {
+	case err == io.EOF:
+		return io.EOF
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fr.protoErr(fmt.Errorf("%w: inside the length prefix", ErrFrameTruncated))
+	case err != nil && isOverflow(err):
+		return fr.protoErr(fmt.Errorf("%w: bad length prefix", ErrFrameGarbled))
+	case err != nil:
+		return err
+	}
+	if n > uint64(fr.limit) {
+		return fr.protoErr(fmt.Errorf("%w: %d bytes announced, limit %d", ErrFrameTooLarge, n, fr.limit))
+	}
+	buf, err := fr.readBody(int(n))
+	if err != nil {
+		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fr.protoErr(fmt.Errorf("%w: %d-byte message cut short", ErrFrameTruncated, n))
+		}
+		return err
+	}
+	if err := proto.Unmarshal(buf, m); err != nil {
+		return fr.protoErr(fmt.Errorf("%w: %v", ErrFrameGarbled, err))
+	}
+	// Large frames are rare; do not keep their buffers alive.
+	if cap(fr.buf) > 64<<10 {
+		fr.buf = nil
+	}
+	return nil
+}
+
+// Ready reports whether a whole frame is already buffered, so that the
+// next Read returns it without waiting for the stream. A relay asks before
+// it flushes: when the next frame is already here, it is written first and
+// one flush carries both. False when in doubt (nothing buffered, a frame
+// larger than the read-ahead): a lone frame is never held back.
+func (fr *FrameReader) Ready() bool {
+	b, _ := fr.r.Peek(fr.r.Buffered()) // never reads: only what is buffered
+	n, k := binary.Uvarint(b)
+	return k > 0 && n <= uint64(len(b)-k)
+}
+
+// growStep bounds how far the body buffer grows ahead of the bytes that
+// actually arrived: a peer that announces a 1 MiB frame on every stream and
+// sends nothing more costs a chunk per stream, not the whole announcement.
+const growStep = 64 << 10
+
+// readBody reads an n-byte message into the reader's buffer.
+func (fr *FrameReader) readBody(n int) ([]byte, error) {
+	buf := fr.buf[:0]
+	for have := 0; have < n; {
+		want := min(n, have+growStep)
+		if cap(buf) < want {
+			buf = append(buf[:have], make([]byte, want-have)...)
+		}
+		buf = buf[:want]
+		if _, err := io.ReadFull(fr.r, buf[have:want]); err != nil {
+			return nil, err
+		}
+		have = want
+	}
+	fr.buf = buf
+	return buf, nil
+}
+
+func (fr *FrameReader) protoErr(err error) error {
+	return &ProtocolError{Stream: fr.stream, Err: err}
+}
+
+// isOverflow reports whether err is binary.ReadUvarint's overflow error
+// (a prefix longer than ten bytes), which has no exported sentinel.
+func isOverflow(err error) bool {
+	return err != nil && err.Error() == "binary: varint overflows a 64-bit integer"
+}
+
+// FrameWriter writes length-delimited protobuf frames with a size limit.
+// It is not safe for concurrent use; wrap it (see ControlStream) where
+// several goroutines write.
+type FrameWriter struct {
+	w     io.Writer
+	limit int
+	buf   []byte
+}
+
+// NewFrameWriter returns a writer of frames of at most limit bytes to w.
+func NewFrameWriter(w io.Writer, limit int) *FrameWriter {
+	return &FrameWriter{w: w, limit: limit}
+}
+
+// Write marshals m and writes it as one frame with a single Write call. A
+// message over the limit is not written and returns an error wrapping
+// ErrFrameTooLarge: the sender must split it (body chunks) or refuse it.
+func (fw *FrameWriter) Write(m proto.Message) error { return fw.WriteFrames(m) }
+
+// WriteFrames marshals ms and writes them, one frame each, with a single
+// Write call, so that frames meant to travel together (a stream's header
+// and a small request body) go out in one packet. If any message is over
+// the limit, nothing is written.
+func (fw *FrameWriter) WriteFrames(ms ...proto.Message) error {
+	buf := fw.buf[:0]
+	for _, m := range ms {
+		size := proto.Size(m)
+		if size > fw.limit {
+			return fmt.Errorf("quicwire: outgoing %T of %d bytes: %w (limit %d)", m, size, ErrFrameTooLarge, fw.limit)
+		}
+		buf = binary.AppendUvarint(buf, uint64(size))
+		var err error
+		if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf, m); err != nil {
+			return fmt.Errorf("quicwire: marshal %T: %w", m, err)
+		}
+	}
+	_, err := fw.w.Write(buf)
+	if cap(buf) <= 64<<10 {
+		fw.buf = buf
+	}
+	return err
+}
