@@ -18,10 +18,15 @@ import (
 //
 // Writes are the handler goroutine's, but for keep-alives, which another
 // goroutine writes while the handler waits for a slot or a silent prefill:
-// mu orders them.
+// mu orders them. Only an answer with keep-alives takes it (shared), so a
+// relayed body or an answer without keep-alives pays for no lock and no
+// clock read per event.
 type Response struct {
 	x  *Exchange
 	rc *http.ResponseController
+	// shared: a keep-alive goroutine writes too. Set before it starts,
+	// never unset.
+	shared bool
 
 	mu          sync.Mutex
 	status      int               // the status to commit with (0: 200)
@@ -35,7 +40,7 @@ type Response struct {
 }
 
 func newResponse(x *Exchange) *Response {
-	return &Response{x: x, rc: http.NewResponseController(x.w), lastWrite: time.Now()}
+	return &Response{x: x, rc: http.NewResponseController(x.w)}
 }
 
 // Stream makes the answer a stream of contentType: an event stream
@@ -61,8 +66,10 @@ func (r *Response) Relay(status int, header func(http.Header)) {
 // Committed reports whether the answer has started: from then on an error
 // can only be told in the stream, in the API's shape.
 func (r *Response) Committed() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r.shared {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
 	return r.committed
 }
 
@@ -74,8 +81,10 @@ func (r *Response) Progress() { r.x.Wrote() }
 // answer's first byte (a relayed head without a body). It reports false
 // when the client could not be written to.
 func (r *Response) Commit() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r.shared {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
 	if r.committed {
 		return true
 	}
@@ -89,8 +98,10 @@ func (r *Response) Commit() bool {
 // of a relayed body. The first commits the response and is the answer's
 // first byte. It reports false when the client could not be written to.
 func (r *Response) Event(p []byte) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r.shared {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
 	if !r.first {
 		r.first = true
 		r.x.firstByte()
@@ -106,8 +117,10 @@ func (r *Response) Event(p []byte) bool {
 // or the error it ends with. Nothing is written after it, keep-alives
 // included. It reports false when the client could not be written to.
 func (r *Response) End(p []byte) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r.shared {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
 	r.ended = true
 	return r.writeLocked(p, false)
 }
@@ -115,8 +128,10 @@ func (r *Response) End(p []byte) bool {
 // Whole writes an answer sent whole: status, contentType and body, with
 // its length. It reports false when the client could not be written to.
 func (r *Response) Whole(status int, contentType string, body []byte) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r.shared {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
 	r.x.firstByte()
 	r.first, r.committed, r.ended = true, true, true
 	h := r.x.w.Header()
@@ -132,8 +147,10 @@ func (r *Response) Whole(status int, contentType string, body []byte) bool {
 // a buffer), committing contentType's status 200 first: the io.Writer of
 // WriteWhole. Each write resets the idle timer.
 func (r *Response) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r.shared {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
 	if !r.first {
 		r.first = true
 		r.x.firstByte()
@@ -170,7 +187,9 @@ func (r *Response) writeLocked(p []byte, event bool) bool {
 	if err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return false
 	}
-	r.lastWrite = time.Now()
+	if r.shared {
+		r.lastWrite = time.Now()
+	}
 	return true
 }
 
@@ -207,6 +226,7 @@ func (r *Response) keepAlive(interval time.Duration, line []byte) (stop func()) 
 	if interval <= 0 || line == nil {
 		return func() {}
 	}
+	r.shared, r.lastWrite = true, time.Now()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
