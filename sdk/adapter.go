@@ -63,6 +63,16 @@ type Embedder interface {
 	Embed(ctx context.Context, req *EmbedRequest) (*EmbedResult, error)
 }
 
+// TokenCounter is implemented by adapters whose server can tokenize: it
+// counts the tokens of req's prompt (its Messages and Tools, or a raw
+// completion's Prompt and Suffix) as the model would read them, with its
+// chat template where the server applies one. It runs nothing. Clients
+// call it to manage their context (Anthropic's count_tokens); without it,
+// the Edge estimates.
+type TokenCounter interface {
+	CountTokens(ctx context.Context, req *Request) (int64, error)
+}
+
 // Prober is implemented by adapters that can check one exact target: is
 // this model there and answering? Probe has its own short deadline in ctx.
 type Prober interface {

@@ -56,15 +56,16 @@ func requestFromWire(r *wirepb.RunRequest, cred *pluginpb.Credential) *Request {
 	}
 	if o := r.GetOptions(); o != nil {
 		req.Options = Options{
-			Temperature: o.Temperature,
-			TopP:        o.TopP,
-			MaxTokens:   o.MaxTokens,
-			Stop:        o.GetStop(),
-			Seed:        o.Seed,
-			Format:      o.GetFormat(),
-			Think:       o.Think,
-			Extra:       o.GetExtraJson(),
-			ToolChoice:  ToolChoice(o.GetToolChoice()),
+			Temperature:     o.Temperature,
+			TopP:            o.TopP,
+			MaxTokens:       o.MaxTokens,
+			Stop:            o.GetStop(),
+			Seed:            o.Seed,
+			Format:          o.GetFormat(),
+			Think:           o.Think,
+			ReasoningEffort: o.GetReasoningEffort(),
+			Extra:           o.GetExtraJson(),
+			ToolChoice:      ToolChoice(o.GetToolChoice()),
 		}
 	}
 	return req

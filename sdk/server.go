@@ -114,6 +114,26 @@ func (s *adapterServer) Close(ctx context.Context, _ *pluginpb.CloseRequest) (*p
 	return &pluginpb.CloseResponse{Failure: failureToWire(err)}, nil
 }
 
+// CountTokens counts a run's prompt with the adapter's tokenizer.
+func (s *adapterServer) CountTokens(ctx context.Context, req *pluginpb.ExecuteRequest) (*pluginpb.CountTokensResponse, error) {
+	tc, ok := s.a.(TokenCounter)
+	if !ok {
+		return &pluginpb.CountTokensResponse{Failure: failureToWire(unsupported(CapCountTokens))}, nil
+	}
+	if req.GetRun() == nil {
+		return &pluginpb.CountTokensResponse{Failure: failureToWire(&Error{Kind: KindInvalidRequest, Message: "count request without a run"})}, nil
+	}
+	r := requestFromWire(req.GetRun(), req.GetCredential())
+	n, err := guard(s, "CountTokens", func() (int64, error) { return tc.CountTokens(ctx, r) })
+	if err == nil && n < 0 {
+		err = &Error{Kind: KindInternal, Message: fmt.Sprintf("adapter counted %d tokens", n)}
+	}
+	if err != nil {
+		return &pluginpb.CountTokensResponse{Failure: failureToWire(err)}, nil
+	}
+	return &pluginpb.CountTokensResponse{Tokens: n}, nil
+}
+
 func unsupported(capability string) *Error {
 	return &Error{Kind: KindUnsupported, Message: "adapter does not implement " + capability}
 }

@@ -33,6 +33,9 @@ const (
 	// CapTunnelRoute: the Node reaches the server itself for a raw tunnel
 	// (TunnelRouter).
 	CapTunnelRoute = "tunnel_route"
+	// CapCountTokens: the server's own tokenizer counts a prompt
+	// (TokenCounter).
+	CapCountTokens = "count_tokens"
 )
 
 // Capabilities returns the capabilities a implements, derived from the
@@ -59,6 +62,9 @@ func Capabilities(a Adapter) []string {
 	}
 	if _, ok := a.(TunnelRouter); ok {
 		caps = append(caps, CapTunnelRoute)
+	}
+	if _, ok := a.(TokenCounter); ok {
+		caps = append(caps, CapCountTokens)
 	}
 	return caps
 }
@@ -142,6 +148,11 @@ type Options struct {
 	Format json.RawMessage
 	// Think asks a reasoning model to think (true) or not (false).
 	Think *bool
+	// ReasoningEffort is how hard a reasoning model should think: "" (the
+	// model's default), or one of the Effort* levels. An adapter maps it
+	// to its server's nearest setting (and documents which it keeps);
+	// EffortNone goes with Think false, any other level with Think true.
+	ReasoningEffort string
 	// Extra holds the client's request fields that the Edge does not
 	// interpret, as one JSON object of their names and raw values
 	// ({"top_k":20,"chat_template_kwargs":{...}}), in the vocabulary of
@@ -155,6 +166,16 @@ type Options struct {
 	// rather than ignore it; Check validates it against the run's tools.
 	ToolChoice ToolChoice
 }
+
+// Reasoning effort levels (Options.ReasoningEffort), from least to most.
+const (
+	EffortNone    = "none"
+	EffortMinimal = "minimal"
+	EffortLow     = "low"
+	EffortMedium  = "medium"
+	EffortHigh    = "high"
+	EffortMax     = "max"
+)
 
 // ToolChoice is the wire's RunOptions.tool_choice: "" or ToolChoiceAuto,
 // ToolChoiceNone, ToolChoiceRequired, or ToolChoiceFunction(name).

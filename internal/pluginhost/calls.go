@@ -106,6 +106,9 @@ func (p *Plugin) Probe(ctx context.Context, target string) (sdk.Health, error) {
 //
 // The sealed lease and its binding are not sent to the plugin; cred is.
 func (p *Plugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.Credential, emit func(*wirepb.RunEvent) error) (*wirepb.RunEvent, error) {
+	if req.GetCountTokens() {
+		return p.countTokens(ctx, req, cred, emit)
+	}
 	capability := ""
 	if req.GetCompletion() != nil {
 		capability = sdk.CapComplete
@@ -154,6 +157,31 @@ func (p *Plugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.
 		}
 	}
 }
+
+// countTokens answers a run that asks for its prompt's token count
+// (RunRequest.count_tokens) as a run's events: one USAGE with the count,
+// then COMPLETED with done_reason "count". It needs the count_tokens
+// capability: without it, sdk.ErrUnsupported before the plugin is called.
+func (p *Plugin) countTokens(ctx context.Context, req *wirepb.RunRequest, cred *sdk.Credential, emit func(*wirepb.RunEvent) error) (*wirepb.RunEvent, error) {
+	if err := p.usable(sdk.CapCountTokens); err != nil {
+		return nil, err
+	}
+	resp, err := p.rpc.CountTokens(ctx, &pluginpb.ExecuteRequest{Run: withoutLease(req), Credential: credentialToWire(cred)})
+	if err != nil {
+		return nil, p.callErr(ctx, err)
+	}
+	if f := resp.GetFailure(); f != nil {
+		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: f}, nil
+	}
+	if err := emit(&wirepb.RunEvent{Seq: 1, Type: wirepb.RunEventType_RUN_EVENT_TYPE_USAGE,
+		Usage: &wirepb.Usage{PromptTokens: resp.GetTokens()}}); err != nil {
+		return nil, err
+	}
+	return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED, DoneReason: CountDone}, nil
+}
+
+// CountDone is the done reason of a counted run.
+const CountDone = "count"
 
 // endsAfterTerminal reports whether nothing follows a terminal on a stream.
 // A stream that breaks after its terminal counts as ended: the outcome is

@@ -146,6 +146,7 @@ func fullRequest() *sdk.Request {
 		Options: sdk.Options{
 			Temperature: &temp, TopP: &topP, MaxTokens: &maxTokens, Stop: []string{"\n\n"}, Seed: &seed,
 			Format: []byte(`"json"`), Think: &think, Extra: []byte(`{"top_k":20}`), ToolChoice: sdk.ToolChoiceFunction("f"),
+			ReasoningEffort: sdk.EffortHigh,
 		},
 		Prompt:       "def f(",
 		Suffix:       "return x",

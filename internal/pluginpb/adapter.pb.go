@@ -950,6 +950,58 @@ func (x *TunnelRouteResponse) GetFailure() *wirepb.Failure {
 	return nil
 }
 
+type CountTokensResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        int64                  `protobuf:"varint,1,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	Failure       *wirepb.Failure        `protobuf:"bytes,2,opt,name=failure,proto3" json:"failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountTokensResponse) Reset() {
+	*x = CountTokensResponse{}
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountTokensResponse) ProtoMessage() {}
+
+func (x *CountTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountTokensResponse.ProtoReflect.Descriptor instead.
+func (*CountTokensResponse) Descriptor() ([]byte, []int) {
+	return file_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CountTokensResponse) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *CountTokensResponse) GetFailure() *wirepb.Failure {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
 type CloseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -958,7 +1010,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_internal_pluginpb_adapter_proto_msgTypes[16]
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1022,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_pluginpb_adapter_proto_msgTypes[16]
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1035,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{16}
+	return file_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{17}
 }
 
 type CloseResponse struct {
@@ -995,7 +1047,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_internal_pluginpb_adapter_proto_msgTypes[17]
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1059,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_pluginpb_adapter_proto_msgTypes[17]
+	mi := &file_internal_pluginpb_adapter_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1072,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{17}
+	return file_internal_pluginpb_adapter_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CloseResponse) GetFailure() *wirepb.Failure {
@@ -1092,14 +1144,17 @@ const file_internal_pluginpb_adapter_proto_rawDesc = "" +
 	"\bbase_url\x18\x01 \x01(\tR\abaseUrl\x12-\n" +
 	"\aheaders\x18\x02 \x03(\v2\x13.iop.wire.v1.HeaderR\aheaders\x12\x16\n" +
 	"\x06bearer\x18\x03 \x01(\bR\x06bearer\x12.\n" +
-	"\afailure\x18\x04 \x01(\v2\x14.iop.wire.v1.FailureR\afailure\"\x0e\n" +
+	"\afailure\x18\x04 \x01(\v2\x14.iop.wire.v1.FailureR\afailure\"]\n" +
+	"\x13CountTokensResponse\x12\x16\n" +
+	"\x06tokens\x18\x01 \x01(\x03R\x06tokens\x12.\n" +
+	"\afailure\x18\x02 \x01(\v2\x14.iop.wire.v1.FailureR\afailure\"\x0e\n" +
 	"\fCloseRequest\"?\n" +
 	"\rCloseResponse\x12.\n" +
 	"\afailure\x18\x01 \x01(\v2\x14.iop.wire.v1.FailureR\afailure*e\n" +
 	"\fHealthStatus\x12\x19\n" +
 	"\x15HEALTH_STATUS_UNKNOWN\x10\x00\x12\x1b\n" +
 	"\x17HEALTH_STATUS_AVAILABLE\x10\x01\x12\x1d\n" +
-	"\x19HEALTH_STATUS_UNAVAILABLE\x10\x022\xb1\x05\n" +
+	"\x19HEALTH_STATUS_UNAVAILABLE\x10\x022\x85\x06\n" +
 	"\aAdapter\x12M\n" +
 	"\bDescribe\x12\x1f.iop.adapter.v1.DescribeRequest\x1a .iop.adapter.v1.DescribeResponse\x12P\n" +
 	"\tConfigure\x12 .iop.adapter.v1.ConfigureRequest\x1a!.iop.adapter.v1.ConfigureResponse\x12B\n" +
@@ -1109,7 +1164,8 @@ const file_internal_pluginpb_adapter_proto_rawDesc = "" +
 	"\x06Tunnel\x12\x1e.iop.adapter.v1.TunnelUpstream\x1a\x18.iop.wire.v1.TunnelFrame(\x010\x01\x12D\n" +
 	"\x05Close\x12\x1c.iop.adapter.v1.CloseRequest\x1a\x1d.iop.adapter.v1.CloseResponse\x12=\n" +
 	"\x05Embed\x12\x19.iop.adapter.v1.EmbedCall\x1a\x17.iop.wire.v1.EmbedFrame0\x01\x12V\n" +
-	"\vTunnelRoute\x12\".iop.adapter.v1.TunnelRouteRequest\x1a#.iop.adapter.v1.TunnelRouteResponseB*Z(github.com/iop-dev/iop/internal/pluginpbb\x06proto3"
+	"\vTunnelRoute\x12\".iop.adapter.v1.TunnelRouteRequest\x1a#.iop.adapter.v1.TunnelRouteResponse\x12R\n" +
+	"\vCountTokens\x12\x1e.iop.adapter.v1.ExecuteRequest\x1a#.iop.adapter.v1.CountTokensResponseB*Z(github.com/iop-dev/iop/internal/pluginpbb\x06proto3"
 
 var (
 	file_internal_pluginpb_adapter_proto_rawDescOnce sync.Once
@@ -1124,7 +1180,7 @@ func file_internal_pluginpb_adapter_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_pluginpb_adapter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_pluginpb_adapter_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_internal_pluginpb_adapter_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_internal_pluginpb_adapter_proto_goTypes = []any{
 	(HealthStatus)(0),            // 0: iop.adapter.v1.HealthStatus
 	(*Credential)(nil),           // 1: iop.adapter.v1.Credential
@@ -1143,60 +1199,64 @@ var file_internal_pluginpb_adapter_proto_goTypes = []any{
 	(*TunnelBodyEnd)(nil),        // 14: iop.adapter.v1.TunnelBodyEnd
 	(*TunnelRouteRequest)(nil),   // 15: iop.adapter.v1.TunnelRouteRequest
 	(*TunnelRouteResponse)(nil),  // 16: iop.adapter.v1.TunnelRouteResponse
-	(*CloseRequest)(nil),         // 17: iop.adapter.v1.CloseRequest
-	(*CloseResponse)(nil),        // 18: iop.adapter.v1.CloseResponse
-	nil,                          // 19: iop.adapter.v1.DescribeResponse.ConfigFieldsEntry
-	(*wirepb.Failure)(nil),       // 20: iop.wire.v1.Failure
-	(*wirepb.EmbedRequest)(nil),  // 21: iop.wire.v1.EmbedRequest
-	(*wirepb.RunRequest)(nil),    // 22: iop.wire.v1.RunRequest
-	(*wirepb.Target)(nil),        // 23: iop.wire.v1.Target
-	(*wirepb.TunnelRequest)(nil), // 24: iop.wire.v1.TunnelRequest
-	(*wirepb.Header)(nil),        // 25: iop.wire.v1.Header
-	(*wirepb.RunEvent)(nil),      // 26: iop.wire.v1.RunEvent
-	(*wirepb.TunnelFrame)(nil),   // 27: iop.wire.v1.TunnelFrame
-	(*wirepb.EmbedFrame)(nil),    // 28: iop.wire.v1.EmbedFrame
+	(*CountTokensResponse)(nil),  // 17: iop.adapter.v1.CountTokensResponse
+	(*CloseRequest)(nil),         // 18: iop.adapter.v1.CloseRequest
+	(*CloseResponse)(nil),        // 19: iop.adapter.v1.CloseResponse
+	nil,                          // 20: iop.adapter.v1.DescribeResponse.ConfigFieldsEntry
+	(*wirepb.Failure)(nil),       // 21: iop.wire.v1.Failure
+	(*wirepb.EmbedRequest)(nil),  // 22: iop.wire.v1.EmbedRequest
+	(*wirepb.RunRequest)(nil),    // 23: iop.wire.v1.RunRequest
+	(*wirepb.Target)(nil),        // 24: iop.wire.v1.Target
+	(*wirepb.TunnelRequest)(nil), // 25: iop.wire.v1.TunnelRequest
+	(*wirepb.Header)(nil),        // 26: iop.wire.v1.Header
+	(*wirepb.RunEvent)(nil),      // 27: iop.wire.v1.RunEvent
+	(*wirepb.TunnelFrame)(nil),   // 28: iop.wire.v1.TunnelFrame
+	(*wirepb.EmbedFrame)(nil),    // 29: iop.wire.v1.EmbedFrame
 }
 var file_internal_pluginpb_adapter_proto_depIdxs = []int32{
-	19, // 0: iop.adapter.v1.DescribeResponse.config_fields:type_name -> iop.adapter.v1.DescribeResponse.ConfigFieldsEntry
-	20, // 1: iop.adapter.v1.ConfigureResponse.failure:type_name -> iop.wire.v1.Failure
-	21, // 2: iop.adapter.v1.EmbedCall.request:type_name -> iop.wire.v1.EmbedRequest
+	20, // 0: iop.adapter.v1.DescribeResponse.config_fields:type_name -> iop.adapter.v1.DescribeResponse.ConfigFieldsEntry
+	21, // 1: iop.adapter.v1.ConfigureResponse.failure:type_name -> iop.wire.v1.Failure
+	22, // 2: iop.adapter.v1.EmbedCall.request:type_name -> iop.wire.v1.EmbedRequest
 	1,  // 3: iop.adapter.v1.EmbedCall.credential:type_name -> iop.adapter.v1.Credential
-	22, // 4: iop.adapter.v1.ExecuteRequest.run:type_name -> iop.wire.v1.RunRequest
+	23, // 4: iop.adapter.v1.ExecuteRequest.run:type_name -> iop.wire.v1.RunRequest
 	1,  // 5: iop.adapter.v1.ExecuteRequest.credential:type_name -> iop.adapter.v1.Credential
-	23, // 6: iop.adapter.v1.ListTargetsResponse.targets:type_name -> iop.wire.v1.Target
-	20, // 7: iop.adapter.v1.ListTargetsResponse.failure:type_name -> iop.wire.v1.Failure
+	24, // 6: iop.adapter.v1.ListTargetsResponse.targets:type_name -> iop.wire.v1.Target
+	21, // 7: iop.adapter.v1.ListTargetsResponse.failure:type_name -> iop.wire.v1.Failure
 	0,  // 8: iop.adapter.v1.ProbeResponse.status:type_name -> iop.adapter.v1.HealthStatus
-	20, // 9: iop.adapter.v1.ProbeResponse.failure:type_name -> iop.wire.v1.Failure
+	21, // 9: iop.adapter.v1.ProbeResponse.failure:type_name -> iop.wire.v1.Failure
 	13, // 10: iop.adapter.v1.TunnelUpstream.open:type_name -> iop.adapter.v1.TunnelOpen
 	14, // 11: iop.adapter.v1.TunnelUpstream.end:type_name -> iop.adapter.v1.TunnelBodyEnd
-	24, // 12: iop.adapter.v1.TunnelOpen.request:type_name -> iop.wire.v1.TunnelRequest
+	25, // 12: iop.adapter.v1.TunnelOpen.request:type_name -> iop.wire.v1.TunnelRequest
 	1,  // 13: iop.adapter.v1.TunnelOpen.credential:type_name -> iop.adapter.v1.Credential
-	25, // 14: iop.adapter.v1.TunnelRouteResponse.headers:type_name -> iop.wire.v1.Header
-	20, // 15: iop.adapter.v1.TunnelRouteResponse.failure:type_name -> iop.wire.v1.Failure
-	20, // 16: iop.adapter.v1.CloseResponse.failure:type_name -> iop.wire.v1.Failure
-	2,  // 17: iop.adapter.v1.Adapter.Describe:input_type -> iop.adapter.v1.DescribeRequest
-	4,  // 18: iop.adapter.v1.Adapter.Configure:input_type -> iop.adapter.v1.ConfigureRequest
-	7,  // 19: iop.adapter.v1.Adapter.Execute:input_type -> iop.adapter.v1.ExecuteRequest
-	8,  // 20: iop.adapter.v1.Adapter.ListTargets:input_type -> iop.adapter.v1.ListTargetsRequest
-	10, // 21: iop.adapter.v1.Adapter.Probe:input_type -> iop.adapter.v1.ProbeRequest
-	12, // 22: iop.adapter.v1.Adapter.Tunnel:input_type -> iop.adapter.v1.TunnelUpstream
-	17, // 23: iop.adapter.v1.Adapter.Close:input_type -> iop.adapter.v1.CloseRequest
-	6,  // 24: iop.adapter.v1.Adapter.Embed:input_type -> iop.adapter.v1.EmbedCall
-	15, // 25: iop.adapter.v1.Adapter.TunnelRoute:input_type -> iop.adapter.v1.TunnelRouteRequest
-	3,  // 26: iop.adapter.v1.Adapter.Describe:output_type -> iop.adapter.v1.DescribeResponse
-	5,  // 27: iop.adapter.v1.Adapter.Configure:output_type -> iop.adapter.v1.ConfigureResponse
-	26, // 28: iop.adapter.v1.Adapter.Execute:output_type -> iop.wire.v1.RunEvent
-	9,  // 29: iop.adapter.v1.Adapter.ListTargets:output_type -> iop.adapter.v1.ListTargetsResponse
-	11, // 30: iop.adapter.v1.Adapter.Probe:output_type -> iop.adapter.v1.ProbeResponse
-	27, // 31: iop.adapter.v1.Adapter.Tunnel:output_type -> iop.wire.v1.TunnelFrame
-	18, // 32: iop.adapter.v1.Adapter.Close:output_type -> iop.adapter.v1.CloseResponse
-	28, // 33: iop.adapter.v1.Adapter.Embed:output_type -> iop.wire.v1.EmbedFrame
-	16, // 34: iop.adapter.v1.Adapter.TunnelRoute:output_type -> iop.adapter.v1.TunnelRouteResponse
-	26, // [26:35] is the sub-list for method output_type
-	17, // [17:26] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	26, // 14: iop.adapter.v1.TunnelRouteResponse.headers:type_name -> iop.wire.v1.Header
+	21, // 15: iop.adapter.v1.TunnelRouteResponse.failure:type_name -> iop.wire.v1.Failure
+	21, // 16: iop.adapter.v1.CountTokensResponse.failure:type_name -> iop.wire.v1.Failure
+	21, // 17: iop.adapter.v1.CloseResponse.failure:type_name -> iop.wire.v1.Failure
+	2,  // 18: iop.adapter.v1.Adapter.Describe:input_type -> iop.adapter.v1.DescribeRequest
+	4,  // 19: iop.adapter.v1.Adapter.Configure:input_type -> iop.adapter.v1.ConfigureRequest
+	7,  // 20: iop.adapter.v1.Adapter.Execute:input_type -> iop.adapter.v1.ExecuteRequest
+	8,  // 21: iop.adapter.v1.Adapter.ListTargets:input_type -> iop.adapter.v1.ListTargetsRequest
+	10, // 22: iop.adapter.v1.Adapter.Probe:input_type -> iop.adapter.v1.ProbeRequest
+	12, // 23: iop.adapter.v1.Adapter.Tunnel:input_type -> iop.adapter.v1.TunnelUpstream
+	18, // 24: iop.adapter.v1.Adapter.Close:input_type -> iop.adapter.v1.CloseRequest
+	6,  // 25: iop.adapter.v1.Adapter.Embed:input_type -> iop.adapter.v1.EmbedCall
+	15, // 26: iop.adapter.v1.Adapter.TunnelRoute:input_type -> iop.adapter.v1.TunnelRouteRequest
+	7,  // 27: iop.adapter.v1.Adapter.CountTokens:input_type -> iop.adapter.v1.ExecuteRequest
+	3,  // 28: iop.adapter.v1.Adapter.Describe:output_type -> iop.adapter.v1.DescribeResponse
+	5,  // 29: iop.adapter.v1.Adapter.Configure:output_type -> iop.adapter.v1.ConfigureResponse
+	27, // 30: iop.adapter.v1.Adapter.Execute:output_type -> iop.wire.v1.RunEvent
+	9,  // 31: iop.adapter.v1.Adapter.ListTargets:output_type -> iop.adapter.v1.ListTargetsResponse
+	11, // 32: iop.adapter.v1.Adapter.Probe:output_type -> iop.adapter.v1.ProbeResponse
+	28, // 33: iop.adapter.v1.Adapter.Tunnel:output_type -> iop.wire.v1.TunnelFrame
+	19, // 34: iop.adapter.v1.Adapter.Close:output_type -> iop.adapter.v1.CloseResponse
+	29, // 35: iop.adapter.v1.Adapter.Embed:output_type -> iop.wire.v1.EmbedFrame
+	16, // 36: iop.adapter.v1.Adapter.TunnelRoute:output_type -> iop.adapter.v1.TunnelRouteResponse
+	17, // 37: iop.adapter.v1.Adapter.CountTokens:output_type -> iop.adapter.v1.CountTokensResponse
+	28, // [28:38] is the sub-list for method output_type
+	18, // [18:28] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_internal_pluginpb_adapter_proto_init() }
@@ -1215,7 +1275,7 @@ func file_internal_pluginpb_adapter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_pluginpb_adapter_proto_rawDesc), len(file_internal_pluginpb_adapter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

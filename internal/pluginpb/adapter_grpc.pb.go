@@ -42,6 +42,7 @@ const (
 	Adapter_Close_FullMethodName       = "/iop.adapter.v1.Adapter/Close"
 	Adapter_Embed_FullMethodName       = "/iop.adapter.v1.Adapter/Embed"
 	Adapter_TunnelRoute_FullMethodName = "/iop.adapter.v1.Adapter/TunnelRoute"
+	Adapter_CountTokens_FullMethodName = "/iop.adapter.v1.Adapter/CountTokens"
 )
 
 // AdapterClient is the client API for Adapter service.
@@ -78,6 +79,11 @@ type AdapterClient interface {
 	// tunnel (capability tunnel_route): the Node then relays the bytes, and
 	// Tunnel is not called. Asked after every Configure.
 	TunnelRoute(ctx context.Context, in *TunnelRouteRequest, opts ...grpc.CallOption) (*TunnelRouteResponse, error)
+	// CountTokens counts the tokens of a run's prompt (its messages and
+	// tools, or its completion prompt) as the model would read them
+	// (capability count_tokens): the server's own tokenizer, not an
+	// estimate. A plugin built before CountTokens answers Unimplemented.
+	CountTokens(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*CountTokensResponse, error)
 }
 
 type adapterClient struct {
@@ -199,6 +205,16 @@ func (c *adapterClient) TunnelRoute(ctx context.Context, in *TunnelRouteRequest,
 	return out, nil
 }
 
+func (c *adapterClient) CountTokens(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*CountTokensResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CountTokensResponse)
+	err := c.cc.Invoke(ctx, Adapter_CountTokens_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdapterServer is the server API for Adapter service.
 // All implementations must embed UnimplementedAdapterServer
 // for forward compatibility.
@@ -233,6 +249,11 @@ type AdapterServer interface {
 	// tunnel (capability tunnel_route): the Node then relays the bytes, and
 	// Tunnel is not called. Asked after every Configure.
 	TunnelRoute(context.Context, *TunnelRouteRequest) (*TunnelRouteResponse, error)
+	// CountTokens counts the tokens of a run's prompt (its messages and
+	// tools, or its completion prompt) as the model would read them
+	// (capability count_tokens): the server's own tokenizer, not an
+	// estimate. A plugin built before CountTokens answers Unimplemented.
+	CountTokens(context.Context, *ExecuteRequest) (*CountTokensResponse, error)
 	mustEmbedUnimplementedAdapterServer()
 }
 
@@ -269,6 +290,9 @@ func (UnimplementedAdapterServer) Embed(*EmbedCall, grpc.ServerStreamingServer[w
 }
 func (UnimplementedAdapterServer) TunnelRoute(context.Context, *TunnelRouteRequest) (*TunnelRouteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TunnelRoute not implemented")
+}
+func (UnimplementedAdapterServer) CountTokens(context.Context, *ExecuteRequest) (*CountTokensResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CountTokens not implemented")
 }
 func (UnimplementedAdapterServer) mustEmbedUnimplementedAdapterServer() {}
 func (UnimplementedAdapterServer) testEmbeddedByValue()                 {}
@@ -428,6 +452,24 @@ func _Adapter_TunnelRoute_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Adapter_CountTokens_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExecuteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdapterServer).CountTokens(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Adapter_CountTokens_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdapterServer).CountTokens(ctx, req.(*ExecuteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Adapter_ServiceDesc is the grpc.ServiceDesc for Adapter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -458,6 +500,10 @@ var Adapter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TunnelRoute",
 			Handler:    _Adapter_TunnelRoute_Handler,
+		},
+		{
+			MethodName: "CountTokens",
+			Handler:    _Adapter_CountTokens_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

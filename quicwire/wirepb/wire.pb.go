@@ -649,8 +649,12 @@ type RegisterRequest struct {
 	// grants no more slots on the connection than fit in it. 0: an older
 	// Node, whose limit is 256.
 	MaxDispatchedStreams uint32 `protobuf:"varint,7,opt,name=max_dispatched_streams,json=maxDispatchedStreams,proto3" json:"max_dispatched_streams,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The largest stream header the Node takes in parts (StreamHeader.
+	// parts_size, HeaderPart): a run or embedding request as large as a
+	// session gets. 0: an older Node, which takes a header in one frame only.
+	MaxRequestBytes uint64 `protobuf:"varint,8,opt,name=max_request_bytes,json=maxRequestBytes,proto3" json:"max_request_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
@@ -728,6 +732,13 @@ func (x *RegisterRequest) GetLabels() map[string]string {
 func (x *RegisterRequest) GetMaxDispatchedStreams() uint32 {
 	if x != nil {
 		return x.MaxDispatchedStreams
+	}
+	return 0
+}
+
+func (x *RegisterRequest) GetMaxRequestBytes() uint64 {
+	if x != nil {
+		return x.MaxRequestBytes
 	}
 	return 0
 }
@@ -1370,7 +1381,14 @@ type StreamHeader struct {
 	//	*StreamHeader_Tunnel
 	//	*StreamHeader_Command
 	//	*StreamHeader_Embed
-	Kind          isStreamHeader_Kind `protobuf_oneof:"kind"`
+	Kind isStreamHeader_Kind `protobuf_oneof:"kind"`
+	// A header too large for one frame travels in parts: this header
+	// carries only its generation and parts_size, the length of the whole
+	// header's encoding, which follows in HeaderPart frames (each within
+	// the frame limit) until that many bytes have come; their concatenation
+	// is the StreamHeader to act on, whose own parts_size is 0. A Node takes
+	// at most the max_request_bytes it registered.
+	PartsSize     uint64 `protobuf:"varint,6,opt,name=parts_size,json=partsSize,proto3" json:"parts_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1455,6 +1473,13 @@ func (x *StreamHeader) GetEmbed() *EmbedRequest {
 	return nil
 }
 
+func (x *StreamHeader) GetPartsSize() uint64 {
+	if x != nil {
+		return x.PartsSize
+	}
+	return 0
+}
+
 type isStreamHeader_Kind interface {
 	isStreamHeader_Kind()
 }
@@ -1483,6 +1508,52 @@ func (*StreamHeader_Command) isStreamHeader_Kind() {}
 
 func (*StreamHeader_Embed) isStreamHeader_Kind() {}
 
+// HeaderPart is a piece of a stream header sent in parts (StreamHeader.
+// parts_size).
+type HeaderPart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderPart) Reset() {
+	*x = HeaderPart{}
+	mi := &file_wire_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderPart) ProtoMessage() {}
+
+func (x *HeaderPart) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderPart.ProtoReflect.Descriptor instead.
+func (*HeaderPart) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *HeaderPart) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // LeaseBinding names what a sealed credential lease is bound to.
 type LeaseBinding struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1496,7 +1567,7 @@ type LeaseBinding struct {
 
 func (x *LeaseBinding) Reset() {
 	*x = LeaseBinding{}
-	mi := &file_wire_proto_msgTypes[13]
+	mi := &file_wire_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1579,7 @@ func (x *LeaseBinding) String() string {
 func (*LeaseBinding) ProtoMessage() {}
 
 func (x *LeaseBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[13]
+	mi := &file_wire_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1592,7 @@ func (x *LeaseBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseBinding.ProtoReflect.Descriptor instead.
 func (*LeaseBinding) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{13}
+	return file_wire_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LeaseBinding) GetPrincipal() string {
@@ -1574,14 +1645,20 @@ type RunRequest struct {
 	// Only an adapter with the "complete" capability runs one; the Node
 	// fails it with FAILURE_KIND_UNSUPPORTED on any other. Its events and
 	// terminal are a chat run's: text deltas, usage, one terminal.
-	Completion    *CompletionInput `protobuf:"bytes,13,opt,name=completion,proto3" json:"completion,omitempty"`
+	Completion *CompletionInput `protobuf:"bytes,13,opt,name=completion,proto3" json:"completion,omitempty"`
+	// Count the prompt's tokens instead of running it: the messages and
+	// tools (or the completion's prompt) as the model would read them. Only
+	// an adapter with the "count_tokens" capability runs one; its events
+	// are one USAGE with prompt_tokens, then COMPLETED with done_reason
+	// "count". Nothing is generated.
+	CountTokens   bool `protobuf:"varint,14,opt,name=count_tokens,json=countTokens,proto3" json:"count_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_wire_proto_msgTypes[14]
+	mi := &file_wire_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1670,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[14]
+	mi := &file_wire_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1683,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{14}
+	return file_wire_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunRequest) GetRunId() string {
@@ -1700,6 +1777,13 @@ func (x *RunRequest) GetCompletion() *CompletionInput {
 	return nil
 }
 
+func (x *RunRequest) GetCountTokens() bool {
+	if x != nil {
+		return x.CountTokens
+	}
+	return false
+}
+
 // CompletionInput is the text of a raw completion.
 type CompletionInput struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1717,7 +1801,7 @@ type CompletionInput struct {
 
 func (x *CompletionInput) Reset() {
 	*x = CompletionInput{}
-	mi := &file_wire_proto_msgTypes[15]
+	mi := &file_wire_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1813,7 @@ func (x *CompletionInput) String() string {
 func (*CompletionInput) ProtoMessage() {}
 
 func (x *CompletionInput) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[15]
+	mi := &file_wire_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1826,7 @@ func (x *CompletionInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionInput.ProtoReflect.Descriptor instead.
 func (*CompletionInput) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{15}
+	return file_wire_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CompletionInput) GetPrompt() string {
@@ -1774,7 +1858,7 @@ type ChatMessage struct {
 
 func (x *ChatMessage) Reset() {
 	*x = ChatMessage{}
-	mi := &file_wire_proto_msgTypes[16]
+	mi := &file_wire_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1870,7 @@ func (x *ChatMessage) String() string {
 func (*ChatMessage) ProtoMessage() {}
 
 func (x *ChatMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[16]
+	mi := &file_wire_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1883,7 @@ func (x *ChatMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatMessage.ProtoReflect.Descriptor instead.
 func (*ChatMessage) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{16}
+	return file_wire_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ChatMessage) GetRole() string {
@@ -1863,7 +1947,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_wire_proto_msgTypes[17]
+	mi := &file_wire_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1875,7 +1959,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[17]
+	mi := &file_wire_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1888,7 +1972,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{17}
+	return file_wire_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Tool) GetName() string {
@@ -1925,7 +2009,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_wire_proto_msgTypes[18]
+	mi := &file_wire_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2021,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[18]
+	mi := &file_wire_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2034,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{18}
+	return file_wire_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolCall) GetIndex() int32 {
@@ -2012,14 +2096,21 @@ type RunOptions struct {
 	// "required" and "function:NAME" need tools. An adapter whose model server
 	// cannot honour the choice fails the run with FAILURE_KIND_UNSUPPORTED; it
 	// never ignores it. An older adapter ignores this field (proto3).
-	ToolChoice    string `protobuf:"bytes,9,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ToolChoice string `protobuf:"bytes,9,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// How hard a reasoning model should think: "" (the model's default),
+	// "none", "minimal", "low", "medium", "high" or "max". Clients' own
+	// words map onto these (OpenAI's reasoning_effort, Anthropic's
+	// output_config.effort and thinking budget). An adapter maps it to its
+	// server's nearest setting and says which levels it keeps; "none"
+	// implies think false, any other level think true.
+	ReasoningEffort string `protobuf:"bytes,10,opt,name=reasoning_effort,json=reasoningEffort,proto3" json:"reasoning_effort,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RunOptions) Reset() {
 	*x = RunOptions{}
-	mi := &file_wire_proto_msgTypes[19]
+	mi := &file_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2122,7 @@ func (x *RunOptions) String() string {
 func (*RunOptions) ProtoMessage() {}
 
 func (x *RunOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[19]
+	mi := &file_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2135,7 @@ func (x *RunOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunOptions.ProtoReflect.Descriptor instead.
 func (*RunOptions) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{19}
+	return file_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunOptions) GetTemperature() float64 {
@@ -2110,6 +2201,13 @@ func (x *RunOptions) GetToolChoice() string {
 	return ""
 }
 
+func (x *RunOptions) GetReasoningEffort() string {
+	if x != nil {
+		return x.ReasoningEffort
+	}
+	return ""
+}
+
 type RunEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -2128,7 +2226,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_wire_proto_msgTypes[20]
+	mi := &file_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2238,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[20]
+	mi := &file_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2251,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{20}
+	return file_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunEvent) GetSeq() uint64 {
@@ -2240,7 +2338,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2350,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2363,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{21}
+	return file_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Usage) GetPromptTokens() int64 {
@@ -2324,7 +2422,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2434,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2447,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{22}
+	return file_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Failure) GetKind() FailureKind {
@@ -2409,7 +2507,7 @@ type StallObservation struct {
 
 func (x *StallObservation) Reset() {
 	*x = StallObservation{}
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2519,7 @@ func (x *StallObservation) String() string {
 func (*StallObservation) ProtoMessage() {}
 
 func (x *StallObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2532,7 @@ func (x *StallObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StallObservation.ProtoReflect.Descriptor instead.
 func (*StallObservation) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{23}
+	return file_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StallObservation) GetStallTimeoutMs() int64 {
@@ -2538,7 +2636,7 @@ type TunnelRequest struct {
 
 func (x *TunnelRequest) Reset() {
 	*x = TunnelRequest{}
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2648,7 @@ func (x *TunnelRequest) String() string {
 func (*TunnelRequest) ProtoMessage() {}
 
 func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2661,7 @@ func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelRequest.ProtoReflect.Descriptor instead.
 func (*TunnelRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{24}
+	return file_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TunnelRequest) GetTunnelId() string {
@@ -2660,7 +2758,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2770,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2783,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{25}
+	return file_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Header) GetName() string {
@@ -2716,7 +2814,7 @@ type TunnelFrame struct {
 
 func (x *TunnelFrame) Reset() {
 	*x = TunnelFrame{}
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2826,7 @@ func (x *TunnelFrame) String() string {
 func (*TunnelFrame) ProtoMessage() {}
 
 func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2839,7 @@ func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelFrame.ProtoReflect.Descriptor instead.
 func (*TunnelFrame) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{26}
+	return file_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TunnelFrame) GetFrame() isTunnelFrame_Frame {
@@ -2810,7 +2908,7 @@ type TunnelResponseHead struct {
 
 func (x *TunnelResponseHead) Reset() {
 	*x = TunnelResponseHead{}
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2822,7 +2920,7 @@ func (x *TunnelResponseHead) String() string {
 func (*TunnelResponseHead) ProtoMessage() {}
 
 func (x *TunnelResponseHead) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2835,7 +2933,7 @@ func (x *TunnelResponseHead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelResponseHead.ProtoReflect.Descriptor instead.
 func (*TunnelResponseHead) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{27}
+	return file_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TunnelResponseHead) GetStatus() int32 {
@@ -2863,7 +2961,7 @@ type TunnelTerminal struct {
 
 func (x *TunnelTerminal) Reset() {
 	*x = TunnelTerminal{}
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +2973,7 @@ func (x *TunnelTerminal) String() string {
 func (*TunnelTerminal) ProtoMessage() {}
 
 func (x *TunnelTerminal) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +2986,7 @@ func (x *TunnelTerminal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelTerminal.ProtoReflect.Descriptor instead.
 func (*TunnelTerminal) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{28}
+	return file_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TunnelTerminal) GetOutcome() TunnelOutcome {
@@ -2948,7 +3046,7 @@ type EmbedRequest struct {
 
 func (x *EmbedRequest) Reset() {
 	*x = EmbedRequest{}
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2960,7 +3058,7 @@ func (x *EmbedRequest) String() string {
 func (*EmbedRequest) ProtoMessage() {}
 
 func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2973,7 +3071,7 @@ func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
 func (*EmbedRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{29}
+	return file_wire_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EmbedRequest) GetEmbedId() string {
@@ -3075,7 +3173,7 @@ type EmbedFrame struct {
 
 func (x *EmbedFrame) Reset() {
 	*x = EmbedFrame{}
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3185,7 @@ func (x *EmbedFrame) String() string {
 func (*EmbedFrame) ProtoMessage() {}
 
 func (x *EmbedFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3100,7 +3198,7 @@ func (x *EmbedFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedFrame.ProtoReflect.Descriptor instead.
 func (*EmbedFrame) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{30}
+	return file_wire_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EmbedFrame) GetFrame() isEmbedFrame_Frame {
@@ -3163,7 +3261,7 @@ type EmbedVectors struct {
 
 func (x *EmbedVectors) Reset() {
 	*x = EmbedVectors{}
-	mi := &file_wire_proto_msgTypes[31]
+	mi := &file_wire_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3273,7 @@ func (x *EmbedVectors) String() string {
 func (*EmbedVectors) ProtoMessage() {}
 
 func (x *EmbedVectors) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[31]
+	mi := &file_wire_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3286,7 @@ func (x *EmbedVectors) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedVectors.ProtoReflect.Descriptor instead.
 func (*EmbedVectors) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{31}
+	return file_wire_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EmbedVectors) GetFirst() uint32 {
@@ -3215,7 +3313,7 @@ type Vector struct {
 
 func (x *Vector) Reset() {
 	*x = Vector{}
-	mi := &file_wire_proto_msgTypes[32]
+	mi := &file_wire_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3227,7 +3325,7 @@ func (x *Vector) String() string {
 func (*Vector) ProtoMessage() {}
 
 func (x *Vector) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[32]
+	mi := &file_wire_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3240,7 +3338,7 @@ func (x *Vector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Vector.ProtoReflect.Descriptor instead.
 func (*Vector) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{32}
+	return file_wire_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Vector) GetValues() []float32 {
@@ -3263,7 +3361,7 @@ type CommandRequest struct {
 
 func (x *CommandRequest) Reset() {
 	*x = CommandRequest{}
-	mi := &file_wire_proto_msgTypes[33]
+	mi := &file_wire_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3373,7 @@ func (x *CommandRequest) String() string {
 func (*CommandRequest) ProtoMessage() {}
 
 func (x *CommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[33]
+	mi := &file_wire_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3386,7 @@ func (x *CommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandRequest.ProtoReflect.Descriptor instead.
 func (*CommandRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{33}
+	return file_wire_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CommandRequest) GetCommandId() string {
@@ -3332,7 +3430,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_wire_proto_msgTypes[34]
+	mi := &file_wire_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3442,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[34]
+	mi := &file_wire_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3455,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{34}
+	return file_wire_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -3409,7 +3507,7 @@ type TransportStatus struct {
 
 func (x *TransportStatus) Reset() {
 	*x = TransportStatus{}
-	mi := &file_wire_proto_msgTypes[35]
+	mi := &file_wire_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3421,7 +3519,7 @@ func (x *TransportStatus) String() string {
 func (*TransportStatus) ProtoMessage() {}
 
 func (x *TransportStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[35]
+	mi := &file_wire_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3434,7 +3532,7 @@ func (x *TransportStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportStatus.ProtoReflect.Descriptor instead.
 func (*TransportStatus) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{35}
+	return file_wire_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TransportStatus) GetNodeId() string {
@@ -3491,7 +3589,7 @@ type CertificateRequest struct {
 
 func (x *CertificateRequest) Reset() {
 	*x = CertificateRequest{}
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3503,7 +3601,7 @@ func (x *CertificateRequest) String() string {
 func (*CertificateRequest) ProtoMessage() {}
 
 func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3516,7 +3614,7 @@ func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateRequest.ProtoReflect.Descriptor instead.
 func (*CertificateRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{36}
+	return file_wire_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CertificateRequest) GetCsr() []byte {
@@ -3539,7 +3637,7 @@ type CertificateResponse struct {
 
 func (x *CertificateResponse) Reset() {
 	*x = CertificateResponse{}
-	mi := &file_wire_proto_msgTypes[37]
+	mi := &file_wire_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3649,7 @@ func (x *CertificateResponse) String() string {
 func (*CertificateResponse) ProtoMessage() {}
 
 func (x *CertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[37]
+	mi := &file_wire_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +3662,7 @@ func (x *CertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateResponse.ProtoReflect.Descriptor instead.
 func (*CertificateResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{37}
+	return file_wire_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CertificateResponse) GetChain() [][]byte {
@@ -3596,7 +3694,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_wire_proto_msgTypes[38]
+	mi := &file_wire_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3706,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[38]
+	mi := &file_wire_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3719,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{38}
+	return file_wire_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *JoinRequest) GetTokenId() string {
@@ -3668,7 +3766,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_wire_proto_msgTypes[39]
+	mi := &file_wire_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3680,7 +3778,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[39]
+	mi := &file_wire_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3693,7 +3791,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{39}
+	return file_wire_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *JoinResponse) GetRefusal() JoinRefusal {
@@ -3757,7 +3855,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x13certificate_request\x18\n" +
 	" \x01(\v2\x1f.iop.wire.v1.CertificateRequestH\x00R\x12certificateRequest\x12U\n" +
 	"\x14certificate_response\x18\v \x01(\v2 .iop.wire.v1.CertificateResponseH\x00R\x13certificateResponseB\x05\n" +
-	"\x03msg\"\x8a\x03\n" +
+	"\x03msg\"\xb6\x03\n" +
 	"\x0fRegisterRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fnode_version\x18\x02 \x01(\tR\vnodeVersion\x12)\n" +
@@ -3765,7 +3863,8 @@ const file_wire_proto_rawDesc = "" +
 	"\tproviders\x18\x04 \x03(\v2\x15.iop.wire.v1.ProviderR\tproviders\x12(\n" +
 	"\x10lease_public_key\x18\x05 \x01(\fR\x0eleasePublicKey\x12@\n" +
 	"\x06labels\x18\x06 \x03(\v2(.iop.wire.v1.RegisterRequest.LabelsEntryR\x06labels\x124\n" +
-	"\x16max_dispatched_streams\x18\a \x01(\rR\x14maxDispatchedStreams\x1a9\n" +
+	"\x16max_dispatched_streams\x18\a \x01(\rR\x14maxDispatchedStreams\x12*\n" +
+	"\x11max_request_bytes\x18\b \x01(\x04R\x0fmaxRequestBytes\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf1\x01\n" +
@@ -3817,7 +3916,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x14disabled_credentials\x18\x03 \x03(\tR\x13disabledCredentials\x1aF\n" +
 	"\x18CredentialRevisionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x85\x02\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xa4\x02\n" +
 	"\fStreamHeader\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -3825,13 +3924,18 @@ const file_wire_proto_rawDesc = "" +
 	"\x03run\x18\x02 \x01(\v2\x17.iop.wire.v1.RunRequestH\x00R\x03run\x124\n" +
 	"\x06tunnel\x18\x03 \x01(\v2\x1a.iop.wire.v1.TunnelRequestH\x00R\x06tunnel\x127\n" +
 	"\acommand\x18\x04 \x01(\v2\x1b.iop.wire.v1.CommandRequestH\x00R\acommand\x121\n" +
-	"\x05embed\x18\x05 \x01(\v2\x19.iop.wire.v1.EmbedRequestH\x00R\x05embedB\x06\n" +
-	"\x04kind\"p\n" +
+	"\x05embed\x18\x05 \x01(\v2\x19.iop.wire.v1.EmbedRequestH\x00R\x05embed\x12\x1d\n" +
+	"\n" +
+	"parts_size\x18\x06 \x01(\x04R\tpartsSizeB\x06\n" +
+	"\x04kind\" \n" +
+	"\n" +
+	"HeaderPart\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"p\n" +
 	"\fLeaseBinding\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x14\n" +
 	"\x05route\x18\x02 \x01(\tR\x05route\x12\x12\n" +
 	"\x04slot\x18\x03 \x01(\tR\x04slot\x12\x18\n" +
-	"\aprofile\x18\x04 \x01(\tR\aprofile\"\x9d\x04\n" +
+	"\aprofile\x18\x04 \x01(\tR\aprofile\"\xc0\x04\n" +
 	"\n" +
 	"RunRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n" +
@@ -3850,7 +3954,8 @@ const file_wire_proto_rawDesc = "" +
 	"\abinding\x18\f \x01(\v2\x19.iop.wire.v1.LeaseBindingR\abinding\x12<\n" +
 	"\n" +
 	"completion\x18\r \x01(\v2\x1c.iop.wire.v1.CompletionInputR\n" +
-	"completion\"A\n" +
+	"completion\x12!\n" +
+	"\fcount_tokens\x18\x0e \x01(\bR\vcountTokens\"A\n" +
 	"\x0fCompletionInput\x12\x16\n" +
 	"\x06prompt\x18\x01 \x01(\tR\x06prompt\x12\x16\n" +
 	"\x06suffix\x18\x02 \x01(\tR\x06suffix\"\xdd\x01\n" +
@@ -3872,7 +3977,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12%\n" +
-	"\x0earguments_json\x18\x04 \x01(\fR\rargumentsJson\"\xcd\x02\n" +
+	"\x0earguments_json\x18\x04 \x01(\fR\rargumentsJson\"\xf8\x02\n" +
 	"\n" +
 	"RunOptions\x12%\n" +
 	"\vtemperature\x18\x01 \x01(\x01H\x00R\vtemperature\x88\x01\x01\x12\x18\n" +
@@ -3886,7 +3991,9 @@ const file_wire_proto_rawDesc = "" +
 	"extra_json\x18\a \x01(\fR\textraJson\x12\x19\n" +
 	"\x05think\x18\b \x01(\bH\x04R\x05think\x88\x01\x01\x12\x1f\n" +
 	"\vtool_choice\x18\t \x01(\tR\n" +
-	"toolChoiceB\x0e\n" +
+	"toolChoice\x12)\n" +
+	"\x10reasoning_effort\x18\n" +
+	" \x01(\tR\x0freasoningEffortB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\r\n" +
 	"\v_max_tokensB\a\n" +
@@ -4099,7 +4206,7 @@ func file_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_wire_proto_goTypes = []any{
 	(ProviderState)(0),           // 0: iop.wire.v1.ProviderState
 	(RunEventType)(0),            // 1: iop.wire.v1.RunEventType
@@ -4120,35 +4227,36 @@ var file_wire_proto_goTypes = []any{
 	(*DrainNotice)(nil),          // 16: iop.wire.v1.DrainNotice
 	(*CredentialNotice)(nil),     // 17: iop.wire.v1.CredentialNotice
 	(*StreamHeader)(nil),         // 18: iop.wire.v1.StreamHeader
-	(*LeaseBinding)(nil),         // 19: iop.wire.v1.LeaseBinding
-	(*RunRequest)(nil),           // 20: iop.wire.v1.RunRequest
-	(*CompletionInput)(nil),      // 21: iop.wire.v1.CompletionInput
-	(*ChatMessage)(nil),          // 22: iop.wire.v1.ChatMessage
-	(*Tool)(nil),                 // 23: iop.wire.v1.Tool
-	(*ToolCall)(nil),             // 24: iop.wire.v1.ToolCall
-	(*RunOptions)(nil),           // 25: iop.wire.v1.RunOptions
-	(*RunEvent)(nil),             // 26: iop.wire.v1.RunEvent
-	(*Usage)(nil),                // 27: iop.wire.v1.Usage
-	(*Failure)(nil),              // 28: iop.wire.v1.Failure
-	(*StallObservation)(nil),     // 29: iop.wire.v1.StallObservation
-	(*TunnelRequest)(nil),        // 30: iop.wire.v1.TunnelRequest
-	(*Header)(nil),               // 31: iop.wire.v1.Header
-	(*TunnelFrame)(nil),          // 32: iop.wire.v1.TunnelFrame
-	(*TunnelResponseHead)(nil),   // 33: iop.wire.v1.TunnelResponseHead
-	(*TunnelTerminal)(nil),       // 34: iop.wire.v1.TunnelTerminal
-	(*EmbedRequest)(nil),         // 35: iop.wire.v1.EmbedRequest
-	(*EmbedFrame)(nil),           // 36: iop.wire.v1.EmbedFrame
-	(*EmbedVectors)(nil),         // 37: iop.wire.v1.EmbedVectors
-	(*Vector)(nil),               // 38: iop.wire.v1.Vector
-	(*CommandRequest)(nil),       // 39: iop.wire.v1.CommandRequest
-	(*CommandResult)(nil),        // 40: iop.wire.v1.CommandResult
-	(*TransportStatus)(nil),      // 41: iop.wire.v1.TransportStatus
-	(*CertificateRequest)(nil),   // 42: iop.wire.v1.CertificateRequest
-	(*CertificateResponse)(nil),  // 43: iop.wire.v1.CertificateResponse
-	(*JoinRequest)(nil),          // 44: iop.wire.v1.JoinRequest
-	(*JoinResponse)(nil),         // 45: iop.wire.v1.JoinResponse
-	nil,                          // 46: iop.wire.v1.RegisterRequest.LabelsEntry
-	nil,                          // 47: iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
+	(*HeaderPart)(nil),           // 19: iop.wire.v1.HeaderPart
+	(*LeaseBinding)(nil),         // 20: iop.wire.v1.LeaseBinding
+	(*RunRequest)(nil),           // 21: iop.wire.v1.RunRequest
+	(*CompletionInput)(nil),      // 22: iop.wire.v1.CompletionInput
+	(*ChatMessage)(nil),          // 23: iop.wire.v1.ChatMessage
+	(*Tool)(nil),                 // 24: iop.wire.v1.Tool
+	(*ToolCall)(nil),             // 25: iop.wire.v1.ToolCall
+	(*RunOptions)(nil),           // 26: iop.wire.v1.RunOptions
+	(*RunEvent)(nil),             // 27: iop.wire.v1.RunEvent
+	(*Usage)(nil),                // 28: iop.wire.v1.Usage
+	(*Failure)(nil),              // 29: iop.wire.v1.Failure
+	(*StallObservation)(nil),     // 30: iop.wire.v1.StallObservation
+	(*TunnelRequest)(nil),        // 31: iop.wire.v1.TunnelRequest
+	(*Header)(nil),               // 32: iop.wire.v1.Header
+	(*TunnelFrame)(nil),          // 33: iop.wire.v1.TunnelFrame
+	(*TunnelResponseHead)(nil),   // 34: iop.wire.v1.TunnelResponseHead
+	(*TunnelTerminal)(nil),       // 35: iop.wire.v1.TunnelTerminal
+	(*EmbedRequest)(nil),         // 36: iop.wire.v1.EmbedRequest
+	(*EmbedFrame)(nil),           // 37: iop.wire.v1.EmbedFrame
+	(*EmbedVectors)(nil),         // 38: iop.wire.v1.EmbedVectors
+	(*Vector)(nil),               // 39: iop.wire.v1.Vector
+	(*CommandRequest)(nil),       // 40: iop.wire.v1.CommandRequest
+	(*CommandResult)(nil),        // 41: iop.wire.v1.CommandResult
+	(*TransportStatus)(nil),      // 42: iop.wire.v1.TransportStatus
+	(*CertificateRequest)(nil),   // 43: iop.wire.v1.CertificateRequest
+	(*CertificateResponse)(nil),  // 44: iop.wire.v1.CertificateResponse
+	(*JoinRequest)(nil),          // 45: iop.wire.v1.JoinRequest
+	(*JoinResponse)(nil),         // 46: iop.wire.v1.JoinResponse
+	nil,                          // 47: iop.wire.v1.RegisterRequest.LabelsEntry
+	nil,                          // 48: iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
 }
 var file_wire_proto_depIdxs = []int32{
 	7,  // 0: iop.wire.v1.ControlFrame.register_request:type_name -> iop.wire.v1.RegisterRequest
@@ -4160,48 +4268,48 @@ var file_wire_proto_depIdxs = []int32{
 	15, // 6: iop.wire.v1.ControlFrame.provider_status:type_name -> iop.wire.v1.ProviderStatusUpdate
 	16, // 7: iop.wire.v1.ControlFrame.drain:type_name -> iop.wire.v1.DrainNotice
 	17, // 8: iop.wire.v1.ControlFrame.credential_notice:type_name -> iop.wire.v1.CredentialNotice
-	42, // 9: iop.wire.v1.ControlFrame.certificate_request:type_name -> iop.wire.v1.CertificateRequest
-	43, // 10: iop.wire.v1.ControlFrame.certificate_response:type_name -> iop.wire.v1.CertificateResponse
+	43, // 9: iop.wire.v1.ControlFrame.certificate_request:type_name -> iop.wire.v1.CertificateRequest
+	44, // 10: iop.wire.v1.ControlFrame.certificate_response:type_name -> iop.wire.v1.CertificateResponse
 	8,  // 11: iop.wire.v1.RegisterRequest.providers:type_name -> iop.wire.v1.Provider
-	46, // 12: iop.wire.v1.RegisterRequest.labels:type_name -> iop.wire.v1.RegisterRequest.LabelsEntry
+	47, // 12: iop.wire.v1.RegisterRequest.labels:type_name -> iop.wire.v1.RegisterRequest.LabelsEntry
 	9,  // 13: iop.wire.v1.Provider.targets:type_name -> iop.wire.v1.Target
 	0,  // 14: iop.wire.v1.Provider.state:type_name -> iop.wire.v1.ProviderState
 	8,  // 15: iop.wire.v1.NodeReadyRequest.providers:type_name -> iop.wire.v1.Provider
 	8,  // 16: iop.wire.v1.ProviderStatusUpdate.providers:type_name -> iop.wire.v1.Provider
-	47, // 17: iop.wire.v1.CredentialNotice.credential_revisions:type_name -> iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
-	20, // 18: iop.wire.v1.StreamHeader.run:type_name -> iop.wire.v1.RunRequest
-	30, // 19: iop.wire.v1.StreamHeader.tunnel:type_name -> iop.wire.v1.TunnelRequest
-	39, // 20: iop.wire.v1.StreamHeader.command:type_name -> iop.wire.v1.CommandRequest
-	35, // 21: iop.wire.v1.StreamHeader.embed:type_name -> iop.wire.v1.EmbedRequest
-	22, // 22: iop.wire.v1.RunRequest.messages:type_name -> iop.wire.v1.ChatMessage
-	23, // 23: iop.wire.v1.RunRequest.tools:type_name -> iop.wire.v1.Tool
-	25, // 24: iop.wire.v1.RunRequest.options:type_name -> iop.wire.v1.RunOptions
-	19, // 25: iop.wire.v1.RunRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	21, // 26: iop.wire.v1.RunRequest.completion:type_name -> iop.wire.v1.CompletionInput
-	24, // 27: iop.wire.v1.ChatMessage.tool_calls:type_name -> iop.wire.v1.ToolCall
+	48, // 17: iop.wire.v1.CredentialNotice.credential_revisions:type_name -> iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
+	21, // 18: iop.wire.v1.StreamHeader.run:type_name -> iop.wire.v1.RunRequest
+	31, // 19: iop.wire.v1.StreamHeader.tunnel:type_name -> iop.wire.v1.TunnelRequest
+	40, // 20: iop.wire.v1.StreamHeader.command:type_name -> iop.wire.v1.CommandRequest
+	36, // 21: iop.wire.v1.StreamHeader.embed:type_name -> iop.wire.v1.EmbedRequest
+	23, // 22: iop.wire.v1.RunRequest.messages:type_name -> iop.wire.v1.ChatMessage
+	24, // 23: iop.wire.v1.RunRequest.tools:type_name -> iop.wire.v1.Tool
+	26, // 24: iop.wire.v1.RunRequest.options:type_name -> iop.wire.v1.RunOptions
+	20, // 25: iop.wire.v1.RunRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	22, // 26: iop.wire.v1.RunRequest.completion:type_name -> iop.wire.v1.CompletionInput
+	25, // 27: iop.wire.v1.ChatMessage.tool_calls:type_name -> iop.wire.v1.ToolCall
 	1,  // 28: iop.wire.v1.RunEvent.type:type_name -> iop.wire.v1.RunEventType
-	24, // 29: iop.wire.v1.RunEvent.tool_call:type_name -> iop.wire.v1.ToolCall
-	27, // 30: iop.wire.v1.RunEvent.usage:type_name -> iop.wire.v1.Usage
-	28, // 31: iop.wire.v1.RunEvent.failure:type_name -> iop.wire.v1.Failure
-	29, // 32: iop.wire.v1.RunEvent.stall:type_name -> iop.wire.v1.StallObservation
+	25, // 29: iop.wire.v1.RunEvent.tool_call:type_name -> iop.wire.v1.ToolCall
+	28, // 30: iop.wire.v1.RunEvent.usage:type_name -> iop.wire.v1.Usage
+	29, // 31: iop.wire.v1.RunEvent.failure:type_name -> iop.wire.v1.Failure
+	30, // 32: iop.wire.v1.RunEvent.stall:type_name -> iop.wire.v1.StallObservation
 	2,  // 33: iop.wire.v1.Failure.kind:type_name -> iop.wire.v1.FailureKind
-	31, // 34: iop.wire.v1.TunnelRequest.headers:type_name -> iop.wire.v1.Header
-	19, // 35: iop.wire.v1.TunnelRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	33, // 36: iop.wire.v1.TunnelFrame.head:type_name -> iop.wire.v1.TunnelResponseHead
-	34, // 37: iop.wire.v1.TunnelFrame.terminal:type_name -> iop.wire.v1.TunnelTerminal
-	31, // 38: iop.wire.v1.TunnelResponseHead.headers:type_name -> iop.wire.v1.Header
+	32, // 34: iop.wire.v1.TunnelRequest.headers:type_name -> iop.wire.v1.Header
+	20, // 35: iop.wire.v1.TunnelRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	34, // 36: iop.wire.v1.TunnelFrame.head:type_name -> iop.wire.v1.TunnelResponseHead
+	35, // 37: iop.wire.v1.TunnelFrame.terminal:type_name -> iop.wire.v1.TunnelTerminal
+	32, // 38: iop.wire.v1.TunnelResponseHead.headers:type_name -> iop.wire.v1.Header
 	3,  // 39: iop.wire.v1.TunnelTerminal.outcome:type_name -> iop.wire.v1.TunnelOutcome
-	28, // 40: iop.wire.v1.TunnelTerminal.failure:type_name -> iop.wire.v1.Failure
-	29, // 41: iop.wire.v1.TunnelTerminal.stall:type_name -> iop.wire.v1.StallObservation
-	19, // 42: iop.wire.v1.EmbedRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	37, // 43: iop.wire.v1.EmbedFrame.vectors:type_name -> iop.wire.v1.EmbedVectors
-	26, // 44: iop.wire.v1.EmbedFrame.terminal:type_name -> iop.wire.v1.RunEvent
-	38, // 45: iop.wire.v1.EmbedVectors.vectors:type_name -> iop.wire.v1.Vector
+	29, // 40: iop.wire.v1.TunnelTerminal.failure:type_name -> iop.wire.v1.Failure
+	30, // 41: iop.wire.v1.TunnelTerminal.stall:type_name -> iop.wire.v1.StallObservation
+	20, // 42: iop.wire.v1.EmbedRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	38, // 43: iop.wire.v1.EmbedFrame.vectors:type_name -> iop.wire.v1.EmbedVectors
+	27, // 44: iop.wire.v1.EmbedFrame.terminal:type_name -> iop.wire.v1.RunEvent
+	39, // 45: iop.wire.v1.EmbedVectors.vectors:type_name -> iop.wire.v1.Vector
 	4,  // 46: iop.wire.v1.CommandRequest.kind:type_name -> iop.wire.v1.CommandKind
-	30, // 47: iop.wire.v1.CommandRequest.tunnel:type_name -> iop.wire.v1.TunnelRequest
-	28, // 48: iop.wire.v1.CommandResult.failure:type_name -> iop.wire.v1.Failure
+	31, // 47: iop.wire.v1.CommandRequest.tunnel:type_name -> iop.wire.v1.TunnelRequest
+	29, // 48: iop.wire.v1.CommandResult.failure:type_name -> iop.wire.v1.Failure
 	8,  // 49: iop.wire.v1.CommandResult.providers:type_name -> iop.wire.v1.Provider
-	41, // 50: iop.wire.v1.CommandResult.transport_status:type_name -> iop.wire.v1.TransportStatus
+	42, // 50: iop.wire.v1.CommandResult.transport_status:type_name -> iop.wire.v1.TransportStatus
 	5,  // 51: iop.wire.v1.JoinResponse.refusal:type_name -> iop.wire.v1.JoinRefusal
 	52, // [52:52] is the sub-list for method output_type
 	52, // [52:52] is the sub-list for method input_type
@@ -4234,13 +4342,13 @@ func file_wire_proto_init() {
 		(*StreamHeader_Command)(nil),
 		(*StreamHeader_Embed)(nil),
 	}
-	file_wire_proto_msgTypes[19].OneofWrappers = []any{}
-	file_wire_proto_msgTypes[26].OneofWrappers = []any{
+	file_wire_proto_msgTypes[20].OneofWrappers = []any{}
+	file_wire_proto_msgTypes[27].OneofWrappers = []any{
 		(*TunnelFrame_Head)(nil),
 		(*TunnelFrame_Body)(nil),
 		(*TunnelFrame_Terminal)(nil),
 	}
-	file_wire_proto_msgTypes[30].OneofWrappers = []any{
+	file_wire_proto_msgTypes[31].OneofWrappers = []any{
 		(*EmbedFrame_Vectors)(nil),
 		(*EmbedFrame_Terminal)(nil),
 	}
@@ -4250,7 +4358,7 @@ func file_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -105,8 +105,9 @@ var (
 // Capabilities a Plan may need, as adapters report them (sdk.CapEmbed,
 // sdk.CapComplete; the Edge does not import the SDK).
 const (
-	CapEmbed    = "embed"
-	CapComplete = "complete"
+	CapEmbed       = "embed"
+	CapComplete    = "complete"
+	CapCountTokens = "count_tokens"
 )
 
 // Plan is what a request resolves to, once: the principal it runs for,
@@ -126,6 +127,9 @@ type Plan struct {
 	// must report (CapEmbed, CapComplete): the work is of a kind not every
 	// adapter does. Match and Known do not look at it; acquire does.
 	Needs string
+	// Session is the client's name for the conversation this is a turn of
+	// ("" for none): its turns prefer the candidate that ran the last one.
+	Session string
 }
 
 // deadline is the hard deadline of work of p that starts now (S5); it

@@ -39,9 +39,13 @@ type Run struct {
 // with why none could. req's ids, provider, target, lease, deadline and
 // stall timeout are set here. ctx bounds the whole run; the profile's hard
 // deadline applies on top. A raw completion (req.completion) goes only to
-// adapters that complete.
+// adapters that complete, a count of tokens (req.count_tokens) only to
+// adapters that tokenize.
 func (d *Dispatcher) StartRun(ctx context.Context, plan Plan, req *wirepb.RunRequest, watch Watch) (*Run, error) {
-	if req.GetCompletion() != nil {
+	switch {
+	case req.GetCountTokens():
+		plan.Needs = CapCountTokens
+	case req.GetCompletion() != nil:
 		plan.Needs = CapComplete
 	}
 	r := &Run{id: d.newID("run"), plan: plan, d: d, live: watch.Live,

@@ -94,7 +94,19 @@ type Profile struct {
 	// routes need. Each dispatch then carries a lease of it, sealed to the Node (SPEC R11). Empty
 	// (the default) means no credential. Only allowed in mtls (managed) mode (SPEC S3).
 	Credential string `yaml:"credential,omitempty"`
+	// HostedTools is what a request that names a tool only a hosted API runs (OpenAI's
+	// web_search, file_search, code_interpreter, mcp, computer use, image generation;
+	// Anthropic's server tools) gets: HostedToolsDrop (the default) runs it without them and
+	// names what was dropped in the X-IOP-Dropped-Tools header; HostedToolsRefuse answers 400.
+	// "" means HostedToolsDrop.
+	HostedTools string `yaml:"hosted_tools,omitempty"`
 }
+
+// What a profile does with tools only a hosted API runs (Profile.HostedTools).
+const (
+	HostedToolsDrop   = "drop"
+	HostedToolsRefuse = "refuse"
+)
 
 // DefaultProfile returns the profile named DefaultProfileName with every default, which is what
 // that profile is when the file does not define it.
@@ -278,6 +290,9 @@ func (p Profile) validate(path string) yamlconf.Errors {
 		es.Add(path+".response_stall_timeout", "must be from %s to %s, got %s", MinResponseStallTimeout, MaxResponseStallTimeout, d)
 	case d%time.Millisecond != 0:
 		es.Add(path+".response_stall_timeout", "must be a whole number of milliseconds (it travels as response_stall_timeout_ms), got %s", d)
+	}
+	if p.HostedTools != "" && p.HostedTools != HostedToolsDrop && p.HostedTools != HostedToolsRefuse {
+		es.Add(path+".hosted_tools", "must be %q or %q, got %q", HostedToolsDrop, HostedToolsRefuse, p.HostedTools)
 	}
 	return es
 }

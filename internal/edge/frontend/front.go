@@ -107,9 +107,15 @@ type Turn struct {
 	// Plan is what the model resolved to, once (route, profile, the
 	// candidates' filter, the principal).
 	Plan dispatch.Plan
-	x    *Exchange
-	resp *Response
-	f    *Front
+	// Session is the key of the conversation the request is a turn of, as
+	// the client names it (a session id header, prompt_cache_key...): the
+	// translation sets it, "" for none. Turns of one session prefer the
+	// Node that ran the last one (session affinity); a key is never shared
+	// across principals.
+	Session string
+	x       *Exchange
+	resp    *Response
+	f       *Front
 }
 
 // Response is where the answer goes: the job's writer writes through it.
@@ -192,6 +198,7 @@ func (l *life) serve() *Failure {
 	if l.job, fl = l.ep.Translate(t); fl != nil {
 		return fl
 	}
+	plan.Session = t.Session
 	if fl := fits(l.job); fl != nil {
 		return fl
 	}
@@ -212,6 +219,8 @@ func (l *life) serve() *Failure {
 		return l.tunnel(ctx, plan, j, watch)
 	case *EmbedJob:
 		return l.embed(ctx, plan, j, watch)
+	case *CountJob:
+		return l.count(ctx, plan, j, watch)
 	}
 	panic(fmt.Sprintf("frontend: a job of type %T", l.job))
 }
@@ -232,6 +241,8 @@ func fits(j Job) *Failure {
 		m = j.Run
 	case *EmbedJob:
 		m = j.Embed
+	case *CountJob:
+		m = j.Run
 	default:
 		return nil
 	}

@@ -17,7 +17,8 @@ import (
 )
 
 // Job is what a request becomes, as its API's translation makes it: a
-// RunJob, a TunnelJob, an EmbedJob, or an Answer the Edge gives itself.
+// RunJob, a TunnelJob, an EmbedJob, a CountJob, or an Answer the Edge
+// gives itself.
 type Job interface {
 	kind() inflight.Kind
 	// fail ends an answer that has started with f, in the API's in-stream

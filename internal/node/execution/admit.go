@@ -105,6 +105,8 @@ func capabilityWork(capability string) string {
 		return "compute embeddings"
 	case sdk.CapComplete:
 		return "run raw completions"
+	case sdk.CapCountTokens:
+		return "count tokens"
 	}
 	return "implement " + capability
 }

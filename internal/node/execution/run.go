@@ -78,7 +78,10 @@ func (h *Handler) serveRun(ctx context.Context, sess *transport.Session, req *wi
 	log := h.log.With("run_id", req.GetRunId(), "target", req.GetTarget())
 
 	capability := ""
-	if req.GetCompletion() != nil {
+	switch {
+	case req.GetCountTokens():
+		capability = sdk.CapCountTokens // counted, never run
+	case req.GetCompletion() != nil:
 		capability = sdk.CapComplete // never run as a chat: it has no messages
 	}
 	a, refused := h.admit(sess, admission{kind: nodemetrics.Run, stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(), adapter: req.GetAdapter(),
