@@ -4,6 +4,10 @@
 // the server's models (/api/tags), probes one exact model (listed and
 // answering), and relays Ollama's own HTTP API raw for the tunnel.
 //
+// How a run's options, reasoning effort and the client's other fields
+// reach Ollama is told in options.go; how a forced tool call, which Ollama
+// cannot force, is made with a schema-constrained answer, in forced.go.
+//
 // The adapter owns no timers: the Node's stall watchdog and the run's hard
 // deadline reach it through ctx, and every upstream request is bound to its
 // ctx, so cancelling a run closes its HTTP request at once. It logs nothing,
@@ -111,7 +115,7 @@ func (a *Adapter) Info() sdk.Info {
 	return sdk.Info{
 		Name:        "ollama",
 		Version:     Version,
-		Description: "Ollama: streaming /api/chat runs, raw completions (/api/generate, with suffix), embeddings (/api/embed), model listing, exact-model probe, raw API tunnel",
+		Description: "Ollama: streaming /api/chat runs (forced tool calls by a schema-constrained answer), raw completions (/api/generate, with suffix), embeddings (/api/embed), model listing, exact-model probe, raw API tunnel",
 		ConfigFields: map[string]string{
 			"base_url":   "Ollama's base URL (default " + DefaultBaseURL + ")",
 			"keep_alive": `optional keep_alive sent to Ollama: a duration ("5m") or seconds ("-1" keeps the model loaded)`,

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/iop-dev/iop/sdk"
@@ -27,28 +28,55 @@ const drainGrace = 100 * time.Millisecond
 // answer's thinking, text and tool calls as they arrive, then the final
 // usage, and returns the done line's reason and usage. An {"error"} line,
 // an HTTP error or a stream that ends without its done line fails the run;
-// a stream that just stops is never taken for success.
+// a stream that just stops is never taken for success. A forced tool call
+// comes whole at the end instead of the text (forced.go).
 func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSink) (*sdk.Result, error) {
 	s := a.cfg.Load()
-	cr, err := buildChat(req, s)
+	c, err := buildChat(req, s)
 	if err != nil {
 		return nil, err
 	}
-	return a.stream(ctx, s, "chat", cr, req.Credential, out)
+	body, err := c.encode()
+	if err != nil {
+		return nil, err
+	}
+	res, err := a.stream(ctx, s, "chat", body, req.Credential, out, c.forced)
+	if c.relaxThink && thinkUnsupported(err) {
+		c.req.Think = nil
+		if body, err = c.encode(); err != nil {
+			return nil, err
+		}
+		res, err = a.stream(ctx, s, "chat", body, req.Credential, out, c.forced)
+	}
+	return res, err
 }
 
-// stream posts body (as JSON) to op's streaming endpoint, /api/<op>, and
-// relays the NDJSON answer (readLines).
-func (a *Adapter) stream(ctx context.Context, s *settings, op string, body any, cred *sdk.Credential, out sdk.EventSink) (*sdk.Result, error) {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: encode %s request: %w", op, err)
-	}
+// thinkUnsupported reports whether err is Ollama's refusal of think for a
+// model that cannot think (400 "<model> does not support thinking").
+//
+// Such a refusal of a think the adapter mapped from the run's reasoning
+// options is not the run's failure: the run is sent again without think,
+// and the model answers without thinking, as Ollama's own Anthropic API
+// does for clients (coding agents) that ask every model to think. The
+// refusal comes before any answer, so nothing was sent to the host. A think
+// the client set itself in Ollama's vocabulary (Extra's) is Ollama's to
+// refuse.
+func thinkUnsupported(err error) bool {
+	var e *sdk.Error
+	return errors.As(err, &e) && e.UpstreamStatus == http.StatusBadRequest &&
+		strings.Contains(e.Message, "does not support thinking")
+}
+
+// stream posts body (JSON) to op's streaming endpoint, /api/<op>, and
+// relays the NDJSON answer (readLines); forced, when set, is the tool call
+// the answer is read as.
+func (a *Adapter) stream(ctx context.Context, s *settings, op string, body []byte, cred *sdk.Credential, out sdk.EventSink,
+	forced *forcedCall) (*sdk.Result, error) {
 	// reqCtx ends the upstream request with the run, or once the answer is
 	// complete and its trailing bytes have had drainGrace to arrive.
 	reqCtx, cancelReq := context.WithCancel(ctx)
 	defer cancelReq()
-	hreq, err := a.newRequest(reqCtx, s, http.MethodPost, "/api/"+op, b, cred)
+	hreq, err := a.newRequest(reqCtx, s, http.MethodPost, "/api/"+op, body, cred)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +90,7 @@ func (a *Adapter) stream(ctx context.Context, s *settings, op string, body any, 
 		return nil, statusError(op, resp)
 	}
 
-	res, err := readLines(ctx, op, resp.Body, out)
+	res, err := readLines(ctx, op, resp.Body, out, forced)
 	if err == nil {
 		t := time.AfterFunc(drainGrace, cancelReq)
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
@@ -73,14 +101,16 @@ func (a *Adapter) stream(ctx context.Context, s *settings, op string, body any, 
 
 // readLines reads op's NDJSON answer (/api/chat's message pieces, or
 // /api/generate's response pieces) line by line as it arrives, sending one
-// event per piece, and returns at the done line.
-func readLines(ctx context.Context, op string, body io.Reader, out sdk.EventSink) (*sdk.Result, error) {
+// event per piece, and returns at the done line. With forced, the text is
+// kept, not sent, and read as the forced call at the done line.
+func readLines(ctx context.Context, op string, body io.Reader, out sdk.EventSink, forced *forcedCall) (*sdk.Result, error) {
 	sc := bufio.NewScanner(body)
 	// Every run in flight holds its scanner, also through a silent
 	// prefill: start at a few lines' size and grow (doubling) only for a
 	// long one, such as /api/generate's final line with its context.
 	sc.Buffer(make([]byte, 0, 4<<10), MaxLineBytes)
 	calls := 0
+	var kept strings.Builder // a forced call's text
 	send := func(ev sdk.Event) error {
 		if err := out.Send(ctx, ev); err != nil {
 			return fmt.Errorf("ollama %s: %w", op, err)
@@ -105,7 +135,12 @@ func readLines(ctx context.Context, op string, body io.Reader, out sdk.EventSink
 			}
 		}
 		if t := line.Message.Content + line.Response; t != "" {
-			if err := send(sdk.Event{Kind: sdk.TextDelta, Text: t}); err != nil {
+			if forced != nil {
+				if kept.Len()+len(t) > MaxLineBytes {
+					return nil, sdk.Errorf(sdk.KindUpstream, "ollama %s: a forced tool call's answer exceeds %d MiB", op, MaxLineBytes>>20)
+				}
+				kept.WriteString(t)
+			} else if err := send(sdk.Event{Kind: sdk.TextDelta, Text: t}); err != nil {
 				return nil, err
 			}
 		}
@@ -120,6 +155,20 @@ func readLines(ctx context.Context, op string, body io.Reader, out sdk.EventSink
 			}
 		}
 		if line.Done {
+			if forced != nil {
+				ev, err := forcedEvent(forced, calls, kept.String(), line.DoneReason)
+				if err != nil {
+					return nil, err
+				}
+				if ev != nil && ev.Kind == sdk.ToolCallDelta {
+					calls++
+				}
+				if ev != nil {
+					if err := send(*ev); err != nil {
+						return nil, err
+					}
+				}
+			}
 			usage := line.usage()
 			if err := send(sdk.Event{Kind: sdk.UsageReport, Usage: usage}); err != nil {
 				return nil, err
@@ -137,6 +186,23 @@ func readLines(ctx context.Context, op string, body io.Reader, out sdk.EventSink
 		return nil, fmt.Errorf("ollama %s: %w", op, ctx.Err())
 	}
 	return nil, sdk.Errorf(sdk.KindUpstream, "ollama %s: the answer ended without its done line", op)
+}
+
+// forcedEvent is the event that ends a forced call's answer, whose text is
+// text: the call read from it; or, when Ollama recognised the call itself
+// (calls > 0, already sent), the text as it is (nil when blank).
+func forcedEvent(f *forcedCall, calls int, text, doneReason string) (*sdk.Event, error) {
+	if calls > 0 {
+		if strings.TrimSpace(text) == "" {
+			return nil, nil
+		}
+		return &sdk.Event{Kind: sdk.TextDelta, Text: text}, nil
+	}
+	call, err := f.call(calls, text, doneReason)
+	if err != nil {
+		return nil, err
+	}
+	return &sdk.Event{Kind: sdk.ToolCallDelta, ToolCall: call}, nil
 }
 
 // completeCall turns one of Ollama's tool calls, which always arrive whole,

@@ -55,7 +55,18 @@ func (a *Adapter) Complete(ctx context.Context, req *sdk.Request, out sdk.EventS
 	if gr.Format, err = format(req.Options.Format); err != nil {
 		return nil, err
 	}
-	res, err := a.stream(ctx, s, "generate", gr, req.Credential, out)
+	send := func() (*sdk.Result, error) {
+		body, err := encodeWith(gr, top.rest)
+		if err != nil {
+			return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: encode generate request: %w", err)
+		}
+		return a.stream(ctx, s, "generate", body, req.Credential, out, nil)
+	}
+	res, err := send()
+	if top.relaxThink && thinkUnsupported(err) {
+		gr.Think = nil // as a chat's (see thinkUnsupported)
+		res, err = send()
+	}
 	var e *sdk.Error
 	if errors.As(err, &e) && e.Kind == sdk.KindInvalidRequest && strings.Contains(e.Message, "does not support insert") {
 		e.Kind = sdk.KindUnsupported // the model has no fill-in-the-middle
@@ -86,8 +97,9 @@ type (
 const maxEmbedBody = wirepb.MaxEmbedValues * 32
 
 // Embed computes embeddings through Ollama's /api/embed: the inputs, the
-// dimensions, and from Options.Extra truncate, keep_alive and Ollama's
-// options (a configured keep_alive wins).
+// dimensions, and from Options.Extra truncate, keep_alive, Ollama's
+// options (a configured keep_alive wins) and the fields that are not
+// Ollama's, at the top level, as for a chat (options.go).
 func (a *Adapter) Embed(ctx context.Context, req *sdk.EmbedRequest) (*sdk.EmbedResult, error) {
 	s := a.cfg.Load()
 	opts, top, err := options(sdk.Options{Extra: req.Extra})
@@ -99,7 +111,7 @@ func (a *Adapter) Embed(ctx context.Context, req *sdk.EmbedRequest) (*sdk.EmbedR
 	if s.keepAlive != nil {
 		er.KeepAlive = s.keepAlive
 	}
-	body, err := json.Marshal(er)
+	body, err := encodeWith(er, top.rest)
 	if err != nil {
 		return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: encode embed request: %w", err)
 	}

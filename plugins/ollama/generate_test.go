@@ -12,7 +12,8 @@ import (
 )
 
 // P2, issue 12: a raw completion goes to Ollama's /api/generate with its
-// prompt, suffix and options (raw from Extra), and streams like a chat.
+// prompt, suffix and options (raw from Extra, and Extra's other fields at
+// the top level, issue 21), and streams like a chat.
 func TestCompleteUsesGenerateWithTheSuffix(t *testing.T) {
 	f := newFake(t, fakeollama.Model{Name: "coder:latest", Text: "return a + b"})
 	a := newAdapter(t, f.URL(), map[string]any{"keep_alive": "10m"})
@@ -31,7 +32,7 @@ func TestCompleteUsesGenerateWithTheSuffix(t *testing.T) {
 	}
 	opts, _ := body["options"].(map[string]any)
 	if body["prompt"] != "def add(a, b):" || body["suffix"] != "print(add(1, 2))" || body["stream"] != true || body["raw"] != true ||
-		body["keep_alive"] != "10m" || opts["num_predict"] != float64(20) || opts["presence_penalty"] != 0.5 || body["user"] != nil {
+		body["keep_alive"] != "10m" || opts["num_predict"] != float64(20) || opts["presence_penalty"] != 0.5 || body["user"] != "u" {
 		t.Errorf("body %s", got.Body)
 	}
 }
@@ -59,7 +60,8 @@ func TestCompleteFailures(t *testing.T) {
 }
 
 // P2, issue 12: embeddings come from Ollama's /api/embed, with the
-// dimensions, truncate and options passed on, and the counts as usage.
+// dimensions, truncate, options and Extra's other fields passed on, and
+// the counts as usage.
 func TestEmbedUsesOllamasEmbed(t *testing.T) {
 	f := newFake(t, fakeollama.Model{Name: "nomic:latest", EmbeddingDims: 16}, fakeollama.Model{Name: "down:latest", FailStatus: 503, FailMessage: "overloaded"})
 	a := newAdapter(t, f.URL(), nil)
@@ -79,7 +81,7 @@ func TestEmbedUsesOllamasEmbed(t *testing.T) {
 	got := lastRequest(t, f)
 	var body map[string]any
 	_ = json.Unmarshal(got.Body, &body)
-	if got.Path != "/api/embed" || body["dimensions"] != float64(4) || body["truncate"] != false || body["user"] != nil ||
+	if got.Path != "/api/embed" || body["dimensions"] != float64(4) || body["truncate"] != false || body["user"] != "u" ||
 		body["options"].(map[string]any)["num_ctx"] != float64(512) {
 		t.Errorf("%s %s", got.Path, got.Body)
 	}

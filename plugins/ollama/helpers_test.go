@@ -2,8 +2,12 @@ package ollama
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -144,4 +148,51 @@ func (r *tunnelRecorder) body() []byte {
 		b = append(b, w...)
 	}
 	return b
+}
+
+// scripted is an Ollama of the test's own: it records each request's body
+// and answers it with answer(n, body), n counting from 0: a status and
+// the NDJSON (or error) body.
+type scripted struct {
+	*httptest.Server
+	mu     sync.Mutex
+	bodies []string
+}
+
+func newScripted(t *testing.T, answer func(n int, body string) (int, string)) *scripted {
+	t.Helper()
+	s := &scripted{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		n := len(s.bodies)
+		s.bodies = append(s.bodies, string(b))
+		s.mu.Unlock()
+		status, out := answer(n, string(b))
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(status)
+		io.WriteString(w, out)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// sent returns the bodies received so far.
+func (s *scripted) sent() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.bodies...)
+}
+
+// answerLines is a streamed chat answer of content pieces, then its done
+// line with reason.
+func answerLines(reason string, pieces ...string) string {
+	var b strings.Builder
+	for _, p := range pieces {
+		line, _ := json.Marshal(map[string]any{"message": map[string]string{"role": "assistant", "content": p}, "done": false})
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	fmt.Fprintf(&b, `{"message":{"role":"assistant","content":""},"done":true,"done_reason":%q,"prompt_eval_count":7,"eval_count":5}`+"\n", reason)
+	return b.String()
 }

@@ -3,17 +3,18 @@ package ollama
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 
 	"github.com/iop-dev/iop/sdk"
 )
 
-// How a run's options reach Ollama's /api/chat (SPEC P2).
+// How a run's options reach Ollama's /api/chat and /api/generate (SPEC P2).
 //
 // The normalized options go to their places: temperature, top_p, seed and
 // stop into options, MaxTokens as options.num_predict, Format as format,
-// Think as think.
+// and ReasoningEffort or Think as think (see thinkFor).
 //
 // Options.Extra holds the client's other fields, named as an
 // OpenAI-compatible server names them. Of those:
@@ -30,14 +31,17 @@ import (
 //     and so does keep_alive unless the provider's configuration sets one
 //     (the operator owns the server's memory); raw too, for a raw
 //     completion (/api/generate);
-//   - everything else is dropped: OpenAI's fields that Ollama has no
-//     equivalent for (logit_bias, user, parallel_tool_calls, service_tier,
-//     store, metadata, prediction, modalities, audio), other servers'
-//     (chat_template_kwargs, guided_json, a vendor's own), and logprobs and
-//     top_logprobs (Ollama would compute them, but the adapter does not
-//     relay them). Ollama ignores a top-level field it does not know, so
-//     sending them would do no harm; not sending them keeps the body what
-//     Ollama documents.
+//   - any other field whose name is not one of Ollama's own request fields
+//     goes to the top level as the client sent it (logit_bias, user,
+//     chat_template_kwargs, a vendor's own): Ollama ignores a field it
+//     does not know, and a server that speaks Ollama's API may read it;
+//   - a field named as one of Ollama's own request fields (ollamaFields:
+//     model, messages, prompt, stream, format, tools, images, template,
+//     system, context, logprobs, top_logprobs...) is never taken from
+//     Extra, except those above: the adapter sets them itself, or leaves
+//     them unset on purpose (logprobs would make Ollama compute what the
+//     adapter does not relay; template, system and context would change
+//     the prompt behind the run's messages).
 //
 // A normalized option wins over the same option in Extra. A known option
 // whose value has the wrong JSON type is refused (invalid_request, naming
@@ -45,9 +49,23 @@ import (
 // left out, as Ollama skips it.
 //
 // ToolChoice: "" and auto send the tools as they are; none sends no tools,
-// so the model cannot call one; required and a named function fail the run
-// with KindUnsupported, since Ollama cannot force a tool call, and the
-// Edge answers the client 400.
+// so the model cannot call one; required and a named function, which
+// Ollama cannot force, constrain the answer to the tool's arguments (see
+// forced.go).
+
+// ollamaFields are the top-level fields of Ollama's /api/chat and
+// /api/generate requests (api.ChatRequest and api.GenerateRequest in
+// github.com/ollama/ollama/api); TestOllamaFieldsAreReserved keeps this
+// list a superset of Ollama's. Extra never sets them directly: the ones the
+// adapter takes from Extra (keep_alive, think, truncate, shift, raw,
+// options) go through fromExtra's checks, the others are the adapter's.
+var ollamaFields = map[string]bool{
+	"model": true, "messages": true, "prompt": true, "suffix": true, "system": true, "template": true,
+	"context": true, "stream": true, "raw": true, "format": true, "keep_alive": true, "images": true,
+	"options": true, "think": true, "truncate": true, "shift": true, "tools": true,
+	"_debug_render_only": true, "logprobs": true, "top_logprobs": true, "width": true, "height": true, "steps": true,
+	"input": true, "dimensions": true,
+}
 
 // optionKind is the JSON type Ollama requires of an option's value.
 type optionKind int
@@ -73,11 +91,19 @@ var optionKinds = map[string]optionKind{
 // optionAliases are other servers' names for Ollama's options.
 var optionAliases = map[string]string{"repetition_penalty": "repeat_penalty"}
 
-// topLevel are the fields of Extra that go to the top level of Ollama's
-// request. raw is /api/generate's only (no template applied to a raw
-// completion's prompt); chat leaves it out.
+// topLevel are the fields that go to the top level of Ollama's request
+// from Extra, and think from the normalized options. raw is
+// /api/generate's only (no template applied to a raw completion's prompt);
+// chat leaves it out.
 type topLevel struct {
 	keepAlive, think, truncate, shift, raw json.RawMessage
+	// rest are Extra's fields that are not Ollama's, passed as they came
+	// (see encodeWith).
+	rest map[string]json.RawMessage
+	// relaxThink says think was mapped from the normalized options (Think
+	// or ReasoningEffort) and asks the model to think: on a model that
+	// cannot, the run is sent again without it (see relaxThink).
+	relaxThink bool
 }
 
 // options builds Ollama's options and top-level fields from o: Extra's,
@@ -102,8 +128,12 @@ func options(o sdk.Options) (map[string]any, topLevel, error) {
 	if o.Seed != nil {
 		opts["seed"] = *o.Seed
 	}
-	if o.Think != nil {
-		top.think, _ = json.Marshal(*o.Think)
+	think, err := thinkFor(o)
+	if err != nil {
+		return nil, top, err
+	}
+	if think != nil {
+		top.think, top.relaxThink = think, string(think) != "false"
 	}
 	if len(opts) == 0 {
 		opts = nil
@@ -111,8 +141,45 @@ func options(o sdk.Options) (map[string]any, topLevel, error) {
 	return opts, top, nil
 }
 
-// fromExtra sorts Extra's fields into options and top-level fields, and
-// drops the rest (see above).
+// thinkFor maps the run's reasoning options to Ollama's think, or nil to
+// leave Extra's think (or Ollama's default). Ollama takes true or false,
+// and for models with levels (gpt-oss) "low", "medium" or "high"; a
+// thinking model without levels takes a level as true (its template
+// ignores the level), and a model that cannot think refuses true and any
+// level alike (400 "does not support thinking"), so a level is sent only
+// when the client asked for one:
+//
+//	ReasoningEffort none             false
+//	ReasoningEffort minimal, low     "low"
+//	ReasoningEffort medium           "medium"
+//	ReasoningEffort high, max        "high"
+//	Think (without an effort)        true or false
+//
+// max is sent as "high": Ollama added "max" in 2026 and refuses the run
+// (400 "invalid think value") before that, while every Ollama with levels
+// takes "high".
+func thinkFor(o sdk.Options) (json.RawMessage, error) {
+	switch o.ReasoningEffort {
+	case "":
+	case sdk.EffortNone:
+		return json.RawMessage("false"), nil
+	case sdk.EffortMinimal, sdk.EffortLow:
+		return json.RawMessage(`"low"`), nil
+	case sdk.EffortMedium:
+		return json.RawMessage(`"medium"`), nil
+	case sdk.EffortHigh, sdk.EffortMax:
+		return json.RawMessage(`"high"`), nil
+	default:
+		return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: unknown reasoning effort %q", o.ReasoningEffort)
+	}
+	if o.Think != nil {
+		return json.Marshal(*o.Think)
+	}
+	return nil, nil
+}
+
+// fromExtra sorts Extra's fields into options, Ollama's top-level fields
+// and the rest (see above).
 func fromExtra(extra json.RawMessage) (map[string]any, topLevel, error) {
 	opts := map[string]any{}
 	var top topLevel
@@ -151,6 +218,13 @@ func fromExtra(extra json.RawMessage) (map[string]any, topLevel, error) {
 			top.shift = v
 		case "raw":
 			top.raw = v
+		default:
+			if !ollamaFields[name] {
+				if top.rest == nil {
+					top.rest = map[string]json.RawMessage{}
+				}
+				top.rest[name] = v
+			}
 		}
 	}
 	if raw, ok := fields["options"]; ok && !isNull(raw) {
@@ -165,6 +239,32 @@ func fromExtra(extra json.RawMessage) (map[string]any, topLevel, error) {
 		}
 	}
 	return opts, top, nil
+}
+
+// encodeWith encodes body, an Ollama request, as JSON with rest's fields
+// added at its top level, in name order. rest never holds one of Ollama's
+// own field names (fromExtra keeps them out), so no field is sent twice and
+// none of the adapter's is replaced.
+func encodeWith(body any, rest map[string]json.RawMessage) ([]byte, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) == 0 {
+		return b, nil
+	}
+	buf := bytes.NewBuffer(b[:len(b)-1]) // without its closing brace
+	for _, name := range slices.Sorted(maps.Keys(rest)) {
+		key, _ := json.Marshal(name)
+		buf.WriteByte(',')
+		buf.Write(key)
+		buf.WriteByte(':')
+		if err := json.Compact(buf, rest[name]); err != nil {
+			return nil, fmt.Errorf("extra field %s: %w", name, err)
+		}
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
 }
 
 // setOption sets opts[name] to v, after checking v's type for an option
@@ -210,18 +310,22 @@ func isNull(v json.RawMessage) bool {
 	return len(v) == 0 || string(v) == "null"
 }
 
-// toolsFor returns the tools to send for req's tool choice (see above).
-func toolsFor(req *sdk.Request) ([]sdk.Tool, error) {
+// toolsFor returns the tools to send for req's tool choice, and the call
+// the run must make when the choice forces one (see above).
+func toolsFor(req *sdk.Request) ([]sdk.Tool, *forcedCall, error) {
 	c := req.Options.ToolChoice
 	if err := c.Check(req.Tools); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	switch {
 	case c == sdk.ToolChoiceNone:
-		return nil, nil
+		return nil, nil, nil
 	case c.Forces():
-		return nil, sdk.Errorf(sdk.KindUnsupported,
-			"ollama: Ollama cannot force a tool call (tool_choice %q); use auto or none", c)
+		f, err := forceCall(c, req.Tools)
+		if err != nil {
+			return nil, nil, err
+		}
+		return req.Tools, f, nil
 	}
-	return req.Tools, nil
+	return req.Tools, nil, nil
 }

@@ -39,8 +39,9 @@ func sentBody(t *testing.T, cfg map[string]any, req *sdk.Request) map[string]str
 // P2: the fields the Edge does not interpret reach Ollama where Ollama
 // takes them: its options into options (OpenAI-compatible names mapped),
 // an options object merged, keep_alive, think, truncate and shift at the
-// top level; what Ollama has no use for is not sent; a normalized option
-// wins.
+// top level, and every field that is not Ollama's at the top level as the
+// client sent it (issue 21); Ollama's logprobs, which the adapter does not
+// relay, are not asked for; a normalized option wins.
 func TestExtraFieldsGoWhereOllamaTakesThem(t *testing.T) {
 	req := userRun("m")
 	temp := 0.2
@@ -58,6 +59,8 @@ func TestExtraFieldsGoWhereOllamaTakesThem(t *testing.T) {
 			`"presence_penalty":0.5,"repeat_penalty":1.1,"temperature":0.2,"top_k":20,"typical_p":0.9}`,
 		"keep_alive": `"10m"`, "think": `"high"`, "truncate": `false`, "shift": `true`,
 		"model": `"m"`, "stream": `true`,
+		"logit_bias": `{"50256":-100}`, "user": `"u-1"`, "parallel_tool_calls": `false`,
+		"chat_template_kwargs": `{"enable_thinking":false}`, "x_vendor": `1`,
 	}
 	for k, v := range want {
 		if body[k] != v {
@@ -66,7 +69,52 @@ func TestExtraFieldsGoWhereOllamaTakesThem(t *testing.T) {
 	}
 	for k := range body {
 		if _, ok := want[k]; !ok && k != "messages" {
-			t.Errorf("%s = %s sent; Ollama has no use for it", k, body[k])
+			t.Errorf("%s = %s sent; the adapter does not ask Ollama for it", k, body[k])
+		}
+	}
+}
+
+// P2, issue 21: Extra's fields reach /api/chat, /api/generate and
+// /api/embed at the top level, after the adapter's own, in name order;
+// a field named as one of Ollama's own (model, messages, stream, tools,
+// format, images, template, system...) never replaces or joins the
+// adapter's. The bodies are asserted byte for byte.
+func TestExtraFieldsPassAtTheTopLevelWithoutReplacingTheAdapters(t *testing.T) {
+	const extra = `{"user":"u-1","model":"other","messages":[],"stream":false,"tools":[{"type":"function"}],` +
+		`"format":"json","images":["eA=="],"template":"{{.Prompt}}","system":"obey","context":[1],"prompt":"p",` +
+		`"suffix":"s","input":["i"],"dimensions":2,"_debug_render_only":true,"logprobs":true,"top_logprobs":3,` +
+		`"x_vendor":{"b":[1, 2],"a":null},"chat_template_kwargs":{"enable_thinking":false}}`
+	const rest = `,"chat_template_kwargs":{"enable_thinking":false},"user":"u-1","x_vendor":{"b":[1,2],"a":null}}`
+	srv := newScripted(t, func(_ int, body string) (int, string) {
+		if strings.Contains(body, `"input"`) {
+			return 200, `{"embeddings":[[1,0]]}`
+		}
+		return 200, answerLines("stop", "ok")
+	})
+	a := newAdapter(t, srv.URL, nil)
+	ctx := ctxTimeout(t, 5*time.Second)
+
+	chat := userRun("m")
+	chat.Options.Extra = json.RawMessage(extra)
+	if _, err := a.Execute(ctx, chat, &sink{}); err != nil {
+		t.Fatal(err)
+	}
+	gen := &sdk.Request{Target: "m", Prompt: "def f():", Options: sdk.Options{Extra: json.RawMessage(extra)}}
+	if _, err := a.Complete(ctx, gen, &sink{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Embed(ctx, &sdk.EmbedRequest{Target: "m", Inputs: []string{"x"}, Extra: json.RawMessage(extra)}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`{"model":"m","messages":[{"role":"user","content":"hello"}],"stream":true` + rest,
+		`{"model":"m","prompt":"def f():","stream":true` + rest,
+		`{"model":"m","input":["x"]` + rest,
+	}
+	got := srv.sent()
+	for i := range want {
+		if i >= len(got) || got[i] != want[i] {
+			t.Errorf("body %d\n got %s\nwant %s", i, got[min(i, len(got)-1)], want[i])
 		}
 	}
 }
@@ -106,9 +154,9 @@ func TestMistypedOptionsAreRefusedBeforeTheCall(t *testing.T) {
 	}
 }
 
-// P2: tool_choice none withholds the tools; auto sends them; required and
-// a named function fail unsupported before the call (Ollama cannot force
-// a tool call), which the Edge answers with 400.
+// P2: tool_choice none withholds the tools; auto sends them; a choice
+// that is not one, or names a tool the run lacks, is refused before the
+// call. (Forced calls: forced_test.go.)
 func TestToolChoiceOnOllama(t *testing.T) {
 	tools := []sdk.Tool{{Name: "get_weather", Parameters: json.RawMessage(`{"type":"object"}`)}}
 	for _, tt := range []struct {
@@ -125,23 +173,11 @@ func TestToolChoiceOnOllama(t *testing.T) {
 
 	f := newFake(t, fakeollama.Model{Name: "m"})
 	a := newAdapter(t, f.URL(), nil)
-	for _, tt := range []struct {
-		choice sdk.ToolChoice
-		kind   sdk.Kind
-	}{
-		{sdk.ToolChoiceRequired, sdk.KindUnsupported},
-		{sdk.ToolChoiceFunction("get_weather"), sdk.KindUnsupported},
-		{sdk.ToolChoiceFunction("send_mail"), sdk.KindInvalidRequest},
-		{"any", sdk.KindInvalidRequest},
-	} {
+	for _, choice := range []sdk.ToolChoice{sdk.ToolChoiceFunction("send_mail"), "any"} {
 		req := userRun("m")
-		req.Tools, req.Options.ToolChoice = tools, tt.choice
-		_, err := a.Execute(ctxTimeout(t, time.Second), req, &sink{})
-		if sdk.KindOf(err) != tt.kind {
-			t.Errorf("tool_choice %q: err %v, want %s", tt.choice, err, tt.kind)
-		}
-		if tt.kind == sdk.KindUnsupported && !strings.Contains(err.Error(), "cannot force a tool call") {
-			t.Errorf("tool_choice %q: %v does not say why", tt.choice, err)
+		req.Tools, req.Options.ToolChoice = tools, choice
+		if _, err := a.Execute(ctxTimeout(t, time.Second), req, &sink{}); !errors.Is(err, sdk.ErrInvalidRequest) {
+			t.Errorf("tool_choice %q: err %v, want invalid_request", choice, err)
 		}
 	}
 	if n := len(f.Requests()); n != 0 {
@@ -174,5 +210,19 @@ func TestOptionKindsAreOllamas(t *testing.T) {
 	}
 	if !reflect.DeepEqual(theirs, optionKinds) {
 		t.Errorf("Ollama's options %v\nthe adapter's %v", theirs, optionKinds)
+	}
+}
+
+// ollamaFields holds every top-level field of Ollama's chat, generate and
+// embed requests: a field Ollama adds fails this test at the next upgrade
+// of github.com/ollama/ollama, before Extra could set it unchecked.
+func TestOllamaFieldsAreReserved(t *testing.T) {
+	for _, typ := range []reflect.Type{reflect.TypeFor[api.ChatRequest](), reflect.TypeFor[api.GenerateRequest](), reflect.TypeFor[api.EmbedRequest]()} {
+		for _, f := range reflect.VisibleFields(typ) {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name != "" && name != "-" && !ollamaFields[name] {
+				t.Errorf("%s.%s (%q) is not in ollamaFields", typ.Name(), f.Name, name)
+			}
+		}
 	}
 }

@@ -97,11 +97,31 @@ func (l *chatLine) usage() *sdk.Usage {
 
 var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
+// chat is a run's /api/chat request, and what the adapter must know to
+// read its answer.
+type chat struct {
+	req  *chatRequest
+	rest map[string]json.RawMessage // Extra's fields sent at the top level
+	// forced is the tool call the run must make, or nil.
+	forced *forcedCall
+	// relaxThink: think came from the normalized options and asks for
+	// thinking (see relaxThink).
+	relaxThink bool
+}
+
+// encode is the request's JSON body.
+func (c *chat) encode() ([]byte, error) {
+	b, err := encodeWith(c.req, c.rest)
+	if err != nil {
+		return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: encode chat request: %w", err)
+	}
+	return b, nil
+}
+
 // buildChat turns a normalized run into Ollama's chat request (options and
-// tool choice: see options.go). Errors are KindInvalidRequest, or
-// KindUnsupported for a tool choice Ollama cannot honour, and name the
-// field, never its content.
-func buildChat(req *sdk.Request, s *settings) (*chatRequest, error) {
+// tool choice: see options.go; forced tool calls: forced.go). Errors are
+// KindInvalidRequest and name the field, never its content.
+func buildChat(req *sdk.Request, s *settings) (*chat, error) {
 	if req.Target == "" {
 		return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: the run has no target model")
 	}
@@ -128,16 +148,14 @@ func buildChat(req *sdk.Request, s *settings) (*chatRequest, error) {
 		}
 		cr.Messages = append(cr.Messages, wm)
 	}
-	tools, err := toolsFor(req)
+	tools, forced, err := toolsFor(req)
 	if err != nil {
 		return nil, err
 	}
 	for i, t := range tools {
-		params := t.Parameters
-		if len(bytes.TrimSpace(params)) == 0 || string(bytes.TrimSpace(params)) == "null" {
-			params = emptySchema
-		} else if !json.Valid(params) {
-			return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: tools[%d] (%s): parameters are not valid JSON", i, t.Name)
+		params, err := parameters(i, t)
+		if err != nil {
+			return nil, err
 		}
 		cr.Tools = append(cr.Tools, tool{Type: "function", Function: toolSpec{Name: t.Name, Description: t.Description, Parameters: params}})
 	}
@@ -152,7 +170,10 @@ func buildChat(req *sdk.Request, s *settings) (*chatRequest, error) {
 	if cr.Format, err = format(req.Options.Format); err != nil {
 		return nil, err
 	}
-	return cr, nil
+	if forced != nil {
+		cr.Format = forced.schema // the answer is the call (forced.go)
+	}
+	return &chat{req: cr, rest: top.rest, forced: forced, relaxThink: top.relaxThink}, nil
 }
 
 // format passes "json" or a JSON schema through; a bare json (not a JSON
