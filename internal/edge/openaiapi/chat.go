@@ -5,12 +5,18 @@ import (
 )
 
 // translateChat makes a chat request's run: parsed as request.go says,
-// written back as output.go says.
+// written back as output.go says. web_search_options, OpenAI's hosted web
+// search, is dropped (X-IOP-Dropped-Tools: web_search) or refused, as the
+// route's profile says; the session key is read as session.go says.
 func translateChat(t *frontend.Turn) (frontend.Job, *frontend.Failure) {
 	req, f := parseChat(t.Body)
 	if f != nil {
 		return nil, f
 	}
+	if f := t.DropHostedTools("web_search_options", req.hosted); f != nil {
+		return nil, f
+	}
+	t.Session = sessionKey(t.Exchange().Request(), req.promptCacheKey, req.user, req.safetyIdentifier)
 	return req.job(newOutput(t.Exchange(), t.Response(), req)), nil
 }
 

@@ -3,6 +3,9 @@
 //	POST /v1/chat/completions  a chat run, streamed as server-sent events or
 //	                           answered as one chat.completion object (chat.go)
 //	POST /v1/responses         a run in OpenAI's Responses API (responses.go)
+//	POST /v1/responses/input_tokens
+//	                           the token count of a Responses request's input,
+//	                           by a provider's tokenizer or estimated (responses.go)
 //	POST /v1/completions       a raw text completion run, with suffix for
 //	                           fill-in-the-middle (completions.go)
 //	POST /v1/embeddings        an embedding call, not a run (embeddings.go)
@@ -16,6 +19,16 @@
 // {"error":{"message","type","param","code"}}, before the response starts
 // as the HTTP status, after it as an SSE error event followed by
 // "data: [DONE]": a stream never just stops.
+//
+// What coding agents and the SDKs send is accepted: a field the Edge does
+// not act on is honoured (carried to the provider, mapped to its nearest
+// meaning) or ignored on purpose, never a 400 for the request as a whole.
+// Namespaces, custom tools and the client-run built-ins become functions
+// whose calls answer in the client's terms (tools.go, builtin.go); tools
+// only a hosted API runs are dropped and named in X-IOP-Dropped-Tools, or
+// refused where the route's profile says so (responses_tools.go); OpenAI's
+// reasoning effort levels become the run's (effort.go); and a request's
+// session key is read from what the client already sends (session.go).
 package openaiapi
 
 import (
@@ -41,6 +54,7 @@ const (
 	routeChat        = "openai_chat"
 	routeCompletions = "openai_completions"
 	routeResponses   = "openai_responses"
+	routeInputTokens = "openai_input_tokens"
 	routeEmbeddings  = "openai_embeddings"
 	routeModels      = "openai_models"
 )
@@ -53,6 +67,8 @@ func Handler(front *frontend.Front) http.Handler {
 		Log: "openai chat completion", MaxBody: MaxRequestBytes, Peek: peekChat, Translate: translateChat}))
 	mux.Handle("POST /v1/responses", front.Handler(shape, &frontend.Endpoint{Route: routeResponses,
 		Log: "openai response", MaxBody: MaxRequestBytes, Peek: peekChat, Translate: translateResponses}))
+	mux.Handle("POST /v1/responses/input_tokens", front.Handler(shape, &frontend.Endpoint{Route: routeInputTokens,
+		Log: "openai input token count", MaxBody: MaxRequestBytes, Peek: peekCount, Translate: translateInputTokens}))
 	mux.Handle("POST /v1/completions", front.Handler(shape, &frontend.Endpoint{Route: routeCompletions,
 		Log: "openai text completion", MaxBody: MaxRequestBytes, Peek: peekChat, Translate: translateCompletion}))
 	mux.Handle("POST /v1/embeddings", front.Handler(shape, &frontend.Endpoint{Route: routeEmbeddings,
@@ -79,7 +95,7 @@ func Handler(front *frontend.Front) http.Handler {
 	}))
 	// A known path with another method is 405 with Allow, in OpenAI's
 	// shape (the catch-all below would say 404).
-	for _, path := range []string{"/v1/chat/completions", "/v1/responses", "/v1/completions", "/v1/embeddings"} {
+	for _, path := range []string{"/v1/chat/completions", "/v1/responses", "/v1/responses/input_tokens", "/v1/completions", "/v1/embeddings"} {
 		mux.Handle(path, front.MethodNotAllowed(shape, http.MethodPost))
 	}
 	mux.Handle("/v1/models", front.MethodNotAllowed(shape, http.MethodGet+", "+http.MethodHead))

@@ -36,14 +36,31 @@ type (
 		ToolCalls        []toolCallDelta `json:"tool_calls,omitempty"`
 	}
 	toolCallDelta struct {
-		Index    int32         `json:"index"`
-		ID       string        `json:"id,omitempty"`
-		Type     string        `json:"type,omitempty"`
-		Function functionDelta `json:"function"`
+		Index    int32          `json:"index"`
+		ID       string         `json:"id,omitempty"`
+		Type     string         `json:"type,omitempty"`
+		Function *functionDelta `json:"function,omitempty"`
+		Custom   *customCall    `json:"custom,omitempty"`
 	}
 	functionDelta struct {
 		Name      string `json:"name,omitempty"`
 		Arguments string `json:"arguments"`
+	}
+	// outToolCall is a tool call of an answer sent whole: a function's,
+	// or a custom tool's.
+	outToolCall struct {
+		ID       string        `json:"id"`
+		Type     string        `json:"type"`
+		Function *functionCall `json:"function,omitempty"`
+		Custom   *customCall   `json:"custom,omitempty"`
+	}
+	functionCall struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	}
+	customCall struct {
+		Name  string `json:"name"`
+		Input string `json:"input"`
 	}
 	usage struct {
 		PromptTokens     int64 `json:"prompt_tokens"`
@@ -65,11 +82,11 @@ type (
 		FinishReason string           `json:"finish_reason"`
 	}
 	assistantMessage struct {
-		Role             string     `json:"role"`
-		Content          *string    `json:"content"`
-		Refusal          *string    `json:"refusal"`
-		ReasoningContent string     `json:"reasoning_content,omitempty"`
-		ToolCalls        []toolCall `json:"tool_calls,omitempty"`
+		Role             string        `json:"role"`
+		Content          *string       `json:"content"`
+		Refusal          *string       `json:"refusal"`
+		ReasoningContent string        `json:"reasoning_content,omitempty"`
+		ToolCalls        []outToolCall `json:"tool_calls,omitempty"`
 	}
 )
 
@@ -88,6 +105,11 @@ type output struct {
 	// call whose first fragment has no id gets one (clients answer a call
 	// by its id).
 	callIDs map[int32]string
+	// tools map a call back to the tool the client declared; a custom
+	// tool's call is held (custom) until the end of the answer, when its
+	// input is whole.
+	tools  *toolset
+	custom map[int32]*indexedCall
 
 	// The aggregate of a response sent whole.
 	content, reasoningText strings.Builder
@@ -96,7 +118,7 @@ type output struct {
 }
 
 func newOutput(x *frontend.Exchange, resp *frontend.Response, req *parsedChat) *output {
-	o := &output{resp: resp, stream: req.stream, includeUsage: req.includeUsage, callIDs: map[int32]string{}}
+	o := &output{resp: resp, stream: req.stream, includeUsage: req.includeUsage, callIDs: map[int32]string{}, tools: req.tools}
 	o.frame = chunk{Object: "chat.completion.chunk", Created: x.Arrived().Unix(), Model: req.model,
 		Choices: make([]chunkChoice, 1)}
 	if o.includeUsage {
@@ -139,25 +161,39 @@ func (o *output) Reasoning(s string) bool {
 }
 
 // ToolCall relays a tool-call delta: a complete call or a fragment of one,
-// to be appended to the call of the same index.
+// to be appended to the call of the same index. A custom tool's call is
+// written once whole (as {"type":"custom","custom":{"name","input"}}), at
+// the end: its input is a string the model writes as JSON arguments, whole
+// only with their last fragment.
 func (o *output) ToolCall(tc *wirepb.ToolCall) bool {
 	if tc == nil {
 		return true
 	}
 	id := tc.GetId()
-	if _, seen := o.callIDs[tc.GetIndex()]; !seen {
+	idx := tc.GetIndex()
+	if _, seen := o.callIDs[idx]; !seen {
 		if id == "" {
-			id = fmt.Sprintf("call_%s_%d", strings.TrimPrefix(o.frame.ID, "chatcmpl-"), tc.GetIndex())
+			id = fmt.Sprintf("call_%s_%d", strings.TrimPrefix(o.frame.ID, "chatcmpl-"), idx)
 		}
-		o.callIDs[tc.GetIndex()] = id
+		o.callIDs[idx] = id
+		if d := o.tools.declared(tc.GetName()); d != nil && d.kind == toolCustom {
+			if o.custom == nil {
+				o.custom = map[int32]*indexedCall{}
+			}
+			o.custom[idx] = &indexedCall{index: idx, id: id, name: d.name, custom: true}
+		}
+	}
+	if c := o.custom[idx]; c != nil {
+		c.args = append(c.args, tc.GetArgumentsJson()...)
+		o.resp.Progress()
+		return true
 	}
 	if !o.stream {
 		o.aggregate(tc, id)
 		o.resp.Progress()
 		return true
 	}
-	d := toolCallDelta{Index: tc.GetIndex(), ID: id,
-		Function: functionDelta{Name: tc.GetName(), Arguments: string(tc.GetArgumentsJson())}}
+	d := toolCallDelta{Index: idx, ID: id, Function: &functionDelta{Name: tc.GetName(), Arguments: string(tc.GetArgumentsJson())}}
 	if d.ID != "" || d.Function.Name != "" {
 		d.Type = "function"
 	}
@@ -166,9 +202,19 @@ func (o *output) ToolCall(tc *wirepb.ToolCall) bool {
 
 // indexedCall is a tool call being assembled from fragments.
 type indexedCall struct {
-	index int32
-	call  toolCall
-	args  []byte // appended to, fragment by fragment; the call's arguments at the end
+	index  int32
+	id     string
+	name   string
+	custom bool   // a custom tool's call, named by the client's name
+	args   []byte // appended to, fragment by fragment; the call's arguments at the end
+}
+
+// wire is the call, whole.
+func (c *indexedCall) wire() outToolCall {
+	if c.custom {
+		return outToolCall{ID: c.id, Type: "custom", Custom: &customCall{Name: c.name, Input: customInput(c.args)}}
+	}
+	return outToolCall{ID: c.id, Type: "function", Function: &functionCall{Name: c.name, Arguments: string(c.args)}}
 }
 
 // aggregate adds a fragment to the call of its index.
@@ -180,16 +226,26 @@ func (o *output) aggregate(tc *wirepb.ToolCall, id string) {
 	if !ok {
 		i = len(o.calls)
 		o.callAt[tc.GetIndex()] = i
-		o.calls = append(o.calls, indexedCall{index: tc.GetIndex(), call: toolCall{Type: "function"}})
+		o.calls = append(o.calls, indexedCall{index: tc.GetIndex()})
 	}
-	c := &o.calls[i].call
+	c := &o.calls[i]
 	if id != "" {
-		c.ID = id
+		c.id = id
 	}
-	if n := tc.GetName(); n != "" && c.Function.Name == "" {
-		c.Function.Name = n
+	if n := tc.GetName(); n != "" && c.name == "" {
+		c.name = n
 	}
-	o.calls[i].args = append(o.calls[i].args, tc.GetArgumentsJson()...)
+	c.args = append(c.args, tc.GetArgumentsJson()...)
+}
+
+// customCalls are the custom tools' calls, whole, by index.
+func (o *output) customCalls() []*indexedCall {
+	calls := make([]*indexedCall, 0, len(o.custom))
+	for _, c := range o.custom {
+		calls = append(calls, c)
+	}
+	slices.SortFunc(calls, func(a, b *indexedCall) int { return int(a.index) - int(b.index) })
+	return calls
 }
 
 // Usage notes the run's usage, for the end.
@@ -200,18 +256,27 @@ func (o *output) Complete(doneReason string) bool {
 	finish := o.finishReason(doneReason)
 	if !o.stream {
 		msg := assistantMessage{Role: "assistant", ReasoningContent: o.reasoningText.String()}
-		if s := o.content.String(); s != "" || len(o.calls) == 0 {
+		if s := o.content.String(); s != "" || len(o.calls)+len(o.custom) == 0 {
 			msg.Content = &s
 		}
+		for _, c := range o.customCalls() {
+			o.calls = append(o.calls, *c)
+		}
 		slices.SortStableFunc(o.calls, func(a, b indexedCall) int { return int(a.index) - int(b.index) })
-		for _, c := range o.calls {
-			c.call.Function.Arguments = string(c.args)
-			msg.ToolCalls = append(msg.ToolCalls, c.call)
+		for i := range o.calls {
+			msg.ToolCalls = append(msg.ToolCalls, o.calls[i].wire())
 		}
 		return shape.WriteJSON(o.resp, http.StatusOK, completion{
 			ID: o.frame.ID, Object: "chat.completion", Created: o.frame.Created, Model: o.frame.Model,
 			Choices: []completionChoice{{Message: msg, FinishReason: finish}}, Usage: o.usageValue(),
 		})
+	}
+	for _, c := range o.customCalls() {
+		call := c.wire()
+		d := toolCallDelta{Index: c.index, ID: call.ID, Type: call.Type, Custom: call.Custom}
+		if !o.delta(chunkDelta{ToolCalls: []toolCallDelta{d}}, nil) {
+			return false
+		}
 	}
 	if !o.delta(chunkDelta{}, &finish) {
 		return false

@@ -26,6 +26,7 @@ import (
 var interpreted = [...]string{
 	"model", "messages", "tools", "stream", "stream_options", "temperature", "top_p", "max_tokens",
 	"max_completion_tokens", "stop", "seed", "n", "response_format", "reasoning_effort", "tool_choice",
+	"web_search_options",
 }
 
 // extraFields returns the top-level fields of the chat request body that
@@ -45,6 +46,15 @@ func extraFields(body []byte) ([]byte, *frontend.Failure) {
 // top-level fields the Edge interprets are interpreted (matched without
 // regard to case, as encoding/json matches them).
 func extraFieldsExcept(body []byte, interpreted []string) ([]byte, *frontend.Failure) {
+	return extraFieldsWith(body, interpreted, nil)
+}
+
+// extraFieldsWith is extraFieldsExcept with the fields of mapped added: a
+// field the Edge read elsewhere in the request and passes on under the
+// name an OpenAI-compatible server knows it by (the Responses API's
+// text.verbosity as verbosity). A top-level field of the same name that
+// the client sent wins.
+func extraFieldsWith(body []byte, interpreted []string, mapped map[string][]byte) ([]byte, *frontend.Failure) {
 	fields := map[string][]byte{}
 	err := objectFields(body, func(key, value []byte) error {
 		name, ok := unquote(key)
@@ -72,7 +82,13 @@ func extraFieldsExcept(body []byte, interpreted []string) ([]byte, *frontend.Fai
 		return nil, invalid("", "Too many request fields that the Edge passes to the model server: at most %d are accepted.", le.Max)
 	case err != nil:
 		return nil, jsonError(err)
-	case len(fields) == 0:
+	}
+	for name, value := range mapped {
+		if _, sent := fields[name]; !sent {
+			fields[name] = value
+		}
+	}
+	if len(fields) == 0 {
 		return nil, nil
 	}
 	names := make([]string, 0, len(fields))

@@ -71,13 +71,14 @@ func TestUninterpretedFieldsTravelWithTheRun(t *testing.T) {
 func TestInterpretedFieldsAreNotPassedThrough(t *testing.T) {
 	body := `{"model":"m1",` + ptMessages + `,` + ptTools + `,"stream":true,"stream_options":{"include_usage":true},
 		"temperature":0.1,"top_p":0.2,"max_tokens":3,"max_completion_tokens":4,"stop":"x","seed":5,"n":1,
-		"response_format":{"type":"json_object"},"reasoning_effort":"low","tool_choice":"required"}`
+		"response_format":{"type":"json_object"},"reasoning_effort":"low","tool_choice":"required",
+		"web_search_options":{"search_context_size":"low"}}`
 	req := mustParse(t, body)
 	if got := req.run.GetOptions().GetExtraJson(); got != nil {
 		t.Errorf("extra_json %s, want none", got)
 	}
-	if len(interpreted) != 15 {
-		t.Errorf("%d interpreted fields; this test sends 15", len(interpreted))
+	if len(interpreted) != 16 {
+		t.Errorf("%d interpreted fields; this test sends 16", len(interpreted))
 	}
 }
 

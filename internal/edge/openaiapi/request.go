@@ -53,6 +53,13 @@ type chatRequest struct {
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	ReasoningEffort     *string         `json:"reasoning_effort"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
+	// WebSearchOptions asks for OpenAI's hosted web search: dropped (or
+	// refused), as a hosted tool is.
+	WebSearchOptions json.RawMessage `json:"web_search_options"`
+	// Read for the session key, and passed on.
+	PromptCacheKey   string `json:"prompt_cache_key"`
+	User             string `json:"user"`
+	SafetyIdentifier string `json:"safety_identifier"`
 }
 
 type streamOptions struct {
@@ -77,6 +84,8 @@ type contentPart struct {
 	} `json:"image_url"`
 }
 
+// toolCall is a tool call of an assistant message: a function's, or a
+// custom tool's.
 type toolCall struct {
 	ID       string `json:"id"`
 	Type     string `json:"type"`
@@ -84,8 +93,14 @@ type toolCall struct {
 		Name      string `json:"name"`
 		Arguments string `json:"arguments"`
 	} `json:"function"`
+	Custom *struct {
+		Name  string `json:"name"`
+		Input string `json:"input"`
+	} `json:"custom"`
 }
 
+// tool is a tool of a chat request: a function, or a custom tool (offered
+// as a function of one string, tools.go).
 type tool struct {
 	Type     string `json:"type"`
 	Function *struct {
@@ -93,6 +108,11 @@ type tool struct {
 		Description string          `json:"description"`
 		Parameters  json.RawMessage `json:"parameters"`
 	} `json:"function"`
+	Custom *struct {
+		Name        string        `json:"name"`
+		Description string        `json:"description"`
+		Format      *customFormat `json:"format"`
+	} `json:"custom"`
 }
 
 type responseFormat struct {
@@ -109,6 +129,13 @@ type parsedChat struct {
 	stream       bool
 	includeUsage bool
 	run          *wirepb.RunRequest
+	// tools map the model's calls back to the tools the client declared.
+	tools *toolset
+	// hosted are the hosted tools the request asked for (web search),
+	// which it runs without (or is refused for).
+	hosted []string
+	// session is the conversation's key, without the headers' (sessionKey).
+	promptCacheKey, user, safetyIdentifier string
 }
 
 // peekChat reads the model of a request's body (every endpoint of this
@@ -138,19 +165,25 @@ func parseChat(body []byte) (*parsedChat, *frontend.Failure) {
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, jsonError(err)
 	}
-	run, e := req.toRun()
+	run, tools, e := req.toRun()
 	if e != nil {
 		return nil, e
 	}
 	if run.Options.ExtraJson, e = extraFields(body); e != nil {
 		return nil, e
 	}
-	return &parsedChat{
-		model:        req.Model,
-		stream:       req.Stream,
-		includeUsage: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
-		run:          run,
-	}, nil
+	p := &parsedChat{
+		model:          req.Model,
+		stream:         req.Stream,
+		includeUsage:   req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+		run:            run,
+		tools:          tools,
+		promptCacheKey: req.PromptCacheKey, user: req.User, safetyIdentifier: req.SafetyIdentifier,
+	}
+	if given(req.WebSearchOptions) {
+		p.hosted = []string{"web_search"}
+	}
+	return p, nil
 }
 
 // jsonError maps a decoding error to a 400 naming what it can.
@@ -195,47 +228,93 @@ func (l *partList) UnmarshalJSON(b []byte) (err error) {
 	return err
 }
 
-// toRun validates req and converts it to a run request.
-func (req *chatRequest) toRun() (*wirepb.RunRequest, *frontend.Failure) {
+// toRun validates req and converts it to a run request, with its tools.
+func (req *chatRequest) toRun() (*wirepb.RunRequest, *toolset, *frontend.Failure) {
 	if req.Model == "" {
-		return nil, invalid("model", "You must provide a model parameter.")
+		return nil, nil, invalid("model", "You must provide a model parameter.")
 	}
 	if len(req.Messages) == 0 {
-		return nil, invalid("messages", "[] is too short - 'messages'")
+		return nil, nil, invalid("messages", "[] is too short - 'messages'")
 	}
 	if req.N != nil && *req.N != 1 {
-		return nil, invalid("n", "Only n=1 is supported.")
+		return nil, nil, invalid("n", "Only n=1 is supported.")
 	}
-	run := &wirepb.RunRequest{Options: &wirepb.RunOptions{}}
+	tools, e := req.toolset()
+	if e != nil {
+		return nil, nil, e
+	}
+	run := &wirepb.RunRequest{Options: &wirepb.RunOptions{}, Tools: tools.tools()}
 	for i := range req.Messages {
-		m, e := req.Messages[i].toWire(fmt.Sprintf("messages[%d]", i))
+		m, e := req.Messages[i].toWire(fmt.Sprintf("messages[%d]", i), tools)
 		if e != nil {
-			return nil, e
+			return nil, nil, e
 		}
 		run.Messages = append(run.Messages, m)
 	}
+	if e := req.options(run.Options); e != nil {
+		return nil, nil, e
+	}
+	if run.Options.ToolChoice, e = chatToolChoice(req.ToolChoice, tools); e != nil {
+		return nil, nil, e
+	}
+	return run, tools, nil
+}
+
+// toolset is the request's tools as the model sees them: functions as
+// they are, custom tools as functions of one string (tools.go).
+func (req *chatRequest) toolset() (*toolset, *frontend.Failure) {
+	if len(req.Tools) == 0 {
+		return nil, nil
+	}
+	decls := make([]toolDecl, 0, len(req.Tools))
 	for i, t := range req.Tools {
 		param := fmt.Sprintf("tools[%d]", i)
-		if t.Type != "function" {
-			return nil, invalid(param+".type", "Unsupported tool type %q: only \"function\" tools are supported.", t.Type)
+		var d toolDecl
+		switch t.Type {
+		case "function":
+			if t.Function == nil || t.Function.Name == "" {
+				return nil, invalid(param+".function.name", "A function tool needs a name.")
+			}
+			d = toolDecl{declaredTool: declaredTool{kind: toolFunction, name: t.Function.Name}, description: t.Function.Description}
+			if given(t.Function.Parameters) {
+				d.parameters = t.Function.Parameters
+			}
+		case "custom":
+			if t.Custom == nil || t.Custom.Name == "" {
+				return nil, invalid(param+".custom.name", "A custom tool needs a name.")
+			}
+			d = toolDecl{declaredTool: declaredTool{kind: toolCustom, name: t.Custom.Name},
+				description: customDescription(t.Custom.Description, t.Custom.Format), parameters: customParameters}
+		default:
+			return nil, invalid(param+".type", "Unsupported tool type %q: expected \"function\" or \"custom\".", t.Type)
 		}
-		if t.Function == nil || t.Function.Name == "" {
-			return nil, invalid(param+".function.name", "A function tool needs a name.")
-		}
-		wt := &wirepb.Tool{Name: t.Function.Name, Description: t.Function.Description}
-		if p := t.Function.Parameters; len(p) > 0 && !bytes.Equal(p, []byte("null")) {
-			wt.ParametersJson = p
-		}
-		run.Tools = append(run.Tools, wt)
+		d.exact = true
+		decls = append(decls, d)
 	}
-	if e := req.options(run.Options); e != nil {
-		return nil, e
+	return newToolset(decls), nil
+}
+
+// chatToolChoice is toolChoice, with a custom tool's choice
+// ({"type":"custom","custom":{"name":N}}) as the choice of the function the
+// model sees for it.
+func chatToolChoice(raw json.RawMessage, tools *toolset) (string, *frontend.Failure) {
+	var custom struct {
+		Type   string `json:"type"`
+		Custom *struct {
+			Name string `json:"name"`
+		} `json:"custom"`
 	}
-	var e *frontend.Failure
-	if run.Options.ToolChoice, e = toolChoice(req.ToolChoice, run.Tools); e != nil {
-		return nil, e
+	if c := bytes.TrimSpace(raw); len(c) == 0 || c[0] != '{' || json.Unmarshal(c, &custom) != nil || custom.Type != "custom" {
+		return toolChoice(raw, tools.tools())
 	}
-	return run, nil
+	if custom.Custom == nil || custom.Custom.Name == "" {
+		return "", invalid("tool_choice", "A custom tool_choice needs the custom tool's name.")
+	}
+	flat := tools.chosen(toolCustom, "", custom.Custom.Name)
+	if flat == "" {
+		return "", invalid("tool_choice", "tool_choice names the custom tool %q, which is not among tools.", custom.Custom.Name)
+	}
+	return "function:" + flat, nil
 }
 
 // toolChoice converts OpenAI's tool_choice to the wire's (see RunOptions
@@ -319,9 +398,10 @@ func (req *chatRequest) options(o *wirepb.RunOptions) *frontend.Failure {
 		o.MaxTokens = f.v // max_completion_tokens, the newer name, wins
 	}
 	o.Seed = req.Seed
-	if re := req.ReasoningEffort; re != nil && *re != "" {
-		think := *re != "none" // low, medium, high: the Node's adapter only knows on or off
-		o.Think = &think
+	if re := req.ReasoningEffort; re != nil {
+		if e := reasoningEffort(o, "reasoning_effort", *re); e != nil {
+			return e
+		}
 	}
 	if s := req.Stop; len(s) > 0 && !bytes.Equal(s, []byte("null")) {
 		var one string
@@ -348,8 +428,9 @@ func (req *chatRequest) options(o *wirepb.RunOptions) *frontend.Failure {
 	return nil
 }
 
-// toWire validates one message; param is its path ("messages[2]").
-func (m *message) toWire(param string) (*wirepb.ChatMessage, *frontend.Failure) {
+// toWire validates one message; param is its path ("messages[2]"). Its
+// tool calls name the functions the model sees (tools).
+func (m *message) toWire(param string, tools *toolset) (*wirepb.ChatMessage, *frontend.Failure) {
 	wm := &wirepb.ChatMessage{Role: m.Role, Name: m.Name, ToolCallId: m.ToolCallID, Reasoning: m.ReasoningContent}
 	switch m.Role {
 	case "system", "user", "assistant":
@@ -370,15 +451,19 @@ func (m *message) toWire(param string) (*wirepb.ChatMessage, *frontend.Failure) 
 	}
 	for i, tc := range m.ToolCalls {
 		p := fmt.Sprintf("%s.tool_calls[%d]", param, i)
-		if tc.Type != "" && tc.Type != "function" {
+		call := &wirepb.ToolCall{Index: int32(i), Id: tc.ID, Name: tc.Function.Name, ArgumentsJson: []byte(tc.Function.Arguments)}
+		switch {
+		case tc.Type == "custom" || tc.Type == "" && tc.Custom != nil:
+			if tc.Custom == nil || tc.Custom.Name == "" {
+				return nil, invalid(p+".custom.name", "A custom tool call needs the custom tool's name.")
+			}
+			call.Name, call.ArgumentsJson = tools.flatName(toolCustom, "", tc.Custom.Name), customArguments(tc.Custom.Input)
+		case tc.Type != "" && tc.Type != "function":
 			return nil, invalid(p+".type", "Unsupported tool call type %q.", tc.Type)
-		}
-		if tc.Function.Name == "" {
+		case tc.Function.Name == "":
 			return nil, invalid(p+".function.name", "A tool call needs a function name.")
 		}
-		wm.ToolCalls = append(wm.ToolCalls, &wirepb.ToolCall{
-			Index: int32(i), Id: tc.ID, Name: tc.Function.Name, ArgumentsJson: []byte(tc.Function.Arguments),
-		})
+		wm.ToolCalls = append(wm.ToolCalls, call)
 	}
 	return wm, nil
 }

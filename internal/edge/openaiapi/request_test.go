@@ -69,7 +69,7 @@ func TestRequestBecomesRunRequest(t *testing.T) {
 			Tools: []*wirepb.Tool{{Name: "get_weather", Description: "weather now",
 				ParametersJson: []byte(`{"type":"object","properties":{"city":{"type":"string"}}}`)}},
 			Options: &wirepb.RunOptions{Temperature: f(0.2), TopP: f(0.9), MaxTokens: i(20),
-				Stop: []string{"END", "STOP"}, Seed: i(7), Format: []byte("json"), Think: b(true), ToolChoice: "auto",
+				Stop: []string{"END", "STOP"}, Seed: i(7), Format: []byte("json"), Think: b(true), ReasoningEffort: "low", ToolChoice: "auto",
 				// P2: what the Edge does not interpret travels with the run.
 				ExtraJson: []byte(`{"logit_bias":{"50256":-100},"parallel_tool_calls":false,"user":"u-1"}`)},
 		}},
@@ -79,7 +79,8 @@ func TestRequestBecomesRunRequest(t *testing.T) {
 			"stop":"END","max_tokens":5,"reasoning_effort":"none",
 			"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}}`,
 			&wirepb.RunRequest{Messages: []*wirepb.ChatMessage{{Role: "user", Content: "hi"}},
-				Options: &wirepb.RunOptions{Stop: []string{"END"}, MaxTokens: i(5), Think: b(false), Format: []byte(`{"type":"object"}`)}}},
+				Options: &wirepb.RunOptions{Stop: []string{"END"}, MaxTokens: i(5), Think: b(false), ReasoningEffort: "none",
+					Format: []byte(`{"type":"object"}`)}}},
 		{"text response format and nulls", `{"model":"m1","messages":[{"role":"user","content":"hi"}],
 			"stop":null,"response_format":{"type":"text"},"temperature":null,"tools":[]}`,
 			&wirepb.RunRequest{Messages: []*wirepb.ChatMessage{{Role: "user", Content: "hi"}}, Options: &wirepb.RunOptions{}}},

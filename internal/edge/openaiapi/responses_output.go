@@ -75,7 +75,7 @@ type (
 		Temperature       *float64          `json:"temperature"`
 		Text              textEcho          `json:"text"`
 		ToolChoice        any               `json:"tool_choice"`
-		Tools             []toolEcho        `json:"tools"`
+		Tools             []any             `json:"tools"`
 		TopP              *float64          `json:"top_p"`
 	}
 	reasoningEcho struct {
@@ -141,7 +141,18 @@ type (
 		Status    string `json:"status"`
 		CallID    string `json:"call_id"`
 		Name      string `json:"name"`
+		Namespace string `json:"namespace,omitempty"`
 		Arguments string `json:"arguments"`
+	}
+	// customToolCallItem is a call of a custom tool: OpenAI's has no
+	// status.
+	customToolCallItem struct {
+		Type      string `json:"type"`
+		ID        string `json:"id"`
+		CallID    string `json:"call_id"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace,omitempty"`
+		Input     string `json:"input"`
 	}
 
 	// respEvent is every streamed event but error: each type uses some
@@ -159,6 +170,7 @@ type (
 		Text           *string         `json:"text,omitempty"`
 		Name           string          `json:"name,omitempty"`
 		Arguments      *string         `json:"arguments,omitempty"`
+		Input          *string         `json:"input,omitempty"`
 		Logprobs       json.RawMessage `json:"logprobs,omitempty"` // noLogprobs on text events
 	}
 	// respErrorEvent is the in-stream error.
@@ -175,13 +187,13 @@ type (
 // noLogprobs is the logprobs of a text event: none, as an empty list.
 var noLogprobs = json.RawMessage("[]")
 
-// echo is what the response repeats of req, whose run is run.
-func (req *responsesRequest) echo(run *wirepb.RunRequest) responseEcho {
+// echo is what the response repeats of req.
+func (req *responsesRequest) echo() responseEcho {
 	e := responseEcho{
 		Instructions: req.Instructions, MaxOutputTokens: req.MaxOutputTokens, Metadata: req.Metadata,
 		ParallelToolCalls: req.ParallelToolCalls == nil || *req.ParallelToolCalls,
 		Temperature:       req.Temperature, TopP: req.TopP, ToolChoice: "auto",
-		Text: textEcho{Format: respTextFormat{Type: "text"}}, Tools: []toolEcho{},
+		Text: textEcho{Format: respTextFormat{Type: "text"}}, Tools: echoTools(req.Tools),
 	}
 	if e.Metadata == nil {
 		e.Metadata = map[string]string{}
@@ -192,21 +204,10 @@ func (req *responsesRequest) echo(run *wirepb.RunRequest) responseEcho {
 	if t := req.Text; t != nil && t.Format != nil && t.Format.Type != "" {
 		e.Text.Format = *t.Format
 	}
-	for i, t := range run.GetTools() {
-		te := toolEcho{Type: "function", Name: t.Name, Parameters: t.ParametersJson}
-		if d := req.Tools[i].Description; d != "" {
-			te.Description = &d
-		}
-		if s := req.Tools[i].Strict; s != nil {
-			te.Strict = *s
-		}
-		e.Tools = append(e.Tools, te)
-	}
-	switch c := run.GetOptions().GetToolChoice(); {
-	case strings.HasPrefix(c, "function:"):
-		e.ToolChoice = map[string]string{"type": "function", "name": strings.TrimPrefix(c, "function:")}
-	case c != "":
-		e.ToolChoice = c
+	if given(req.ToolChoice) {
+		// As the client wrote it (it was checked): a function's choice
+		// names it as the client does, not by the name the model sees.
+		e.ToolChoice = req.ToolChoice
 	}
 	return e
 }
@@ -216,6 +217,8 @@ const (
 	kindMessage      = "message"
 	kindReasoning    = "reasoning"
 	kindFunctionCall = "function_call"
+	kindCustomCall   = "custom_tool_call"
+	kindBuiltinCall  = "builtin_call" // a client-run built-in's call, of its own type
 )
 
 // outItem is an output item being built.
@@ -226,6 +229,9 @@ type outItem struct {
 	text   strings.Builder // the message's text, the reasoning, or the call's arguments
 	callID string
 	name   string
+	// tool is how the client declared the tool a call calls (nil: a
+	// function of that name): the call answers in its terms.
+	tool   *declaredTool
 	status string // in_progress, then completed or incomplete
 }
 
@@ -249,8 +255,21 @@ func (it *outItem) wire(whole bool) any {
 			r.Content = append(r.Content, reasoningPart{Type: "reasoning_text", Text: text})
 		}
 		return r
+	case kindCustomCall:
+		input := ""
+		if whole {
+			input = customInput([]byte(text))
+		}
+		return customToolCallItem{Type: "custom_tool_call", ID: it.id, CallID: it.callID, Name: it.tool.name,
+			Namespace: it.tool.namespace, Input: input}
+	case kindBuiltinCall:
+		return it.tool.builtin.item(it.id, it.callID, it.status, []byte(text))
 	}
-	return functionCallItem{Type: "function_call", ID: it.id, Status: it.status, CallID: it.callID, Name: it.name, Arguments: text}
+	f := functionCallItem{Type: "function_call", ID: it.id, Status: it.status, CallID: it.callID, Name: it.name, Arguments: text}
+	if it.tool != nil && it.tool.kind == toolFunction {
+		f.Name, f.Namespace = it.tool.name, it.tool.namespace
+	}
+	return f
 }
 
 func newRespOutputText(s string) respOutputText {
@@ -271,11 +290,12 @@ type respOutput struct {
 	items []*outItem
 	open  *outItem           // the open message or reasoning item
 	calls map[int32]*outItem // the function calls, by the run's tool call index
+	tools *toolset           // how the client declared the tools the calls call
 	usage *wirepb.Usage      // the run's last usage event
 }
 
 func newRespOutput(x *frontend.Exchange, resp *frontend.Response, req *parsedResponses) *respOutput {
-	o := &respOutput{resp: resp, stream: req.stream, calls: map[int32]*outItem{}}
+	o := &respOutput{resp: resp, stream: req.stream, calls: map[int32]*outItem{}, tools: req.tools}
 	o.obj = responseObject{Object: "response", CreatedAt: x.Arrived().Unix(), Status: "in_progress", Model: req.model,
 		Output: []any{}, Truncation: "disabled", responseEcho: req.echo}
 	if req.stream {
@@ -338,7 +358,11 @@ func (o *respOutput) delta(kind, s string) bool {
 	return o.emit(ev)
 }
 
-// ToolCall relays a tool call or a fragment of one, by its index.
+// ToolCall relays a tool call or a fragment of one, by its index. A call
+// answers as the client declared its tool (outItem.tool): a function's
+// arguments stream as they come; a custom tool's input and a built-in's
+// action are whole only with the call's last fragment (the model writes
+// them as JSON arguments), so they go out when it closes, at the end.
 func (o *respOutput) ToolCall(tc *wirepb.ToolCall) bool {
 	if tc == nil {
 		return true
@@ -349,16 +373,19 @@ func (o *respOutput) ToolCall(tc *wirepb.ToolCall) bool {
 			return false
 		}
 		it = o.add(kindFunctionCall)
-		it.callID, it.name = tc.GetId(), tc.GetName()
+		it.callID = tc.GetId()
 		if it.callID == "" {
 			it.callID = fmt.Sprintf("call_%s_%d", o.runID, tc.GetIndex())
 		}
+		o.name(it, tc.GetName())
 		o.calls[tc.GetIndex()] = it
 		if !o.opened(it) {
 			return false
 		}
 	}
 	if it.name == "" {
+		// A name after the call opened: its item went out as a
+		// function's, and stays one.
 		it.name = tc.GetName()
 	}
 	args := string(tc.GetArgumentsJson())
@@ -366,7 +393,28 @@ func (o *respOutput) ToolCall(tc *wirepb.ToolCall) bool {
 		return true
 	}
 	it.text.WriteString(args)
+	if it.kind != kindFunctionCall {
+		o.resp.Progress()
+		return true
+	}
 	return o.emit(&respEvent{Type: "response.function_call_arguments.delta", ItemID: it.id, OutputIndex: &it.index, Delta: &args})
+}
+
+// name names a new call item by the function the model called: the kind
+// of item follows how the client declared it.
+func (o *respOutput) name(it *outItem, name string) {
+	it.name = name
+	d := o.tools.declared(name)
+	if d == nil {
+		return
+	}
+	it.tool = d
+	switch d.kind {
+	case toolCustom:
+		it.kind, it.id = kindCustomCall, "ctc"+strings.TrimPrefix(it.id, "fc")
+	case toolBuiltin:
+		it.kind, it.id = kindBuiltinCall, "tc"+strings.TrimPrefix(it.id, "fc")
+	}
 }
 
 // current returns the open item of kind, closing the open item of the
@@ -435,11 +483,23 @@ func (o *respOutput) close(it *outItem, status string) bool {
 	case kindReasoning:
 		done = &respEvent{Type: "response.reasoning_text.done", ItemID: it.id, OutputIndex: &it.index, ContentIndex: new(int),
 			Text: &text}
+	case kindCustomCall:
+		// The input, whole, as one delta and its done.
+		input := customInput([]byte(text))
+		if !o.emit(&respEvent{Type: "response.custom_tool_call_input.delta", ItemID: it.id, OutputIndex: &it.index, Delta: &input}) {
+			return false
+		}
+		done = &respEvent{Type: "response.custom_tool_call_input.done", ItemID: it.id, OutputIndex: &it.index, Input: &input}
+	case kindBuiltinCall: // no event of its own: the item says it all
 	default:
+		name := it.name
+		if it.tool != nil {
+			name = it.tool.name
+		}
 		done = &respEvent{Type: "response.function_call_arguments.done", ItemID: it.id, OutputIndex: &it.index,
-			Name: it.name, Arguments: &text}
+			Name: name, Arguments: &text}
 	}
-	if !o.emit(done) {
+	if done != nil && !o.emit(done) {
 		return false
 	}
 	if part := it.part(true); part != nil {

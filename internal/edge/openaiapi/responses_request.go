@@ -17,34 +17,41 @@ import (
 //
 //	instructions                 a system message, first
 //	input "text"                 one user message
-//	input message items          messages; developer is system; text parts
-//	                             (input_text, output_text, refusal) joined
-//	                             with newlines; input_image as a data URL
-//	reasoning items              the reasoning of the assistant message
-//	                             that follows (content, else summary)
-//	function_call items          tool calls of an assistant message (the
-//	                             calls, text and reasoning of one turn join
-//	                             one message, as a chat history has them)
-//	function_call_output items   tool messages answering call_id
-//	tools (type function)        tools; strict is accepted and not enforced
+//	input items                  the conversation (responses_items.go)
+//	tools                        functions, namespaces, custom tools and the
+//	                             client-run built-ins as functions; hosted
+//	                             tools dropped or refused (tools.go,
+//	                             responses_tools.go); strict is accepted and
+//	                             not enforced
 //	tool_choice                  as chat's; {"type":"function","name":N}
-//	max_output_tokens, temperature, top_p, text.format, reasoning.effort
-//	                             the run's options (effort none: think off;
-//	                             any other effort: think on)
+//	                             (a namespace's member by its inner name, or
+//	                             with "namespace"), {"type":"custom","name":N},
+//	                             {"type":"shell"}, {"type":"apply_patch"}
+//	max_output_tokens, temperature, top_p, text.format
+//	                             the run's options; json_schema's schema is
+//	                             the run's format (its name and strict have
+//	                             no place on the wire, and are echoed only)
+//	reasoning.effort             the run's reasoning effort (effort.go)
+//	text.verbosity               "verbosity" in extra_json, chat's name for it
+//	prompt_cache_key             the session key (session.go), and passed on
 //
 // The Edge keeps no conversation state (SPEC S6: no durable conversation
 // state), so what would need it is refused with a 400 naming the field:
-// store true, previous_response_id, conversation, background true, a stored
-// prompt, item_reference items and input files. store absent or false is
-// accepted, and every response says "store": false. A client keeps the
-// conversation in input, as it does with store false at OpenAI.
+// previous_response_id, conversation, background true, a stored prompt,
+// item_reference items and input files. store is accepted, true or false,
+// and every response says "store": false, which is what happened: nothing
+// is stored, so a later read of the response by its id finds nothing. A
+// client keeps the conversation in input, as it does with store false at
+// OpenAI.
 //
-// Built-in tools (web_search, file_search, computer use, ...) run at
-// OpenAI, not on a model server: they are refused with a 400.
-// parallel_tool_calls, include, truncation, max_tool_calls, top_logprobs
-// and stream_options are read and not acted on; metadata is echoed. Every
-// other top-level field passes through to the provider (extra_json), as
-// chat's do.
+// parallel_tool_calls, include (no encrypted reasoning is ever returned),
+// reasoning.summary, reasoning.generate_summary, truncation,
+// max_tool_calls, top_logprobs, stream_options and client_metadata (Codex's
+// telemetry for OpenAI) are read and not acted on; context_management
+// (OpenAI's compaction) is dropped: the client's context is what it sends;
+// metadata is echoed. Every other top-level field passes through to the
+// provider (extra_json), as chat's do: user, safety_identifier,
+// service_tier, prompt_cache_key, prompt_cache_retention...
 
 // responsesInterpreted are the top-level fields of a Responses request the
 // Edge reads or deliberately drops; every other field passes through
@@ -53,7 +60,7 @@ var responsesInterpreted = [...]string{
 	"model", "input", "instructions", "tools", "tool_choice", "max_output_tokens", "temperature", "top_p",
 	"reasoning", "text", "stream", "stream_options", "parallel_tool_calls", "metadata", "store",
 	"previous_response_id", "background", "conversation", "prompt", "include", "truncation",
-	"max_tool_calls", "top_logprobs",
+	"max_tool_calls", "top_logprobs", "client_metadata", "context_management",
 }
 
 // MaxMetadataPairs bounds a request's metadata, as OpenAI does; it is
@@ -75,11 +82,14 @@ type responsesRequest struct {
 	Stream             bool                `json:"stream"`
 	ParallelToolCalls  *bool               `json:"parallel_tool_calls"`
 	Metadata           map[string]string   `json:"metadata"`
-	Store              *bool               `json:"store"`
 	PreviousResponseID *string             `json:"previous_response_id"`
 	Background         *bool               `json:"background"`
 	Conversation       json.RawMessage     `json:"conversation"`
 	Prompt             json.RawMessage     `json:"prompt"`
+	// Read for the session key, and passed on.
+	PromptCacheKey   string `json:"prompt_cache_key"`
+	User             string `json:"user"`
+	SafetyIdentifier string `json:"safety_identifier"`
 }
 
 type respReasoningParam struct {
@@ -88,7 +98,8 @@ type respReasoningParam struct {
 }
 
 type respTextParam struct {
-	Format *respTextFormat `json:"format"`
+	Format    *respTextFormat `json:"format"`
+	Verbosity *string         `json:"verbosity"`
 }
 
 // respTextFormat is text.format: {"type":"text"}, {"type":"json_object"} or
@@ -99,37 +110,6 @@ type respTextFormat struct {
 	Description string          `json:"description,omitempty"`
 	Schema      json.RawMessage `json:"schema,omitempty"`
 	Strict      *bool           `json:"strict,omitempty"`
-}
-
-// respItem is one item of input; which fields count depends on Type.
-type respItem struct {
-	Type      string          `json:"type"`
-	Role      string          `json:"role"`
-	Content   json.RawMessage `json:"content"` // message: a string or parts; reasoning: parts
-	Summary   respPartList    `json:"summary"` // reasoning
-	CallID    string          `json:"call_id"`
-	Name      string          `json:"name"`
-	Arguments string          `json:"arguments"`
-	Output    json.RawMessage `json:"output"` // function_call_output: a string or parts
-}
-
-// respPart is a content part of an input item: input_text, output_text,
-// refusal, input_image, reasoning_text, summary_text, input_file.
-type respPart struct {
-	Type     string `json:"type"`
-	Text     string `json:"text"`
-	Refusal  string `json:"refusal"`
-	ImageURL string `json:"image_url"`
-	FileID   string `json:"file_id"`
-}
-
-// respTool is a tool of a Responses request: flat, unlike chat's.
-type respTool struct {
-	Type        string          `json:"type"`
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
-	Strict      *bool           `json:"strict"`
 }
 
 // Bounded lists, as chat's (frontdoor.DecodeList).
@@ -171,12 +151,26 @@ type parsedResponses struct {
 	stream bool
 	run    *wirepb.RunRequest
 	echo   responseEcho
+	// tools map the model's calls back to the tools the client declared.
+	tools *toolset
+	// hosted are the hosted tool types the request declared, which it
+	// runs without (or is refused for).
+	hosted []string
+	// session is the conversation's key, without the headers' (sessionKey).
+	promptCacheKey, user, safetyIdentifier string
 }
 
 // parseResponses decodes and validates a Responses request's body within
 // the bounds chat's has (MaxMessages input items, MaxContentParts parts,
-// MaxTools tools): 400 naming the param at fault.
+// MaxTools tools, a namespace's included): 400 naming the param at fault.
 func parseResponses(body []byte) (*parsedResponses, *frontend.Failure) {
+	return parseResponsesFor(body, false)
+}
+
+// parseResponsesFor is parseResponses; count says the request is one to
+// count the tokens of (POST /v1/responses/input_tokens), whose input may
+// be absent.
+func parseResponsesFor(body []byte, count bool) (*parsedResponses, *frontend.Failure) {
 	var req responsesRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		// encoding/json prefixes the field of an error that a list's
@@ -189,69 +183,64 @@ func parseResponses(body []byte) (*parsedResponses, *frontend.Failure) {
 		}
 		return nil, jsonError(err)
 	}
-	run, e := req.toRun()
-	if e != nil {
+	p := &parsedResponses{model: req.Model, stream: req.Stream && !count,
+		promptCacheKey: req.PromptCacheKey, user: req.User, safetyIdentifier: req.SafetyIdentifier}
+	var e *frontend.Failure
+	if p.run, p.tools, p.hosted, e = req.toRun(count); e != nil {
 		return nil, e
 	}
-	if run.Options.ExtraJson, e = extraFieldsExcept(body, responsesInterpreted[:]); e != nil {
+	var mapped map[string][]byte
+	if t := req.Text; t != nil && t.Verbosity != nil && *t.Verbosity != "" {
+		v, _ := json.Marshal(*t.Verbosity) // a string always marshals
+		mapped = map[string][]byte{"verbosity": v}
+	}
+	if p.run.Options.ExtraJson, e = extraFieldsWith(body, responsesInterpreted[:], mapped); e != nil {
 		return nil, e
 	}
-	return &parsedResponses{model: req.Model, stream: req.Stream, run: run, echo: req.echo(run)}, nil
+	p.echo = req.echo()
+	return p, nil
 }
 
-// toRun validates req and converts it to a run request.
-func (req *responsesRequest) toRun() (*wirepb.RunRequest, *frontend.Failure) {
+// toRun validates req and converts it to a run request, with its tools
+// and the hosted tool types it declared.
+func (req *responsesRequest) toRun(count bool) (*wirepb.RunRequest, *toolset, []string, *frontend.Failure) {
 	if req.Model == "" {
-		return nil, invalid("model", "You must provide a model parameter.")
+		return nil, nil, nil, invalid("model", "You must provide a model parameter.")
 	}
 	if e := req.stateless(); e != nil {
-		return nil, e
+		return nil, nil, nil, e
 	}
-	if len(req.Input) == 0 {
-		return nil, invalid("input", "You must provide input: a string or a list of items.")
+	if len(req.Input) == 0 && !count {
+		return nil, nil, nil, invalid("input", "You must provide input: a string or a list of items.")
 	}
-	run := &wirepb.RunRequest{Options: &wirepb.RunOptions{}}
-	var b historyBuilder
+	tools, hosted, e := respTools(req.Tools)
+	if e != nil {
+		return nil, nil, nil, e
+	}
+	run := &wirepb.RunRequest{Options: &wirepb.RunOptions{}, Tools: tools.tools()}
+	b := historyBuilder{tools: tools}
 	if req.Instructions != nil && *req.Instructions != "" {
 		b.add(&wirepb.ChatMessage{Role: "system", Content: *req.Instructions})
 	}
 	for i := range req.Input {
 		if e := b.item(&req.Input[i], fmt.Sprintf("input[%d]", i)); e != nil {
-			return nil, e
+			return nil, nil, nil, e
 		}
 	}
 	run.Messages = b.msgs
-	for i, t := range req.Tools {
-		param := fmt.Sprintf("tools[%d]", i)
-		if t.Type != "function" {
-			return nil, invalid(param+".type", "Unsupported tool type %q: the Edge serves only \"function\" tools; "+
-				"built-in tools such as web_search or file_search run at OpenAI, not on a model server.", t.Type)
-		}
-		if t.Name == "" {
-			return nil, invalid(param+".name", "A function tool needs a name.")
-		}
-		wt := &wirepb.Tool{Name: t.Name, Description: t.Description}
-		if p := t.Parameters; len(p) > 0 && !bytes.Equal(p, []byte("null")) {
-			wt.ParametersJson = p
-		}
-		run.Tools = append(run.Tools, wt)
-	}
 	if e := req.options(run.Options); e != nil {
-		return nil, e
+		return nil, nil, nil, e
 	}
-	var e *frontend.Failure
-	if run.Options.ToolChoice, e = respToolChoice(req.ToolChoice, run.Tools); e != nil {
-		return nil, e
+	if run.Options.ToolChoice, e = respToolChoice(req.ToolChoice, tools); e != nil {
+		return nil, nil, nil, e
 	}
-	return run, nil
+	return run, tools, hosted, nil
 }
 
 // stateless refuses what needs conversation state the Edge does not keep.
 func (req *responsesRequest) stateless() *frontend.Failure {
-	const why = " The Edge keeps no conversation state: send the whole conversation in input (and store false)."
+	const why = " The Edge keeps no conversation state: send the whole conversation in input."
 	switch {
-	case req.Store != nil && *req.Store:
-		return invalid("store", "store true is not supported: responses are not stored."+why)
 	case req.PreviousResponseID != nil && *req.PreviousResponseID != "":
 		return invalid("previous_response_id", "previous_response_id is not supported: no response is stored."+why)
 	case given(req.Conversation):
@@ -291,9 +280,10 @@ func (req *responsesRequest) options(o *wirepb.RunOptions) *frontend.Failure {
 		}
 		o.MaxTokens = m
 	}
-	if r := req.Reasoning; r != nil && r.Effort != nil && *r.Effort != "" {
-		think := *r.Effort != "none" // the Node's adapters know only on or off
-		o.Think = &think
+	if r := req.Reasoning; r != nil && r.Effort != nil {
+		if e := reasoningEffort(o, "reasoning.effort", *r.Effort); e != nil {
+			return e
+		}
 	}
 	if req.Text == nil || req.Text.Format == nil {
 		return nil
@@ -314,203 +304,44 @@ func (req *responsesRequest) options(o *wirepb.RunOptions) *frontend.Failure {
 }
 
 // respToolChoice converts a Responses tool_choice to the wire's: the
-// strings as chat's, and {"type":"function","name":N} as chat's named form
-// (toolChoice checks both against tools). allowed_tools and the built-in
+// strings as chat's; {"type":"function","name":N} (and "namespace", if
+// given), {"type":"custom","name":N} and a client-run built-in's
+// {"type":"shell"} as the function the model sees for it (toolChoice
+// checks them against the run's tools). allowed_tools and the hosted
 // tools' choices are refused.
-func respToolChoice(raw json.RawMessage, tools []*wirepb.Tool) (string, *frontend.Failure) {
+func respToolChoice(raw json.RawMessage, tools *toolset) (string, *frontend.Failure) {
 	c := bytes.TrimSpace(raw)
 	if len(c) == 0 || c[0] != '{' {
-		return toolChoice(c, tools)
+		return toolChoice(c, tools.tools())
 	}
 	var named struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
+		Type      string `json:"type"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
 	}
-	if err := json.Unmarshal(c, &named); err != nil || named.Type != "function" {
-		return toolChoice(c, tools) // refuses it, naming what it is
+	if err := json.Unmarshal(c, &named); err != nil {
+		return toolChoice(c, tools.tools()) // refuses it, naming what it is
 	}
-	chatForm, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": named.Name}})
-	return toolChoice(chatForm, tools)
-}
-
-// historyBuilder turns input items into chat messages. The items of one
-// assistant turn (reasoning, then text, then function calls, as a response's
-// output lists them) join one assistant message; anything else starts a
-// new message.
-type historyBuilder struct {
-	msgs []*wirepb.ChatMessage
-}
-
-func (b *historyBuilder) add(m *wirepb.ChatMessage) { b.msgs = append(b.msgs, m) }
-
-// assistant returns the assistant message the next part of a turn joins:
-// the last message if it is an assistant message that fits (fits says
-// whether it does), else a new one.
-func (b *historyBuilder) assistant(fits func(*wirepb.ChatMessage) bool) *wirepb.ChatMessage {
-	if n := len(b.msgs); n > 0 && b.msgs[n-1].Role == "assistant" && fits(b.msgs[n-1]) {
-		return b.msgs[n-1]
-	}
-	m := &wirepb.ChatMessage{Role: "assistant"}
-	b.add(m)
-	return m
-}
-
-// item adds one input item; param is its path ("input[3]").
-func (b *historyBuilder) item(it *respItem, param string) *frontend.Failure {
-	kind := it.Type
-	if kind == "" && it.Role != "" {
-		kind = "message" // EasyInputMessage: type is optional
-	}
-	switch kind {
-	case "message":
-		return b.message(it, param)
-	case "reasoning":
-		text, e := reasoningText(it, param)
-		if e != nil {
-			return e
+	name := named.Name
+	switch b := builtinTools[named.Type]; {
+	case named.Type == "function":
+		if flat := tools.chosen(toolFunction, named.Namespace, name); flat != "" {
+			name = flat
 		}
-		if text == "" { // an encrypted_content only item: nothing a local model can read
-			return nil
+	case named.Type == "custom":
+		if flat := tools.chosen(toolCustom, named.Namespace, name); flat != "" {
+			name = flat
+		} else if name != "" {
+			return "", invalid("tool_choice", "tool_choice names the custom tool %q, which is not among tools.", name)
 		}
-		m := b.assistant(func(m *wirepb.ChatMessage) bool { return m.Content == "" && len(m.ToolCalls) == 0 })
-		m.Reasoning = joinNonEmpty(m.Reasoning, text)
-		return nil
-	case "function_call":
-		if it.CallID == "" {
-			return invalid(param+".call_id", "A function_call item needs a call_id.")
+	case b != nil:
+		name = tools.chosen(toolBuiltin, "", b.typ)
+		if name == "" {
+			return "", invalid("tool_choice", "tool_choice names the %s tool, which is not among tools.", b.typ)
 		}
-		if it.Name == "" {
-			return invalid(param+".name", "A function_call item needs a name.")
-		}
-		if len(b.msgs) > 0 && len(b.msgs[len(b.msgs)-1].ToolCalls) == MaxToolCalls {
-			return invalid(param, "Too many function calls in one turn: at most %d are accepted.", MaxToolCalls)
-		}
-		m := b.assistant(func(*wirepb.ChatMessage) bool { return true })
-		m.ToolCalls = append(m.ToolCalls, &wirepb.ToolCall{Index: int32(len(m.ToolCalls)), Id: it.CallID, Name: it.Name,
-			ArgumentsJson: []byte(it.Arguments)})
-		return nil
-	case "function_call_output":
-		if it.CallID == "" {
-			return invalid(param+".call_id", "A function_call_output item needs the call_id it answers.")
-		}
-		m := &wirepb.ChatMessage{Role: "tool", ToolCallId: it.CallID, Name: it.Name}
-		if e := partsInto(m, it.Output, param+".output"); e != nil {
-			return e
-		}
-		b.add(m)
-		return nil
-	case "item_reference":
-		return invalid(param+".type", "item_reference items are not supported: the Edge keeps no stored items; send the item itself.")
-	case "":
-		return invalid(param+".type", "An input item needs a type (or a role, for a message).")
-	}
-	return invalid(param+".type", "Unsupported input item type %q: expected message, reasoning, function_call or function_call_output.", kind)
-}
-
-// message adds a message item.
-func (b *historyBuilder) message(it *respItem, param string) *frontend.Failure {
-	m := &wirepb.ChatMessage{Role: it.Role}
-	switch it.Role {
-	case "user", "system":
-	case "developer": // OpenAI's newer name for system
-		m.Role = "system"
-	case "assistant":
 	default:
-		return invalid(param+".role", "Unsupported role %q: expected user, system, developer or assistant.", it.Role)
+		return toolChoice(c, tools.tools()) // refuses it, naming what it is
 	}
-	if !given(it.Content) {
-		return invalid(param+".content", "A message item needs content.")
-	}
-	if e := partsInto(m, it.Content, param+".content"); e != nil {
-		return e
-	}
-	if m.Role != "assistant" {
-		b.add(m)
-		return nil
-	}
-	if len(m.Images) > 0 {
-		return invalid(param+".content", "An assistant message cannot hold images.")
-	}
-	// The text of a turn whose reasoning came first joins its message.
-	a := b.assistant(func(a *wirepb.ChatMessage) bool { return a.Content == "" && len(a.ToolCalls) == 0 })
-	a.Content = m.Content
-	return nil
-}
-
-// partsInto sets m's content (and images) from raw: a string, or a list of
-// parts. Text parts are joined with newlines; images must be data URLs,
-// since the Node may not reach the client's network.
-func partsInto(m *wirepb.ChatMessage, raw json.RawMessage, param string) *frontend.Failure {
-	c := bytes.TrimSpace(raw)
-	if len(c) > 0 && c[0] == '"' {
-		if err := json.Unmarshal(c, &m.Content); err != nil {
-			return invalid(param, "%s is not a valid string.", param)
-		}
-		return nil
-	}
-	if !given(c) {
-		return nil
-	}
-	var parts respPartList
-	if err := json.Unmarshal(c, &parts); err != nil {
-		var le *frontdoor.ListTooLong
-		if errors.As(err, &le) {
-			return invalid(param, "Too many content parts: at most %d are accepted.", le.Max)
-		}
-		return invalid(param, "%s must be a string or a list of content parts.", param)
-	}
-	var texts []string
-	for j, p := range parts {
-		pp := fmt.Sprintf("%s[%d]", param, j)
-		switch p.Type {
-		case "input_text", "output_text", "text":
-			texts = append(texts, p.Text)
-		case "refusal":
-			texts = append(texts, p.Refusal)
-		case "input_image":
-			if p.ImageURL == "" {
-				return invalid(pp+".image_url", "An input_image needs an image_url (a data URL); file_id is not supported: the Edge keeps no files.")
-			}
-			img, e := decodeDataURL(p.ImageURL, pp+".image_url")
-			if e != nil {
-				return e
-			}
-			m.Images = append(m.Images, img)
-		case "input_file":
-			return invalid(pp+".type", "input_file parts are not supported: send the file's text as input_text.")
-		default:
-			return invalid(pp+".type", "Unsupported content part type %q: expected input_text, output_text or input_image.", p.Type)
-		}
-	}
-	m.Content = strings.Join(texts, "\n")
-	return nil
-}
-
-// reasoningText is the text of a reasoning item: its reasoning_text
-// content, or else its summaries.
-func reasoningText(it *respItem, param string) (string, *frontend.Failure) {
-	var content respPartList
-	if given(it.Content) {
-		if err := json.Unmarshal(it.Content, &content); err != nil {
-			return "", invalid(param+".content", "The content of a reasoning item must be a list of reasoning_text parts.")
-		}
-	}
-	var texts []string
-	for _, p := range content {
-		texts = append(texts, p.Text)
-	}
-	if len(texts) == 0 {
-		for _, p := range it.Summary {
-			texts = append(texts, p.Text)
-		}
-	}
-	return strings.Join(texts, "\n"), nil
-}
-
-// joinNonEmpty joins a and b with a newline, or returns whichever is set.
-func joinNonEmpty(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a + "\n" + b
+	chatForm, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": name}})
+	return toolChoice(chatForm, tools.tools())
 }
