@@ -180,7 +180,7 @@ func (a Agent) Arguments(t Tool, words []string) (json.RawMessage, error) {
 	if len(schema) == 0 || string(schema) == "null" {
 		schema = json.RawMessage(`{"type":"object"}`)
 	}
-	v, err := Generate(schema, Fill{Words: words, Command: a.command(), Shell: a.shell()})
+	v, err := Generate(schema, a.Fill(words))
 	if err != nil {
 		return nil, fmt.Errorf("tool %q: %w", t.Name, err)
 	}
@@ -189,6 +189,12 @@ func (a Agent) Arguments(t Tool, words []string) (json.RawMessage, error) {
 		return nil, fmt.Errorf("tool %q: %w: parameters are not an object", t.Name, ErrSchema)
 	}
 	return args, nil
+}
+
+// Fill is how the agent fills a schema: required parameters only, its
+// command in a command parameter, strings drawn from words.
+func (a Agent) Fill(words []string) Fill {
+	return Fill{Words: words, Command: a.command(), Shell: a.shell()}
 }
 
 func (a Agent) command() string {

@@ -15,6 +15,8 @@ import (
 //	PUT    /_fake/models         add or replace a model (a Model as JSON)
 //	DELETE /_fake/models/{name}  remove a model
 //	PUT    /_fake/mode           {"mode": "up" | "unavailable" | "reset" | "hang"}
+//	PUT    /_fake/prompt-cache   {"prompts": N, "tokens": M}: a new, empty cache of those bounds
+//	DELETE /_fake/prompt-cache   forget every prompt served (the next requests prefill cold)
 const controlPrefix = "/_fake/"
 
 func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
@@ -53,6 +55,20 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodPut && path == "prompt-cache":
+		var bounds struct {
+			Prompts int `json:"prompts"`
+			Tokens  int `json:"tokens"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&bounds); err != nil {
+			writeError(w, http.StatusBadRequest, "fakeollama: body must be {\"prompts\": N, \"tokens\": M}: "+err.Error())
+			return
+		}
+		s.SetPromptCache(bounds.Prompts, bounds.Tokens)
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodDelete && path == "prompt-cache":
+		s.ResetPromptCache()
 		w.WriteHeader(http.StatusNoContent)
 	default:
 		writeError(w, http.StatusNotFound, "fakeollama: no such control endpoint")

@@ -4,7 +4,10 @@
 // for /api/chat, /api/generate, /api/embed (and the legacy
 // /api/embeddings), /api/tags, /api/show, /api/ps and /api/version, and
 // serves models whose behaviour is set by knobs (see Model): answer, pace,
-// prefill, stall, failure, tool calls, thinking.
+// prefill, stall, failure, tool calls, thinking (with levels), structured
+// outputs (format), and a coding agent's turns (Model.Agent). A prompt
+// cache per server makes prefill cost only the tokens a recent prompt did
+// not share (Model.PrefillPerToken), for session-affinity measurements.
 //
 // The server records every request it receives and when each client went
 // away, so tests can check what an adapter sent and that a cancellation
@@ -25,6 +28,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/iop-dev/iop/internal/fakes/fakemodel"
 )
 
 // ServerVersion is what /api/version answers: the Ollama release whose wire
@@ -92,6 +97,7 @@ type Server struct {
 	records []*record
 	nextID  int64
 	changed chan struct{} // closed and replaced when a request is recorded
+	cache   *fakemodel.PromptCache
 
 	handlers sync.WaitGroup // in-flight API requests
 	serving  sync.WaitGroup // Serve goroutines
@@ -115,6 +121,7 @@ func Listen(addr string, models ...Model) (*Server, error) {
 		models:  make(map[string]Model),
 		loaded:  make(map[string]time.Time),
 		changed: make(chan struct{}),
+		cache:   fakemodel.NewPromptCache(0, 0),
 	}
 	for _, m := range models {
 		s.models[baseName(m.Name)] = m
@@ -234,6 +241,33 @@ func (s *Server) RemoveModel(name string) {
 	defer s.mu.Unlock()
 	delete(s.models, baseName(name))
 	delete(s.loaded, baseName(name))
+}
+
+// SetPromptCache replaces the server's prompt cache with an empty one that
+// remembers at most prompts prompts and tokens tokens (0: the defaults,
+// fakemodel.DefaultCachePrompts and DefaultCacheTokens). A real server's
+// cache is as large as its KV memory; a small one shows eviction.
+func (s *Server) SetPromptCache(prompts, tokens int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cache = fakemodel.NewPromptCache(prompts, tokens)
+}
+
+// ResetPromptCache forgets every prompt served: the next requests prefill
+// cold, as after a restart.
+func (s *Server) ResetPromptCache() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cache.Reset()
+}
+
+// serveCache looks prompt up in the prompt cache under model and remembers
+// it; it returns how many of its first tokens were cached.
+func (s *Server) serveCache(model string, prompt fakemodel.Tokens) int {
+	s.mu.Lock()
+	c := s.cache
+	s.mu.Unlock()
+	return c.Serve(baseName(model), prompt)
 }
 
 // Models returns the registered models, sorted by name.

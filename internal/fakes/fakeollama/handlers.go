@@ -289,23 +289,6 @@ func keepAlive(raw json.RawMessage) time.Duration {
 	return d
 }
 
-// think reads a think value: true, false, or a level ("high", "medium",
-// "low") that means true. set is false when the request has none.
-func think(raw json.RawMessage) (on, set bool) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return false, false
-	}
-	var b bool
-	if json.Unmarshal(raw, &b) == nil {
-		return b, true
-	}
-	var level string
-	if json.Unmarshal(raw, &level) == nil && level != "" {
-		return true, true
-	}
-	return false, false
-}
-
 // numPredict reads options.num_predict; 0 means no limit.
 func numPredict(opts map[string]any) int {
 	if v, ok := opts["num_predict"].(float64); ok && v > 0 {

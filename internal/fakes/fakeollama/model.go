@@ -26,11 +26,28 @@ type Model struct {
 	TokenCount int    `json:"token_count,omitempty"` // default 8
 	// Thinking, when set, is streamed as message.thinking before the answer
 	// when the request does not say think:false. A request with think:true
-	// for a model without Thinking is refused with 400, as Ollama does.
+	// (or a level) for a model without Thinking is refused with 400, as
+	// Ollama does.
 	Thinking string `json:"thinking,omitempty"`
+	// ThinkLevels is a model whose template takes think levels, as gpt-oss
+	// in Ollama: "low" streams the first third of Thinking, "medium" (and a
+	// bool, which such a model ignores: it always thinks) two thirds,
+	// "high" and "max" all of it. A model without it takes a level as true.
+	ThinkLevels bool `json:"think_levels,omitempty"`
+	// RefuseThinkLevels answers a level for a model without ThinkLevels
+	// with 400 `think value "high" is not supported for this model`, as
+	// Ollama 0.17.4 to 0.17.6 did (for a model not rendered with the
+	// harmony parser); later releases take it as true.
+	RefuseThinkLevels bool `json:"refuse_think_levels,omitempty"`
 	// ToolCalls are emitted, in one line after the answer's words, when the
-	// request offers tools.
+	// request offers tools (and Agent is not set).
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// Agent, when set, answers as a coding agent's model does: one call to
+	// a tool the request offers for a turn that asks, a quote of the tool's
+	// result for a turn that carries one, the model's own answer without
+	// tools (see fakemodel.Agent). A format constrains the answer to JSON
+	// instead, as Ollama's grammar does: no tool calls then.
+	Agent *Agent `json:"agent,omitempty"`
 	// OmitToolCallIDs leaves out the "id" of tool calls, as Ollama before
 	// 0.12 did.
 	OmitToolCallIDs bool `json:"omit_tool_call_ids,omitempty"`
@@ -42,6 +59,12 @@ type Model struct {
 	PrefillDelay time.Duration `json:"prefill_delay,omitempty"`
 	TokenDelay   time.Duration `json:"token_delay,omitempty"`
 	LoadDelay    time.Duration `json:"load_delay,omitempty"`
+	// PrefillPerToken is added to PrefillDelay for every prompt token the
+	// server's prompt cache does not hold: a chat or generate costs it for
+	// the prompt's tokens past its longest common prefix with a prompt the
+	// server served recently (see Server.SetPromptCache), as a real
+	// server's prefill skips what its KV cache holds.
+	PrefillPerToken time.Duration `json:"prefill_per_token,omitempty"`
 
 	// Stall, when true, stops the stream after StallAfter lines (0: before
 	// the response head) and keeps the connection open, sending nothing,

@@ -36,6 +36,19 @@ type Request struct {
 	Status int `json:"status,omitempty"`
 	// Response is the body the fake wrote, up to 1 MiB.
 	Response []byte `json:"response,omitempty"`
+	// Format is a chat's or generate's format ("json" or a JSON schema),
+	// and Think its think value ("true", "false" or a level), when it has
+	// them.
+	Format json.RawMessage `json:"format,omitempty"`
+	Think  string          `json:"think,omitempty"`
+	// PromptTokens is the prompt's length in the fake's tokens (its
+	// prompt_eval_count), and CachedTokens how many of them, from the
+	// start, the server's prompt cache held; Prefill is the prefill delay
+	// the request waited (PrefillDelay, and PrefillPerToken for every token
+	// not cached). Ollama reports no cached count: only here it shows.
+	PromptTokens int           `json:"prompt_tokens,omitempty"`
+	CachedTokens int           `json:"cached_tokens,omitempty"`
+	Prefill      time.Duration `json:"prefill,omitempty"`
 }
 
 // Decode decodes the request's JSON body into v.
@@ -64,6 +77,13 @@ func (rec *record) snapshot() Request {
 	r := rec.req
 	r.Response = append([]byte(nil), r.Response...)
 	return r
+}
+
+// annotate records what the handler learned of the request.
+func (rec *record) annotate(f func(*Request)) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	f(&rec.req)
 }
 
 // markGone records that the client went away, unless the answer was

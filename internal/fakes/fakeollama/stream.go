@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/iop-dev/iop/internal/fakes/fakemodel"
 )
 
 // item is one line's worth of output: a thinking token, an answer token, or
@@ -20,23 +22,19 @@ type item struct {
 type script struct {
 	items      []item
 	doneReason string
-	prompt     int // prompt_eval_count
+	prompt     int           // prompt_eval_count
+	prefill    time.Duration // before the first line
 }
 
-// scriptFor builds the answer of m: thinking (if on), the answer's tokens,
-// then the tool calls (if the request offered tools). num_predict cuts the
-// tokens short with done_reason "length", as Ollama does.
-func scriptFor(m Model, thinking, tools bool, limit int, prompt int) script {
-	sc := script{doneReason: "stop", prompt: prompt}
-	if m.PromptEvalCount > 0 {
-		sc.prompt = m.PromptEvalCount
+// scriptFor lays out r as lines: thinking, then the content's tokens, then
+// the tool calls in one line. num_predict (limit) cuts the tokens short
+// with done_reason "length", as Ollama does; the calls are then not made.
+func scriptFor(r reply, limit int, prompt int, prefill time.Duration) script {
+	sc := script{doneReason: "stop", prompt: prompt, prefill: prefill}
+	for _, t := range r.thinking {
+		sc.items = append(sc.items, item{thinking: t})
 	}
-	if thinking {
-		for _, t := range m.ThinkingTokens() {
-			sc.items = append(sc.items, item{thinking: t})
-		}
-	}
-	for _, t := range m.Answer() {
+	for _, t := range r.content {
 		sc.items = append(sc.items, item{content: t})
 	}
 	if limit > 0 && len(sc.items) > limit {
@@ -44,19 +42,8 @@ func scriptFor(m Model, thinking, tools bool, limit int, prompt int) script {
 		sc.doneReason = "length"
 		return sc
 	}
-	if tools && len(m.ToolCalls) > 0 {
-		calls := make([]WireCall, len(m.ToolCalls))
-		for i, tc := range m.ToolCalls {
-			args := tc.Arguments
-			if len(args) == 0 {
-				args = json.RawMessage("{}")
-			}
-			calls[i] = WireCall{Function: WireFunction{Index: i, Name: tc.Name, Arguments: args}}
-			if !m.OmitToolCallIDs {
-				calls[i].ID = fmt.Sprintf("call_%s%02d", m.digest()[:6], i)
-			}
-		}
-		sc.items = append(sc.items, item{calls: calls})
+	if len(r.calls) > 0 {
+		sc.items = append(sc.items, item{calls: r.calls})
 	}
 	return sc
 }
@@ -75,7 +62,7 @@ type sink interface {
 // the answer is complete, failed, or the client went away.
 func (s *Server) play(ctx context.Context, m Model, sc script, out sink) {
 	start := time.Now()
-	if !s.sleep(ctx, m.PrefillDelay) {
+	if !s.sleep(ctx, sc.prefill) {
 		return
 	}
 	prefill := time.Since(start)
@@ -149,6 +136,12 @@ func (s *Server) chat(ctx context.Context, w *recorder, body []byte) {
 	if !decodeBody(w, body, &req) {
 		return
 	}
+	think, err := parseThink(req.Think)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	w.rec.annotate(func(r *Request) { r.Think, r.Format = think.String(), nonNull(req.Format) })
 	if req.Model == "" {
 		writeError(w, http.StatusBadRequest, "model is required")
 		return
@@ -158,8 +151,7 @@ func (s *Server) chat(ctx context.Context, w *recorder, body []byte) {
 		notFound(w, req.Model)
 		return
 	}
-	thinkOn, thinkSet := think(req.Think)
-	if !s.admit(ctx, w, m, req.Model, thinkOn && thinkSet, len(req.Messages) == 0, req.KeepAlive) {
+	if !s.admit(ctx, w, m, req.Model, think.on, len(req.Messages) == 0, req.KeepAlive) {
 		return
 	}
 	if len(req.Messages) == 0 {
@@ -173,17 +165,53 @@ func (s *Server) chat(ctx context.Context, w *recorder, body []byte) {
 		})
 		return
 	}
+	if m.refusesLevel(think) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("think value %q is not supported for this model", think.level))
+		return
+	}
+	f, err := parseFormat(req.Format)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	tokens := chatTokens(req.Messages)
+	r, err := m.chatReply(req, think, f, fakemodel.CallID(m.Name, string(body)))
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
 	var texts []string
 	for _, msg := range req.Messages {
 		texts = append(texts, msg.Content)
 	}
-	sc := scriptFor(m, m.Thinking != "" && (thinkOn || !thinkSet), len(req.Tools) > 0,
-		numPredict(req.Options), countWords(texts...)+4*len(req.Messages))
+	sc := s.prefill(w, m, r, numPredict(req.Options), countWords(texts...)+4*len(req.Messages), tokens)
 	if req.Stream == nil || *req.Stream {
 		s.play(ctx, m, sc, &chatStream{lineWriter{w}, req.Model})
 		return
 	}
 	s.play(ctx, m, sc, &chatWhole{w: w, model: req.Model})
+}
+
+// prefill lays out r as a script whose prefill costs m's PrefillDelay and
+// PrefillPerToken for every prompt token the prompt cache did not hold,
+// and records the counts. prompt is the prompt's count (m's
+// PromptEvalCount wins), tokens its token sequence.
+func (s *Server) prefill(w *recorder, m Model, r reply, limit, prompt int, tokens fakemodel.Tokens) script {
+	if m.PromptEvalCount > 0 {
+		prompt = m.PromptEvalCount
+	}
+	cached := min(s.serveCache(m.Name, tokens), prompt)
+	delay := fakemodel.Prefill(m.PrefillDelay, m.PrefillPerToken, prompt, cached)
+	w.rec.annotate(func(rq *Request) { rq.PromptTokens, rq.CachedTokens, rq.Prefill = prompt, cached, delay })
+	return scriptFor(r, limit, prompt, delay)
+}
+
+// nonNull is raw unless it is absent or JSON null.
+func nonNull(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	return raw
 }
 
 // admit applies the checks and knobs shared by chat and generate: think
@@ -256,6 +284,12 @@ func (s *Server) generate(ctx context.Context, w *recorder, body []byte) {
 	if !decodeBody(w, body, &req) {
 		return
 	}
+	think, err := parseThink(req.Think)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	w.rec.annotate(func(r *Request) { r.Think, r.Format = think.String(), nonNull(req.Format) })
 	if req.Model == "" {
 		writeError(w, http.StatusBadRequest, "model is required")
 		return
@@ -265,12 +299,17 @@ func (s *Server) generate(ctx context.Context, w *recorder, body []byte) {
 		notFound(w, req.Model)
 		return
 	}
+	// Ollama checks a level before the model's capabilities (thinking,
+	// insert) on generate.
+	if m.refusesLevel(think) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("think value %q is not supported for this model", think.level))
+		return
+	}
 	if req.Suffix != "" && m.NoInsert {
 		writeError(w, http.StatusBadRequest, "does not support insert")
 		return
 	}
-	thinkOn, thinkSet := think(req.Think)
-	if !s.admit(ctx, w, m, req.Model, thinkOn && thinkSet, req.Prompt == "", req.KeepAlive) {
+	if !s.admit(ctx, w, m, req.Model, think.on, req.Prompt == "", req.KeepAlive) {
 		return
 	}
 	if req.Prompt == "" {
@@ -283,8 +322,18 @@ func (s *Server) generate(ctx context.Context, w *recorder, body []byte) {
 		})
 		return
 	}
-	sc := scriptFor(m, m.Thinking != "" && (thinkOn || !thinkSet), false,
-		numPredict(req.Options), countWords(req.System, req.Prompt))
+	f, err := parseFormat(req.Format)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	r, err := m.generateReply(think, f)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	tokens := fakemodel.Tokens(nil).AppendText(req.System).AppendText(req.Prompt)
+	sc := s.prefill(w, m, r, numPredict(req.Options), countWords(req.System, req.Prompt), tokens)
 	g := &generateOut{lw: lineWriter{w}, model: req.Model, stream: req.Stream == nil || *req.Stream}
 	s.play(ctx, m, sc, g)
 }

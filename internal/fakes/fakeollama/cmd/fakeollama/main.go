@@ -3,11 +3,20 @@
 //
 //	fakeollama -addr 127.0.0.1:0 -model llama3.2 -models models.json
 //
+// The models file holds a list of fakeollama.Model as JSON, every knob by
+// its JSON name (durations in nanoseconds), e.g. a coding agent's model
+// whose prefill costs 20µs for every prompt token not in the prompt cache:
+//
+//	[{"name": "qwen3-coder", "agent": {"command": "echo iop-agent-ok"},
+//	  "thinking": "Let me run it.", "think_levels": true,
+//	  "prefill_per_token": 20000}]
+//
 // It prints "listening on URL" once it accepts connections, serves until
 // SIGINT or SIGTERM, and is steered through the control API under /_fake/.
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -31,12 +40,19 @@ func run() error {
 	addr := flag.String("addr", "127.0.0.1:11434", "address to listen on (port 0 picks one)")
 	names := flag.String("model", "", "comma-separated names of default models to serve")
 	file := flag.String("models", "", "JSON file holding a list of models (fakeollama.Model)")
+	agent := flag.Bool("agent", false, "the -model models answer as a coding agent's model (default fakemodel.Agent)")
+	cachePrompts := flag.Int("prompt-cache-prompts", 0, "prompts the prompt cache remembers (0: the default)")
+	cacheTokens := flag.Int("prompt-cache-tokens", 0, "tokens the prompt cache holds in all (0: the default)")
 	flag.Parse()
 
 	var models []fakeollama.Model
 	for n := range strings.SplitSeq(*names, ",") {
 		if n = strings.TrimSpace(n); n != "" {
-			models = append(models, fakeollama.Model{Name: n})
+			m := fakeollama.Model{Name: n}
+			if *agent {
+				m.Agent = &fakeollama.Agent{}
+			}
+			models = append(models, m)
 		}
 	}
 	if *file != "" {
@@ -45,7 +61,9 @@ func run() error {
 			return err
 		}
 		var more []fakeollama.Model
-		if err := json.Unmarshal(b, &more); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields() // a misspelt knob would silently do nothing
+		if err := dec.Decode(&more); err != nil {
 			return fmt.Errorf("%s: %w", *file, err)
 		}
 		models = append(models, more...)
@@ -56,6 +74,9 @@ func run() error {
 	s, err := fakeollama.Listen(*addr, models...)
 	if err != nil {
 		return err
+	}
+	if *cachePrompts != 0 || *cacheTokens != 0 {
+		s.SetPromptCache(*cachePrompts, *cacheTokens)
 	}
 	fmt.Println("listening on", s.URL())
 	<-ctx.Done()
