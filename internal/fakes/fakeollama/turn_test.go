@@ -264,9 +264,9 @@ func TestPrefillCostsTheUnseenPrefix(t *testing.T) {
 		_, _, _, final := chatAll(t, s, &api.ChatRequest{Model: model, Messages: msgs})
 		return lastRecorded(t, s), final
 	}
-	u1 := api.Message{Role: "user", Content: "fix the bug"}          // 3 words
+	u1 := api.Message{Role: "user", Content: "fix the bug"}           // 3 words
 	a1 := api.Message{Role: "assistant", Content: "done it is fixed"} // 4
-	u2 := api.Message{Role: "user", Content: "now test"}             // 2
+	u2 := api.Message{Role: "user", Content: "now test"}              // 2
 
 	r, final := turn("m", system, u1)
 	if r.PromptTokens != 9+3+8 || r.CachedTokens != 0 || r.Prefill != time.Millisecond+20*per {
