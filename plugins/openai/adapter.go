@@ -7,7 +7,9 @@
 // tool-call and usage events; raw completions through streaming text
 // completions ({base_url}/completions, with suffix), read the same way;
 // embeddings through {base_url}/embeddings (complete.go). The raw tunnel relays any request to base_url;
-// the probe and the target list read {base_url}/models.
+// the probe and the target list read {base_url}/models. Token counts use
+// the server's own tokenizer, vLLM's or llama.cpp's, at the server's root
+// (tokenize.go).
 //
 // Credentials never rest on the Node: the key is presented only when a run
 // or tunnel carries one (Request.Credential), as `Authorization: Bearer`,
@@ -49,6 +51,7 @@ var (
 	_ sdk.Completer    = (*Adapter)(nil)
 	_ sdk.Embedder     = (*Adapter)(nil)
 	_ sdk.TunnelRouter = (*Adapter)(nil)
+	_ sdk.TokenCounter = (*Adapter)(nil)
 )
 
 // Config is the adapter's configuration, decoded strictly from the
@@ -63,10 +66,13 @@ type Config struct {
 	Headers map[string]string `json:"headers,omitempty"`
 }
 
-// config is a validated Config.
+// config is a validated Config, and what the adapter learns of its server.
 type config struct {
 	base    *url.URL
 	headers http.Header
+	// tokenizer is how the server counts tokens (a tokenizer), learnt
+	// from its first count and kept until the next Configure.
+	tokenizer atomic.Int32
 }
 
 // New returns an unconfigured adapter.
@@ -86,7 +92,7 @@ func (a *Adapter) Info() sdk.Info {
 	return sdk.Info{
 		Name:        "openai",
 		Version:     Version,
-		Description: "OpenAI-compatible servers (vLLM, llama.cpp server, LM Studio, hosted APIs) via streaming chat completions, text completions (with suffix) and embeddings",
+		Description: "OpenAI-compatible servers (vLLM, llama.cpp server, LM Studio, hosted APIs) via streaming chat completions, text completions (with suffix) and embeddings; token counts through vLLM's or llama.cpp's /tokenize",
 		ConfigFields: map[string]string{
 			"base_url": "required: the server's OpenAI API root including the version path, e.g. http://127.0.0.1:8000/v1",
 			"headers":  "optional: extra HTTP headers for every request (no Authorization: credentials come from the run's lease)",
@@ -169,10 +175,24 @@ func (c *config) endpoint(path string) string {
 	return c.base.String() + path
 }
 
+// rootEndpoint returns the server's root (base_url without a trailing
+// version path "/v1") joined with path: where vLLM and llama.cpp's server
+// serve their own endpoints, such as /tokenize, beside the OpenAI API.
+func (c *config) rootEndpoint(path string) string {
+	u := *c.base
+	u.Path = strings.TrimSuffix(u.Path, "/v1")
+	return u.String() + path
+}
+
 // newRequest builds a request to path under base_url with the configured
 // headers and, when cred is given, its bearer key.
 func (c *config) newRequest(ctx context.Context, method, path string, cred *sdk.Credential) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.endpoint(path), nil)
+	return c.newRequestTo(ctx, method, c.endpoint(path), cred)
+}
+
+// newRequestTo is newRequest for an absolute URL on the server.
+func (c *config) newRequestTo(ctx context.Context, method, url string, cred *sdk.Credential) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: bad request path: %w", err)
 	}

@@ -91,7 +91,12 @@ func (a *Adapter) stream(ctx context.Context, c *config, path string, body []byt
 // post sends body as JSON to path under base_url, accepting accept, with
 // the run's credential. The caller closes the response's body.
 func (a *Adapter) post(ctx context.Context, c *config, path string, body []byte, cred *sdk.Credential, accept string) (*http.Response, error) {
-	hreq, err := c.newRequest(ctx, http.MethodPost, path, cred)
+	return a.postTo(ctx, c, c.endpoint(path), body, cred, accept)
+}
+
+// postTo is post to an absolute URL on the server.
+func (a *Adapter) postTo(ctx context.Context, c *config, url string, body []byte, cred *sdk.Credential, accept string) (*http.Response, error) {
+	hreq, err := c.newRequestTo(ctx, http.MethodPost, url, cred)
 	if err != nil {
 		return nil, err
 	}

@@ -94,3 +94,43 @@ func TestImpossibleToolChoiceIsRefusedBeforeTheCall(t *testing.T) {
 		t.Errorf("the server received %d requests", n)
 	}
 }
+
+// P2, issue 21: the run's reasoning effort reaches the server as
+// reasoning_effort, each level under its own name but max, sent as xhigh
+// (the top level OpenAI, vLLM and Ollama share); Think alone sends nothing;
+// the normalized effort wins over Extra's; an unknown level is refused
+// before the call.
+func TestReasoningEffortReachesTheServer(t *testing.T) {
+	tests := []struct {
+		effort string
+		extra  string
+		want   string // reasoning_effort sent, "" for none
+	}{
+		{"", "", ""},
+		{sdk.EffortNone, "", `"none"`},
+		{sdk.EffortMinimal, "", `"minimal"`},
+		{sdk.EffortLow, "", `"low"`},
+		{sdk.EffortMedium, "", `"medium"`},
+		{sdk.EffortHigh, "", `"high"`},
+		{sdk.EffortMax, "", `"xhigh"`},
+		{sdk.EffortLow, `{"reasoning_effort":"high"}`, `"low"`},
+		{"", `{"reasoning_effort":"high"}`, `"high"`},
+	}
+	for _, tt := range tests {
+		req := userRun("m", "hi")
+		req.Options.ReasoningEffort, req.Options.Think, req.Options.Extra = tt.effort, ptr(tt.effort != sdk.EffortNone), json.RawMessage(tt.extra)
+		if got := string(recordedBody(t, req)["reasoning_effort"]); got != tt.want {
+			t.Errorf("effort %q, extra %s: reasoning_effort %s, want %s", tt.effort, tt.extra, got, tt.want)
+		}
+	}
+
+	s := startFake(t, fakeopenai.Config{Models: []fakeopenai.Model{{Name: "m"}}})
+	req := userRun("m", "hi")
+	req.Options.ReasoningEffort = "extreme"
+	if _, err := configured(t, s.BaseURL()).Execute(t.Context(), req, &sink{}); !errors.Is(err, sdk.ErrInvalidRequest) {
+		t.Errorf("an unknown effort: %v", err)
+	}
+	if n := len(s.Requests()); n != 0 {
+		t.Errorf("the server received %d requests", n)
+	}
+}

@@ -59,10 +59,11 @@ var reservedKeys = map[string]bool{
 // The token limit is sent as max_tokens, which every OpenAI-compatible
 // server we target (vLLM, llama.cpp, LM Studio, Ollama) accepts; OpenAI's
 // own reasoning models want max_completion_tokens, which a caller can pass
-// in Options.Extra instead (without MaxTokens). Options.Think has no
-// portable field and is not sent (pass e.g. vLLM's chat_template_kwargs or
-// OpenAI's reasoning_effort in Extra). Message.Reasoning is not replayed:
-// chat completions has no standard field for it.
+// in Options.Extra instead (without MaxTokens). Options.ReasoningEffort is
+// sent as reasoning_effort (see reasoningEffort); Options.Think alone has
+// no portable field and is not sent (pass e.g. vLLM's
+// chat_template_kwargs in Extra). Message.Reasoning is not replayed: chat
+// completions has no standard field for it.
 //
 // Options.Extra's fields are merged into the body (SPEC P2): top_k,
 // min_p, chat_template_kwargs, a vendor's own fields reach the server as
@@ -93,17 +94,9 @@ func buildBody(req *sdk.Request) ([]byte, error) {
 		"stream_options": map[string]bool{"include_usage": true},
 	}
 	if len(req.Tools) > 0 {
-		tools := make([]wireTool, 0, len(req.Tools))
-		for i, t := range req.Tools {
-			if t.Name == "" {
-				return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: tools[%d]: no name", i)
-			}
-			if len(t.Parameters) > 0 && !json.Valid(t.Parameters) {
-				return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: tools[%d] (%s): parameters are not valid JSON", i, t.Name)
-			}
-			tools = append(tools, wireTool{Type: "function", Function: wireFunction{
-				Name: t.Name, Description: t.Description, Parameters: t.Parameters,
-			}})
+		tools, err := wireTools(req.Tools)
+		if err != nil {
+			return nil, err
 		}
 		body["tools"] = tools
 	}
@@ -113,10 +106,53 @@ func buildBody(req *sdk.Request) ([]byte, error) {
 	if tc := toolChoice(req.Options.ToolChoice); tc != nil && len(req.Tools) > 0 {
 		body["tool_choice"] = tc
 	}
+	if e := req.Options.ReasoningEffort; e != "" {
+		effort, err := reasoningEffort(e)
+		if err != nil {
+			return nil, err
+		}
+		body["reasoning_effort"] = effort
+	}
 	if err := setOptions(body, req.Options, reservedKeys); err != nil {
 		return nil, err
 	}
 	return json.Marshal(body)
+}
+
+// reasoningEffort maps a run's effort level to reasoning_effort. OpenAI
+// takes none, minimal, low, medium, high and xhigh (which of them depends
+// on the model); current vLLM takes the same and max (DeepSeek's); Ollama's
+// OpenAI API takes them all, mapped to its think levels; llama.cpp's
+// server and LM Studio ignore a level their template does not use. Every
+// level passes under its own name but max, sent as xhigh, the top level
+// that OpenAI, vLLM and Ollama all know. A server that does not take a
+// level (an older vLLM takes only low, medium and high) refuses the run as
+// it would refuse the client, with 400.
+func reasoningEffort(level string) (string, error) {
+	switch level {
+	case sdk.EffortNone, sdk.EffortMinimal, sdk.EffortLow, sdk.EffortMedium, sdk.EffortHigh:
+		return level, nil
+	case sdk.EffortMax:
+		return "xhigh", nil
+	}
+	return "", sdk.Errorf(sdk.KindInvalidRequest, "openai: unknown reasoning effort %q", level)
+}
+
+// wireTools are the run's tools in OpenAI's form.
+func wireTools(tools []sdk.Tool) ([]wireTool, error) {
+	out := make([]wireTool, 0, len(tools))
+	for i, t := range tools {
+		if t.Name == "" {
+			return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: tools[%d]: no name", i)
+		}
+		if len(t.Parameters) > 0 && !json.Valid(t.Parameters) {
+			return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: tools[%d] (%s): parameters are not valid JSON", i, t.Name)
+		}
+		out = append(out, wireTool{Type: "function", Function: wireFunction{
+			Name: t.Name, Description: t.Description, Parameters: t.Parameters,
+		}})
+	}
+	return out, nil
 }
 
 func wireMessageOf(m sdk.Message) (wireMessage, *sdk.Error) {

@@ -30,8 +30,10 @@ var vocabulary = [...]string{
 // the return follow the last token without delay. A stall or a failure
 // replaces the token that would come next.
 //
-// The tool call follows Options.ToolChoice (see toolCall). Options.Extra
-// is ignored: the simulator has no sampling for it to tune.
+// The tool call follows Options.ToolChoice (see toolCall), the reasoning
+// the run's reasoning options (see reasoning). Options.Extra is ignored:
+// the simulator has no sampling for it to tune. The usage's prompt tokens
+// are the prompt's count by CountTokens.
 func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSink) (*sdk.Result, error) {
 	m, ok := a.models.Load().byName[req.Target]
 	if !ok {
@@ -40,7 +42,7 @@ func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 	if err := req.Options.ToolChoice.Check(req.Tools); err != nil {
 		return nil, err
 	}
-	return m.generate(ctx, req, out, seedOf(req), promptWords(req.Messages), true)
+	return m.generate(ctx, req, out, seedOf(req), promptTokens(req), true)
 }
 
 // Complete streams the simulated continuation of a raw completion's
@@ -55,8 +57,17 @@ func (a *Adapter) Complete(ctx context.Context, req *sdk.Request, out sdk.EventS
 	if req.Suffix != "" && m.noSuffix {
 		return nil, sdk.Errorf(sdk.KindUnsupported, "simulator: model %q does not fill in the middle (no_suffix)", req.Target)
 	}
-	words := int64(len(strings.Fields(req.Prompt)) + len(strings.Fields(req.Suffix)))
-	return m.generate(ctx, req, out, hashOf(req.Target, req.Prompt+"\x00"+req.Suffix, req.Options.Seed), words, false)
+	return m.generate(ctx, req, out, hashOf(req.Target, req.Prompt+"\x00"+req.Suffix, req.Options.Seed), promptTokens(req), false)
+}
+
+// CountTokens counts req's prompt as the simulator reads it (promptTokens):
+// the same count as the prompt tokens of the usage that running req
+// reports, so that a test can check a count end to end.
+func (a *Adapter) CountTokens(_ context.Context, req *sdk.Request) (int64, error) {
+	if _, ok := a.models.Load().byName[req.Target]; !ok {
+		return 0, sdk.Errorf(sdk.KindModelNotFound, "simulator: no model %q", req.Target)
+	}
+	return promptTokens(req), nil
 }
 
 // generate streams m's answer for req, its words drawn from seed, prompt
@@ -77,8 +88,8 @@ func (m *model) generate(ctx context.Context, req *sdk.Request, out sdk.EventSin
 	if err := wait(ctx, m.prefill); err != nil {
 		return nil, err
 	}
-	if m.reasoning != "" {
-		if err := out.Send(ctx, sdk.Event{Kind: sdk.ReasoningDelta, Text: m.reasoning}); err != nil {
+	if r := m.reasoningFor(req.Options); r != "" {
+		if err := out.Send(ctx, sdk.Event{Kind: sdk.ReasoningDelta, Text: r}); err != nil {
 			return nil, err
 		}
 	}
@@ -150,6 +161,21 @@ func toolCall(m *model, req *sdk.Request) (name, args string) {
 		return req.Tools[0].Name, "{}"
 	}
 	return m.toolName, m.toolArgs
+}
+
+// reasoningFor is the reasoning m sends for a run with options o: none
+// when o asks the model not to think (Think false, or ReasoningEffort
+// none); the configured reasoning after "[effort LEVEL] " when o names a
+// level, so that a test sees which level reached the adapter; else the
+// configured reasoning as it is.
+func (m *model) reasoningFor(o sdk.Options) string {
+	switch {
+	case m.reasoning == "", o.ReasoningEffort == sdk.EffortNone, o.Think != nil && !*o.Think:
+		return ""
+	case o.ReasoningEffort != "":
+		return "[effort " + o.ReasoningEffort + "] " + m.reasoning
+	}
+	return m.reasoning
 }
 
 // wait waits d, or returns the context's error when it ends first.
@@ -226,12 +252,29 @@ func (w *words) token(i int) string {
 	return " " + word
 }
 
-// promptWords counts the words of the messages' text, the simulator's
-// prompt token count.
-func promptWords(msgs []sdk.Message) int64 {
-	var n int64
-	for _, m := range msgs {
-		n += int64(len(strings.Fields(m.Content)))
+// promptTokens is the simulator's tokenization of req's prompt: one token
+// a word (a run of non-space characters) of its text, which is every
+// message's content and reasoning, each tool call's name and arguments,
+// each tool's name, description and parameters (as their JSON text), and
+// a raw completion's prompt and suffix. Images and the roles count
+// nothing.
+func promptTokens(req *sdk.Request) int64 {
+	var n int
+	words := func(s string) { n += len(strings.Fields(s)) }
+	for _, m := range req.Messages {
+		words(m.Content)
+		words(m.Reasoning)
+		for _, tc := range m.ToolCalls {
+			words(tc.Name)
+			words(tc.Arguments)
+		}
 	}
-	return n
+	for _, t := range req.Tools {
+		words(t.Name)
+		words(t.Description)
+		words(string(t.Parameters))
+	}
+	words(req.Prompt)
+	words(req.Suffix)
+	return int64(n)
 }

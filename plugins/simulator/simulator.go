@@ -6,10 +6,16 @@
 // vectors from a hash of each input.
 //
 // Each configured model has knobs: its token count and rate, a prefill
-// delay before the first token, reasoning sent before the text, a tool call
-// sent after it, a stall after N tokens (it stops emitting and waits for
-// the run to be cancelled) and a failure of a given kind after N tokens.
-// Waits use the standard timers, so tests drive them with testing/synctest.
+// delay before the first token, reasoning sent before the text (marked
+// with the run's reasoning effort, and left out when the run asks for no
+// thinking), a tool call sent after it, a stall after N tokens (it stops
+// emitting and waits for the run to be cancelled) and a failure of a given
+// kind after N tokens. Waits use the standard timers, so tests drive them
+// with testing/synctest.
+//
+// CountTokens counts a prompt by the simulator's own tokenization, one
+// token a word (promptTokens), which is also the prompt count of the
+// usage its runs report.
 package simulator
 
 import (
@@ -132,6 +138,7 @@ var (
 	_ sdk.Prober       = (*Adapter)(nil)
 	_ sdk.Completer    = (*Adapter)(nil)
 	_ sdk.Embedder     = (*Adapter)(nil)
+	_ sdk.TokenCounter = (*Adapter)(nil)
 )
 
 // New returns a simulator serving DefaultModel until configured.
@@ -150,10 +157,11 @@ func (a *Adapter) Info() sdk.Info {
 	return sdk.Info{
 		Name:        "simulator",
 		Version:     Version,
-		Description: "deterministic simulated models for demos, tests and load (no model server)",
+		Description: "deterministic simulated models for demos, tests and load (no model server); counts tokens a word each",
 		ConfigFields: map[string]string{
 			"models": `optional list of {name, tokens (default 32), token_interval (default "20ms"), prefill_delay (default "0s"), ` +
-				`stall_after (0 = never), fail {kind, message, after_tokens}, tool_call {name, arguments}, reasoning, ` +
+				`stall_after (0 = never), fail {kind, message, after_tokens}, tool_call {name, arguments}, ` +
+				`reasoning (marked "[effort LEVEL] " with the run's effort, left out when the run asks for no thinking), ` +
 				`no_suffix (no fill-in-the-middle), embedding_dims (default 16)}; ` +
 				`default: one model "` + DefaultModel + `"`,
 		},
