@@ -34,11 +34,15 @@ import (
 // before writing its arguments. {"name", "parameters"} is also the shape
 // that Llama 3's and many small models' tool calls take.
 //
-// The tools are still sent, and the conversation with its earlier calls
-// and results is sent as it is: the model reads what the tools are for, as
-// on any run with tools. Ollama may then recognise the constrained answer
-// as a tool call itself (its parser knows {"name", "parameters"}); such a
-// call is relayed as it is, and the answer's text with it.
+// The tools are not sent with the constrained request, and the
+// conversation is sent as it is, with its earlier calls and results. With
+// tools beside a schema, the answer is no longer forced: llama.cpp, which
+// newer Ollama runs many models on, then lets the model choose between a
+// call of any tool and the schema's answer (its generic handler's anyOf),
+// and Ollama's own tool parser may read the answer as a call of another
+// tool. The schema alone is enforced on every engine. (A server that
+// answers with a tool call anyway has that call relayed as it came, and
+// the answer's text with it.)
 //
 // The answer is not streamed as text: its pieces are kept (up to
 // MaxLineBytes) and the call is sent whole, with an id of its own, once

@@ -22,56 +22,43 @@ var (
 var callID = regexp.MustCompile(`^call_[A-Z2-7]{26}$`)
 
 // P2, issue 21: Ollama cannot force a tool call, so a forced choice is
-// sent with format set to the call's schema, the tools kept, and the
-// answer's JSON comes back as that tool's call: one whole call at the end
-// with an id of its own, no text, thinking still streamed, "tool_calls".
-// The bodies are asserted byte for byte.
+// sent with format set to the call's schema and without the tools (the
+// conversation as it is), and the answer's JSON comes back as that tool's
+// call: one whole call at the end with an id of its own, no text, thinking
+// still streamed, "tool_calls". The bodies are asserted byte for byte.
 func TestForcedToolCallIsConstrainedAndReturnedAsTheCall(t *testing.T) {
-	const (
-		weatherTool = `{"type":"function","function":{"name":"get_weather","description":"the weather in a city",` +
-			`"parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}`
-		mailTool = `{"type":"function","function":{"name":"send_mail","parameters":{"type":"object","properties":{"to":{"type":"string"}}}}}`
-		pingTool = `{"type":"function","function":{"name":"ping","parameters":{"type":"object","properties":{}}}}`
-	)
 	tests := []struct {
-		name      string
-		tools     []sdk.Tool
-		choice    sdk.ToolChoice
-		format    json.RawMessage // the run's own, replaced by the call's schema
-		answer    []string        // the content pieces Ollama streams
-		sentTools string          // the tools sent
-		schema    string          // the format sent
-		call      string          // name(arguments) of the call returned
+		name   string
+		tools  []sdk.Tool
+		choice sdk.ToolChoice
+		format json.RawMessage // the run's own, replaced by the call's schema
+		answer []string        // the content pieces Ollama streams
+		schema string          // the format sent
+		call   string          // name(arguments) of the call returned
 	}{
 		{"a named function", []sdk.Tool{weather, mail}, sdk.ToolChoiceFunction("get_weather"), nil,
 			[]string{`{"ci`, `ty": "Paris"`, `}`},
-			`[` + weatherTool + `,` + mailTool + `]`,
 			`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`,
 			`get_weather({"city":"Paris"})`},
 		{"a named function without parameters", []sdk.Tool{weather, ping}, sdk.ToolChoiceFunction("ping"), nil,
 			[]string{`{}`},
-			`[` + weatherTool + `,` + pingTool + `]`,
 			`{"type":"object","properties":{}}`,
 			`ping({})`},
 		{"required over one tool is that tool", []sdk.Tool{weather}, sdk.ToolChoiceRequired, json.RawMessage(`"json"`),
 			[]string{` {"city":"Oslo"} `},
-			`[` + weatherTool + `]`,
 			`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`,
 			`get_weather({"city":"Oslo"})`},
 		{"required over several tools is their union", []sdk.Tool{weather, mail, ping}, sdk.ToolChoiceRequired, nil,
 			[]string{`{"name": "send_mail", `, `"parameters": {"to": "ana@example.com"}}`},
-			`[` + weatherTool + `,` + mailTool + `,` + pingTool + `]`,
 			`{"oneOf":[` +
 				`{"type":"object","properties":{"name":{"const":"get_weather"},"parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}},"required":["name","parameters"],"additionalProperties":false},` +
 				`{"type":"object","properties":{"name":{"const":"send_mail"},"parameters":{"type":"object","properties":{"to":{"type":"string"}}}},"required":["name","parameters"],"additionalProperties":false},` +
 				`{"type":"object","properties":{"name":{"const":"ping"},"parameters":{"type":"object","properties":{}}},"required":["name","parameters"],"additionalProperties":false}]}`,
 			`send_mail({"to":"ana@example.com"})`},
 		{"a union answer spelled with arguments", []sdk.Tool{weather, mail}, sdk.ToolChoiceRequired, nil,
-			[]string{`{"name":"get_weather","arguments":{"city":"Rome"}}`},
-			`[` + weatherTool + `,` + mailTool + `]`, "", `get_weather({"city":"Rome"})`},
+			[]string{`{"name":"get_weather","arguments":{"city":"Rome"}}`}, "", `get_weather({"city":"Rome"})`},
 		{"a union answer without parameters", []sdk.Tool{weather, ping}, sdk.ToolChoiceRequired, nil,
-			[]string{`{"name":"ping"}`},
-			`[` + weatherTool + `,` + pingTool + `]`, "", `ping({})`},
+			[]string{`{"name":"ping"}`}, "", `ping({})`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,8 +74,7 @@ func TestForcedToolCallIsConstrainedAndReturnedAsTheCall(t *testing.T) {
 				t.Fatal(err)
 			}
 			body := srv.sent()[0]
-			wantBody := `{"model":"m","messages":[{"role":"user","content":"hello"}],"stream":true,` +
-				`"format":` + tt.schema + `,"tools":` + tt.sentTools + `}`
+			wantBody := `{"model":"m","messages":[{"role":"user","content":"hello"}],"stream":true,"format":` + tt.schema + `}`
 			if tt.schema != "" && body != wantBody {
 				t.Errorf("body\n got %s\nwant %s", body, wantBody)
 			}
@@ -130,9 +116,9 @@ func TestForcedCallIDsDiffer(t *testing.T) {
 	}
 }
 
-// Issue 21: when Ollama recognises the constrained answer as a tool call
-// itself (its parser knows {"name", "parameters"}), that call is relayed
-// as it came, once.
+// Issue 21: a server that answers a forced call with a tool call of its
+// own (its parser took the constrained answer for one) has that call
+// relayed as it came, once.
 func TestForcedCallThatOllamaParsedIsRelayed(t *testing.T) {
 	srv := newScripted(t, func(int, string) (int, string) {
 		return 200, `{"message":{"role":"assistant","content":"","tool_calls":[{"id":"call_x","function":{"index":0,"name":"send_mail","arguments":{"to":"bo"}}}]},"done":false}` + "\n" +
@@ -188,5 +174,32 @@ func TestForcedCallWithAMalformedAnswerFails(t *testing.T) {
 				t.Errorf("events sent: %+v", out.all())
 			}
 		})
+	}
+}
+
+// Issue 21: a forced call sends the conversation's tool history as it is:
+// the earlier calls and their results, without the tools.
+func TestForcedCallKeepsTheToolHistory(t *testing.T) {
+	srv := newScripted(t, func(int, string) (int, string) { return 200, answerLines("stop", `{"to":"bo"}`) })
+	req := &sdk.Request{Target: "m", Tools: []sdk.Tool{weather, mail},
+		Messages: []sdk.Message{
+			{Role: "user", Content: "weather, then mail bo"},
+			{Role: "assistant", ToolCalls: []sdk.ToolCall{{ID: "c1", Name: "get_weather", Arguments: `{"city":"Oslo"}`}}},
+			{Role: "tool", ToolCallID: "c1", Content: "sunny"},
+		},
+		Options: sdk.Options{ToolChoice: sdk.ToolChoiceFunction("send_mail")}}
+	var out sink
+	if _, err := newAdapter(t, srv.URL, nil).Execute(ctxTimeout(t, 5*time.Second), req, &out); err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"model":"m","messages":[{"role":"user","content":"weather, then mail bo"},` +
+		`{"role":"assistant","content":"","tool_calls":[{"id":"c1","function":{"index":0,"name":"get_weather","arguments":{"city":"Oslo"}}}]},` +
+		`{"role":"tool","content":"sunny","tool_name":"get_weather","tool_call_id":"c1"}],"stream":true,` +
+		`"format":{"type":"object","properties":{"to":{"type":"string"}}}}`
+	if got := srv.sent()[0]; got != want {
+		t.Errorf("body\n got %s\nwant %s", got, want)
+	}
+	if calls := out.calls(); len(calls) != 1 || calls[0].Name != "send_mail" {
+		t.Errorf("calls %+v", calls)
 	}
 }

@@ -50,8 +50,8 @@ import (
 //
 // ToolChoice: "" and auto send the tools as they are; none sends no tools,
 // so the model cannot call one; required and a named function, which
-// Ollama cannot force, constrain the answer to the tool's arguments (see
-// forced.go).
+// Ollama cannot force, send no tools either but constrain the answer to
+// the call's JSON (see forced.go).
 
 // ollamaFields are the top-level fields of Ollama's /api/chat and
 // /api/generate requests (api.ChatRequest and api.GenerateRequest in
@@ -325,7 +325,7 @@ func toolsFor(req *sdk.Request) ([]sdk.Tool, *forcedCall, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return req.Tools, f, nil
+		return nil, f, nil // the schema alone forces the call (forced.go)
 	}
 	return req.Tools, nil, nil
 }
