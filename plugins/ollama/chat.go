@@ -41,8 +41,12 @@ func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 		return nil, err
 	}
 	res, err := a.stream(ctx, s, "chat", body, req.Credential, out, c.forced)
-	if c.relaxThink && thinkUnsupported(err) {
-		c.req.Think = nil
+	for c.relaxThink {
+		think, again := relaxedThink(c.req.Think, err)
+		if !again {
+			break
+		}
+		c.req.Think = think
 		if body, err = c.encode(); err != nil {
 			return nil, err
 		}
@@ -51,20 +55,32 @@ func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 	return res, err
 }
 
-// thinkUnsupported reports whether err is Ollama's refusal of think for a
-// model that cannot think (400 "<model> does not support thinking").
+// relaxedThink returns the think to send the run again with after Ollama
+// refused think (err), and whether to: a level refused by a model that
+// takes none (400 "think value \"high\" is not supported for this model",
+// Ollama 0.11 to 0.17.6, for models other than gpt-oss) goes again as
+// true; thinking refused by a model that cannot think (400 "<model> does
+// not support thinking") goes again without think.
 //
 // Such a refusal of a think the adapter mapped from the run's reasoning
-// options is not the run's failure: the run is sent again without think,
-// and the model answers without thinking, as Ollama's own Anthropic API
-// does for clients (coding agents) that ask every model to think. The
-// refusal comes before any answer, so nothing was sent to the host. A think
-// the client set itself in Ollama's vocabulary (Extra's) is Ollama's to
-// refuse.
-func thinkUnsupported(err error) bool {
+// options is not the run's failure: the model answers as near to the
+// level asked as it can, as Ollama's own Anthropic API does for clients
+// (coding agents) that ask every model to think. The refusal comes before
+// any answer, so nothing was sent to the host; it costs a round trip per
+// step down (at most two), not a model load. A think the client set
+// itself in Ollama's vocabulary (Extra's) is Ollama's to refuse.
+func relaxedThink(think json.RawMessage, err error) (json.RawMessage, bool) {
 	var e *sdk.Error
-	return errors.As(err, &e) && e.UpstreamStatus == http.StatusBadRequest &&
-		strings.Contains(e.Message, "does not support thinking")
+	if len(think) == 0 || !errors.As(err, &e) || e.UpstreamStatus != http.StatusBadRequest {
+		return nil, false
+	}
+	switch {
+	case strings.Contains(e.Message, "does not support thinking"):
+		return nil, true
+	case strings.Contains(e.Message, "is not supported for this model") && think[0] == '"':
+		return json.RawMessage("true"), true
+	}
+	return nil, false
 }
 
 // stream posts body (JSON) to op's streaming endpoint, /api/<op>, and

@@ -63,8 +63,12 @@ func (a *Adapter) Complete(ctx context.Context, req *sdk.Request, out sdk.EventS
 		return a.stream(ctx, s, "generate", body, req.Credential, out, nil)
 	}
 	res, err := send()
-	if top.relaxThink && thinkUnsupported(err) {
-		gr.Think = nil // as a chat's (see thinkUnsupported)
+	for top.relaxThink {
+		think, again := relaxedThink(gr.Think, err) // as a chat's
+		if !again {
+			break
+		}
+		gr.Think = think
 		res, err = send()
 	}
 	var e *sdk.Error

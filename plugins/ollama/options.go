@@ -102,7 +102,8 @@ type topLevel struct {
 	rest map[string]json.RawMessage
 	// relaxThink says think was mapped from the normalized options (Think
 	// or ReasoningEffort) and asks the model to think: on a model that
-	// cannot, the run is sent again without it (see relaxThink).
+	// cannot think as asked, the run is sent again nearer to what it can
+	// (see relaxedThink).
 	relaxThink bool
 }
 
@@ -143,11 +144,12 @@ func options(o sdk.Options) (map[string]any, topLevel, error) {
 
 // thinkFor maps the run's reasoning options to Ollama's think, or nil to
 // leave Extra's think (or Ollama's default). Ollama takes true or false,
-// and for models with levels (gpt-oss) "low", "medium" or "high"; a
-// thinking model without levels takes a level as true (its template
-// ignores the level), and a model that cannot think refuses true and any
-// level alike (400 "does not support thinking"), so a level is sent only
-// when the client asked for one:
+// and for models with levels (gpt-oss) "low", "medium" or "high"; since
+// 0.17.7 a thinking model without levels takes a level as true (its
+// template ignores it), while Ollama 0.11 to 0.17.6 refused it, and a
+// model that cannot think refuses true and any level alike (see
+// relaxedThink for how the adapter steps down on those refusals). So a
+// level is sent only when the client asked for one:
 //
 //	ReasoningEffort none             false
 //	ReasoningEffort minimal, low     "low"

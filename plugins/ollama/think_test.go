@@ -71,16 +71,27 @@ func TestReasoningEffortBecomesThink(t *testing.T) {
 	}
 }
 
-// Issue 21: a model that cannot think refuses think (400 "does not support
-// thinking"). When the adapter mapped think from the run's reasoning
-// options, the run goes again without think and is answered; a think the
-// client wrote in Ollama's vocabulary (Extra) is refused as Ollama refuses
-// it. Both endpoints.
-func TestThinkingOnAModelThatCannotThinkIsRelaxed(t *testing.T) {
-	const refusal = `{"error":"\"llama3.2\" does not support thinking"}`
+// Issue 21: Ollama refuses a think a model cannot follow: a level on a
+// model without levels (400 `think value "high" is not supported for this
+// model`, Ollama 0.11 to 0.17.6) and any thinking on a model that cannot
+// think (400 "does not support thinking"). When the adapter mapped think
+// from the run's reasoning options, the run steps down (level, then true,
+// then no think) and is answered; a think the client wrote in Ollama's
+// vocabulary (Extra) is refused as Ollama refuses it. Both endpoints; the
+// thinks sent are asserted in order.
+func TestThinkingAModelCannotFollowStepsDown(t *testing.T) {
+	// thinks is a model that thinks without levels; plain cannot think.
 	srv := newScripted(t, func(_ int, body string) (int, string) {
-		if strings.Contains(body, `"think":`) && !strings.Contains(body, `"think":false`) {
-			return 400, refusal
+		var req struct {
+			Model string          `json:"model"`
+			Think json.RawMessage `json:"think"`
+		}
+		json.Unmarshal([]byte(body), &req)
+		switch think := string(req.Think); {
+		case strings.HasPrefix(think, `"`):
+			return 400, `{"error":"think value ` + strings.ReplaceAll(think, `"`, `\"`) + ` is not supported for this model"}`
+		case req.Model == "plain" && think == "true":
+			return 400, `{"error":"\"plain\" does not support thinking"}`
 		}
 		return 200, answerLines("stop", "plain answer")
 	})
@@ -88,16 +99,19 @@ func TestThinkingOnAModelThatCannotThinkIsRelaxed(t *testing.T) {
 	on := true
 	tests := []struct {
 		name     string
+		model    string
 		options  sdk.Options
 		complete bool
-		wantErr  bool
-		requests int
+		thinks   []string // the think of each request sent
+		refused  string   // the run's error, "" for none
 	}{
-		{"effort, chat", sdk.Options{ReasoningEffort: sdk.EffortHigh, Think: &on}, false, false, 2},
-		{"think, chat", sdk.Options{Think: &on}, false, false, 2},
-		{"effort, generate", sdk.Options{ReasoningEffort: sdk.EffortLow}, true, false, 2},
-		{"extra's think, chat", sdk.Options{Extra: json.RawMessage(`{"think":true}`)}, false, true, 1},
-		{"effort none is not refused", sdk.Options{ReasoningEffort: sdk.EffortNone}, false, false, 1},
+		{"a level on a model without levels", "thinks", sdk.Options{ReasoningEffort: sdk.EffortHigh, Think: &on}, false, []string{`"high"`, `true`}, ""},
+		{"a level on a model that cannot think", "plain", sdk.Options{ReasoningEffort: sdk.EffortLow}, false, []string{`"low"`, `true`, ``}, ""},
+		{"think on a model that cannot think", "plain", sdk.Options{Think: &on}, false, []string{`true`, ``}, ""},
+		{"a level, generate", "plain", sdk.Options{ReasoningEffort: sdk.EffortMedium}, true, []string{`"medium"`, `true`, ``}, ""},
+		{"effort none is not refused", "plain", sdk.Options{ReasoningEffort: sdk.EffortNone}, false, []string{`false`}, ""},
+		{"extra's level is the client's", "thinks", sdk.Options{Extra: json.RawMessage(`{"think":"high"}`)}, false, []string{`"high"`}, "is not supported for this model"},
+		{"extra's think is the client's", "plain", sdk.Options{Extra: json.RawMessage(`{"think":true}`)}, false, []string{`true`}, "does not support thinking"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,26 +119,29 @@ func TestThinkingOnAModelThatCannotThinkIsRelaxed(t *testing.T) {
 			var out sink
 			var err error
 			if tt.complete {
-				_, err = a.Complete(ctxTimeout(t, 5*time.Second), &sdk.Request{Target: "llama3.2", Prompt: "p", Options: tt.options}, &out)
+				_, err = a.Complete(ctxTimeout(t, 5*time.Second), &sdk.Request{Target: tt.model, Prompt: "p", Options: tt.options}, &out)
 			} else {
-				req := userRun("llama3.2")
+				req := userRun(tt.model)
 				req.Options = tt.options
 				_, err = a.Execute(ctxTimeout(t, 5*time.Second), req, &out)
 			}
-			if got := len(srv.sent()) - before; got != tt.requests {
-				t.Errorf("%d requests, want %d", got, tt.requests)
+			var thinks []string
+			for _, body := range srv.sent()[before:] {
+				var fields map[string]json.RawMessage
+				json.Unmarshal([]byte(body), &fields)
+				thinks = append(thinks, string(fields["think"]))
 			}
-			if tt.wantErr {
-				if !errors.Is(err, sdk.ErrInvalidRequest) || !strings.Contains(err.Error(), "does not support thinking") {
+			if strings.Join(thinks, " ") != strings.Join(tt.thinks, " ") {
+				t.Errorf("thinks sent %q, want %q", thinks, tt.thinks)
+			}
+			if tt.refused != "" {
+				if !errors.Is(err, sdk.ErrInvalidRequest) || !strings.Contains(err.Error(), tt.refused) {
 					t.Errorf("err %v, want Ollama's refusal", err)
 				}
 				return
 			}
 			if err != nil || out.text(sdk.TextDelta) != "plain answer" {
 				t.Fatalf("%v, text %q", err, out.text(sdk.TextDelta))
-			}
-			if last := srv.sent()[len(srv.sent())-1]; tt.requests == 2 && strings.Contains(last, `"think"`) {
-				t.Errorf("the second request still thinks: %s", last)
 			}
 		})
 	}

@@ -105,7 +105,7 @@ type chat struct {
 	// forced is the tool call the run must make, or nil.
 	forced *forcedCall
 	// relaxThink: think came from the normalized options and asks for
-	// thinking (see relaxThink).
+	// thinking (see relaxedThink).
 	relaxThink bool
 }
 
