@@ -127,3 +127,14 @@ func TestTokenizer(t *testing.T) {
 		t.Fatal("a special token equals a word")
 	}
 }
+
+func TestPiecesRoundTrip(t *testing.T) {
+	for _, s := range []string{"", "a", "a b", " lead", "two  spaces", "end ", `{"a": 1, "b": "c d"}`} {
+		if got := strings.Join(Pieces(s), ""); got != s {
+			t.Errorf("%q → %q", s, got)
+		}
+	}
+	if got := Pieces(`{"a": 1}`); len(got) != 2 || got[1] != " 1}" {
+		t.Errorf("pieces %q", got)
+	}
+}

@@ -47,3 +47,20 @@ func hash64(s string) uint64 {
 	_, _ = h.Write([]byte(s))
 	return h.Sum64()
 }
+
+// Pieces cuts s into the pieces a fake streams: words, each after the first
+// keeping the whitespace before it, so that joining them gives s back.
+func Pieces(s string) []string {
+	var out []string
+	start := 0
+	for i := 1; i < len(s); i++ {
+		if s[i] == ' ' && s[i-1] != ' ' {
+			out = append(out, s[start:i])
+			start = i
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/iop-dev/iop/internal/fakes/fakemodel"
 )
 
 // Model is one model the fake serves, with the knobs that shape its answers.
@@ -147,20 +149,7 @@ func (m Model) ThinkingTokens() []string { return splitTokens(m.Thinking) }
 
 // splitTokens cuts s into words, each word after the first keeping the
 // whitespace before it, so that joining the tokens gives s back.
-func splitTokens(s string) []string {
-	var out []string
-	start := 0
-	for i := 1; i < len(s); i++ {
-		if s[i] == ' ' && s[i-1] != ' ' {
-			out = append(out, s[start:i])
-			start = i
-		}
-	}
-	if start < len(s) {
-		out = append(out, s[start:])
-	}
-	return out
-}
+func splitTokens(s string) []string { return fakemodel.Pieces(s) }
 
 // baseName returns name with ":latest" added when it has no tag.
 func baseName(name string) string {

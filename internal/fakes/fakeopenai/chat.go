@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/iop-dev/iop/internal/fakes/fakemodel"
 )
 
 // created is the fixed "created" timestamp of every object, so that answers
@@ -13,15 +15,31 @@ const created = 1700000000
 
 // chatRequest is the part of a chat request the fake reads.
 type chatRequest struct {
-	Model    string `json:"model"`
-	Messages []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
-	Stream        bool `json:"stream"`
+	Model         string        `json:"model"`
+	Messages      []chatMessage `json:"messages"`
+	Stream        bool          `json:"stream"`
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	Tools          []chatTool      `json:"tools"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	ResponseFormat json.RawMessage `json:"response_format"`
+}
+
+// chatMessage is one message of a chat request. Content is a string, an
+// array of parts, or null (an assistant's tool calls).
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// chatTool is a tool of a chat request; only function tools are read.
+type chatTool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name       string          `json:"name"`
+		Parameters json.RawMessage `json:"parameters"`
+	} `json:"function"`
 }
 
 // Wire shapes of the answers.
@@ -52,6 +70,12 @@ type (
 		PromptTokens     int `json:"prompt_tokens"`
 		CompletionTokens int `json:"completion_tokens"`
 		TotalTokens      int `json:"total_tokens"`
+		// PromptTokensDetails carries the cached prefix of a chat or text
+		// completion, as OpenAI (and llama.cpp) report it.
+		PromptTokensDetails *wirePromptDetails `json:"prompt_tokens_details,omitempty"`
+	}
+	wirePromptDetails struct {
+		CachedTokens int `json:"cached_tokens"`
 	}
 	wireChunk struct {
 		ID      string            `json:"id"`
@@ -153,35 +177,17 @@ func (m Model) finishReason() string {
 	return "stop"
 }
 
-func (m Model) usage(req chatRequest) wireUsage {
-	u := wireUsage{PromptTokens: promptWords(req), CompletionTokens: len(m.deltas())}
+// usage is m's usage for a prompt of prompt tokens of which cached were in
+// the prompt cache, unless m.Usage says otherwise.
+func (m Model) usage(prompt, cached int) wireUsage {
+	u := wireUsage{PromptTokens: prompt, CompletionTokens: len(m.deltas()),
+		PromptTokensDetails: &wirePromptDetails{CachedTokens: cached}}
 	if m.Usage != nil {
-		u = wireUsage{PromptTokens: m.Usage.PromptTokens, CompletionTokens: m.Usage.CompletionTokens}
+		u = wireUsage{PromptTokens: m.Usage.PromptTokens, CompletionTokens: m.Usage.CompletionTokens,
+			PromptTokensDetails: &wirePromptDetails{CachedTokens: m.Usage.CachedTokens}}
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u
-}
-
-// promptWords counts the words of the request's messages: their string
-// content, or the text of their content parts.
-func promptWords(req chatRequest) int {
-	n := 0
-	for _, msg := range req.Messages {
-		var text string
-		if json.Unmarshal(msg.Content, &text) == nil {
-			n += len(strings.Fields(text))
-			continue
-		}
-		var parts []struct {
-			Text string `json:"text"`
-		}
-		if json.Unmarshal(msg.Content, &parts) == nil {
-			for _, p := range parts {
-				n += len(strings.Fields(p.Text))
-			}
-		}
-	}
-	return n
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record, cfg Config) {
@@ -209,6 +215,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record, cfg C
 		})
 		return
 	}
+	m, err := m.respond(req)
+	if err != nil {
+		// A request the model cannot answer (a forced tool not offered, a
+		// schema it cannot follow) is the client's error, as on vLLM.
+		writeError(w, http.StatusBadRequest, Failure{Message: err.Error(), Type: "invalid_request_error"})
+		return
+	}
 	if !sleep(r, m.HeaderDelay) {
 		return
 	}
@@ -216,14 +229,30 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, rec *record, cfg C
 		writeError(w, failStatus(*m.Fail), *m.Fail)
 		return
 	}
+	var tokens fakemodel.Tokens
+	for _, msg := range req.Messages {
+		tokens = tokens.AppendText(messageText(msg.Content))
+	}
+	m, cached := s.prefill(rec, m, tokens)
+	usage := m.usage(len(tokens), cached)
 	if req.Stream {
-		s.stream(w, r, rec, m, chatAnswer(m, req))
+		s.stream(w, r, rec, m, chatAnswer(m, req, usage))
 		return
 	}
-	s.complete(w, r, m, req)
+	s.complete(w, r, m, usage)
 }
 
-func (s *Server) complete(w http.ResponseWriter, r *http.Request, m Model, req chatRequest) {
+// prefill looks the prompt's tokens up in the prompt cache, and returns m
+// with its prefill delay for the tokens not cached, and how many were
+// cached; it records the counts.
+func (s *Server) prefill(rec *record, m Model, tokens fakemodel.Tokens) (Model, int) {
+	cached := s.cache.Serve(m.Name, tokens)
+	m.PrefillDelay = fakemodel.Prefill(m.PrefillDelay, m.PrefillPerToken, len(tokens), cached)
+	s.annotate(rec, func(r *Request) { r.PromptTokens, r.CachedTokens, r.Prefill = len(tokens), cached, m.PrefillDelay })
+	return m, cached
+}
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, m Model, usage wireUsage) {
 	if m.Stall {
 		<-r.Context().Done()
 		return
@@ -252,7 +281,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, m Model, req c
 			Function: wireToolFunction{Name: tc.Name, Arguments: tc.Arguments},
 		})
 	}
-	out.Usage = m.usage(req)
+	out.Usage = usage
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -265,8 +294,9 @@ type sseAnswer struct {
 	usage func() any
 }
 
-// chatAnswer is m's chat answer to req as chunks.
-func chatAnswer(m Model, req chatRequest) sseAnswer {
+// chatAnswer is m's chat answer to req as chunks, ending in usage when
+// the request asks for it.
+func chatAnswer(m Model, req chatRequest, usage wireUsage) sseAnswer {
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	chunk := func(d wireDelta, finish *string) wireChunk {
 		c := wireChunk{
@@ -300,7 +330,7 @@ func chatAnswer(m Model, req chatRequest) sseAnswer {
 	}
 	if includeUsage && !m.NoUsage {
 		a.usage = func() any {
-			u, _ := json.Marshal(m.usage(req))
+			u, _ := json.Marshal(usage)
 			raw := json.RawMessage(u)
 			return wireChunk{ID: "chatcmpl-fake", Object: "chat.completion.chunk", Created: created, Model: m.Name,
 				Choices: []wireChunkChoice{}, Usage: &raw}

@@ -9,6 +9,8 @@ import (
 	"math"
 	"net/http"
 	"strings"
+
+	"github.com/iop-dev/iop/internal/fakes/fakemodel"
 )
 
 // completionRequest is the part of a text completion request the fake
@@ -77,12 +79,14 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, rec *record
 		writeError(w, failStatus(*m.Fail), *m.Fail)
 		return
 	}
+	promptTokens := fakemodel.Tokens(nil).AppendText(prompt)
+	m, cached := s.prefill(rec, m, promptTokens)
 	tokens, finish := m.tokens(), "stop"
 	if req.MaxTokens != nil && *req.MaxTokens < len(tokens) {
 		tokens, finish = tokens[:*req.MaxTokens], "length"
 	}
-	u, _ := json.Marshal(wireUsage{PromptTokens: len(strings.Fields(prompt)), CompletionTokens: len(tokens),
-		TotalTokens: len(strings.Fields(prompt)) + len(tokens)})
+	u, _ := json.Marshal(wireUsage{PromptTokens: len(promptTokens), CompletionTokens: len(tokens),
+		TotalTokens: len(promptTokens) + len(tokens), PromptTokensDetails: &wirePromptDetails{CachedTokens: cached}})
 	usage := json.RawMessage(u)
 	object := func(choices []wireTextChoice, usage *json.RawMessage) wireTextCompletion {
 		return wireTextCompletion{ID: "cmpl-fake", Object: "text_completion", Created: created, Model: m.Name, Choices: choices, Usage: usage}

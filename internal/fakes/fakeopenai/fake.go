@@ -12,6 +12,15 @@
 // leaves. With APIKey set, every request must carry `Authorization: Bearer
 // <key>` or gets a 401 with an OpenAI-shaped error.
 //
+// A model can answer as a coding agent's model does (Model.Agent: one tool
+// call for a user turn, a quote of the tool's result after it), answers a
+// response_format with JSON that fits it, and costs prefill only for the
+// prompt tokens the server's prompt cache does not hold
+// (Model.PrefillPerToken), reporting them as
+// usage.prompt_tokens_details.cached_tokens. Config.Tokenize makes it
+// serve vLLM's or llama.cpp's tokenize endpoints, whose counts equal the
+// prompt_tokens it reports for the same messages.
+//
 // The server records every request (headers and body) and when each client
 // went away, so tests can check that a cancel reached the server.
 package fakeopenai
@@ -21,6 +30,8 @@ import (
 	"net/http/httptest"
 	"sync"
 	"time"
+
+	"github.com/iop-dev/iop/internal/fakes/fakemodel"
 )
 
 // Config is the server's behaviour. It may be changed while the server runs
@@ -35,6 +46,14 @@ type Config struct {
 	ModelsFail *Failure
 	// ModelsDelay delays the answer of /v1/models.
 	ModelsDelay time.Duration
+	// Tokenize is the tokenize API the server serves, as the server it
+	// pretends to be (default none, as OpenAI's own API).
+	Tokenize TokenizeAPI
+	// PromptCachePrompts and PromptCacheTokens bound the server's prompt
+	// cache (0: fakemodel's defaults). They are read when the server
+	// starts.
+	PromptCachePrompts int
+	PromptCacheTokens  int
 }
 
 // Model is one model and the knobs of its answers.
@@ -86,7 +105,24 @@ type Model struct {
 	NoSuffix bool
 	// EmbeddingDims is the length of the model's embeddings (default 8).
 	EmbeddingDims int
+	// Agent, when set, answers chat as a coding agent's model does: one
+	// call to a tool the request offers for a turn that asks (honouring
+	// tool_choice), a quote of the tool's result for a turn that carries
+	// one, the model's own answer (Tokens) without tools; ToolCalls are
+	// then not used. See fakemodel.Agent.
+	Agent *Agent
+	// PrefillPerToken is added to PrefillDelay for every prompt token the
+	// server's prompt cache does not hold: the prompt's tokens past its
+	// longest common prefix with a prompt the server served recently.
+	PrefillPerToken time.Duration
+	// ContextLength is the model's context, the max_model_len of vLLM's
+	// /tokenize (default 32768).
+	ContextLength int
 }
+
+// Agent makes a model answer as a coding agent's model does (see
+// fakemodel.Agent).
+type Agent = fakemodel.Agent
 
 // ToolCall is a tool call the model makes.
 type ToolCall struct {
@@ -104,6 +140,8 @@ type ToolCall struct {
 type Usage struct {
 	PromptTokens     int
 	CompletionTokens int
+	// CachedTokens is reported as prompt_tokens_details.cached_tokens.
+	CachedTokens int
 }
 
 // Failure is an error the server answers with, as an OpenAI error body:
@@ -130,6 +168,7 @@ type Server struct {
 	records []*record
 	changed chan struct{} // closed and replaced on every record change
 	nextID  int
+	cache   *fakemodel.PromptCache
 
 	srv *httptest.Server
 }
@@ -144,7 +183,8 @@ func Start(cfg Config) *Server {
 // NewUnstarted returns a server that is only an http.Handler, for callers
 // that serve it themselves. URL and Close are then not usable.
 func NewUnstarted(cfg Config) *Server {
-	return &Server{cfg: cloneConfig(cfg), changed: make(chan struct{})}
+	return &Server{cfg: cloneConfig(cfg), changed: make(chan struct{}),
+		cache: fakemodel.NewPromptCache(cfg.PromptCachePrompts, cfg.PromptCacheTokens)}
 }
 
 // URL is the server's root URL, e.g. http://127.0.0.1:41234.
@@ -171,6 +211,10 @@ func (s *Server) Update(f func(*Config)) {
 	s.cfg = cloneConfig(s.cfg)
 }
 
+// ResetPromptCache forgets every prompt served: the next requests prefill
+// cold, as after a restart.
+func (s *Server) ResetPromptCache() { s.cache.Reset() }
+
 func (s *Server) config() Config {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -192,7 +236,7 @@ func (c Config) model(name string) (Model, bool) {
 }
 
 // ServeHTTP serves /v1/chat/completions, /v1/completions, /v1/embeddings
-// and /v1/models.
+// and /v1/models, and the tokenize API of Config.Tokenize.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := s.begin(r)
 	defer s.finish(r, rec)
@@ -210,6 +254,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.embeddings(w, r, cfg)
 	case r.URL.Path == "/v1/models" && r.Method == http.MethodGet:
 		s.models(w, r, cfg)
+	case r.URL.Path == "/tokenize" && r.Method == http.MethodPost && cfg.Tokenize == TokenizeVLLM:
+		s.vllmTokenize(w, r, cfg)
+	case r.URL.Path == "/tokenize" && r.Method == http.MethodPost && cfg.Tokenize == TokenizeLlamaCpp:
+		s.llamaTokenize(w, r)
+	case r.URL.Path == "/apply-template" && r.Method == http.MethodPost && cfg.Tokenize == TokenizeLlamaCpp:
+		s.applyTemplate(w, r)
 	default:
 		writeError(w, http.StatusNotFound, Failure{
 			Message: "Invalid URL (" + r.Method + " " + r.URL.Path + ")",

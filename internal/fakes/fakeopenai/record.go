@@ -20,6 +20,18 @@ type Request struct {
 	// Model and Stream are read from a chat request's body.
 	Model  string
 	Stream bool
+	// ReasoningEffort and ResponseFormat are a chat request's
+	// reasoning_effort and response_format, when it has them.
+	ReasoningEffort string
+	ResponseFormat  json.RawMessage
+	// PromptTokens is the prompt's length in the fake's tokens (usage's
+	// prompt_tokens unless Model.Usage says otherwise), and CachedTokens
+	// how many of them, from the start, the server's prompt cache held;
+	// Prefill is the prefill delay the request waited (PrefillDelay, and
+	// PrefillPerToken for every token not cached).
+	PromptTokens int
+	CachedTokens int
+	Prefill      time.Duration
 	// Received is when the request arrived; Finished when its handler
 	// returned (zero while it runs).
 	Received time.Time
@@ -40,22 +52,26 @@ func (s *Server) begin(r *http.Request) *record {
 	body, _ := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	var head struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
+		Model           string          `json:"model"`
+		Stream          bool            `json:"stream"`
+		ReasoningEffort string          `json:"reasoning_effort"`
+		ResponseFormat  json.RawMessage `json:"response_format"`
 	}
 	_ = json.Unmarshal(body, &head)
 
 	s.mu.Lock()
 	s.nextID++
 	rec := &record{req: Request{
-		Seq:      s.nextID,
-		Method:   r.Method,
-		Path:     r.URL.Path,
-		Header:   r.Header.Clone(),
-		Body:     body,
-		Model:    head.Model,
-		Stream:   head.Stream,
-		Received: time.Now(),
+		Seq:             s.nextID,
+		Method:          r.Method,
+		Path:            r.URL.Path,
+		Header:          r.Header.Clone(),
+		Body:            body,
+		Model:           head.Model,
+		Stream:          head.Stream,
+		ReasoningEffort: head.ReasoningEffort,
+		ResponseFormat:  head.ResponseFormat,
+		Received:        time.Now(),
 	}}
 	s.records = append(s.records, rec)
 	s.notifyLocked()
@@ -73,6 +89,14 @@ func (s *Server) begin(r *http.Request) *record {
 		}
 	})
 	return rec
+}
+
+// annotate records what a handler learned of the request.
+func (s *Server) annotate(rec *record, f func(*Request)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&rec.req)
+	s.notifyLocked()
 }
 
 // markComplete records that the answer was fully written, so that the end
