@@ -25,7 +25,8 @@ import (
 //     {"messages", "tools"} answers {"prompt"}, the templated text, which
 //     POST /tokenize with {"content", "add_special": true,
 //     "parse_special": true} turns into {"tokens": [...]} as a chat
-//     completion's prompt is tokenized.
+//     completion's prompt is tokenized. Both carry "model", by which a
+//     llama.cpp server in router mode (several models) routes them.
 //
 // Which one a server speaks is learnt from its answer to the first count,
 // sent as vLLM's: vLLM answers with a count; llama.cpp's /tokenize, which
@@ -165,6 +166,7 @@ func (a *Adapter) countLlamaCpp(ctx context.Context, c *config, req *sdk.Request
 		if err != nil {
 			return 0, err
 		}
+		body["model"] = req.Target // llama.cpp's router mode routes by it
 		var templated struct {
 			Prompt *string `json:"prompt"`
 		}
@@ -183,7 +185,7 @@ func (a *Adapter) countLlamaCpp(ctx context.Context, c *config, req *sdk.Request
 		}
 		// As llama.cpp tokenizes a prompt: its special tokens (BOS) added
 		// once, at the start, and special tokens in the text read as such.
-		body := map[string]any{"content": text, "add_special": i == 0, "parse_special": true}
+		body := map[string]any{"model": req.Target, "content": text, "add_special": i == 0, "parse_special": true}
 		var answer struct {
 			Tokens []json.RawMessage `json:"tokens"`
 		}

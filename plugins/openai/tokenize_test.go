@@ -180,8 +180,8 @@ func TestCountTokensOnLlamaCpp(t *testing.T) {
 		}
 	}
 	probe := `/tokenize {"add_generation_prompt":true,"chat_template_kwargs":{"enable_thinking":false},` + countMessages + `,"model":"m",` + countTools + `}`
-	template := `/apply-template {"chat_template_kwargs":{"enable_thinking":false},` + countMessagesNoImage + `,` + countTools + `}`
-	tokenize := `/tokenize {"add_special":true,"content":"\u003c|system|\u003e be brief \u003c|user|\u003e what is this? \u003c|assistant|\u003e  \u003c|tool|\u003e a cat \u003c|assistant|\u003e","parse_special":true}`
+	template := `/apply-template {"chat_template_kwargs":{"enable_thinking":false},` + countMessagesNoImage + `,"model":"m",` + countTools + `}`
+	tokenize := `/tokenize {"add_special":true,"content":"\u003c|system|\u003e be brief \u003c|user|\u003e what is this? \u003c|assistant|\u003e  \u003c|tool|\u003e a cat \u003c|assistant|\u003e","model":"m","parse_special":true}`
 	want := []string{probe, template, tokenize, template, tokenize}
 	if got := srv.requests(); !slices.Equal(got, want) {
 		t.Errorf("requests\n got %q\nwant %q", got, want)
