@@ -23,6 +23,8 @@ var (
 		"file_path":{"type":"string"},"limit":{"type":"integer","exclusiveMinimum":0}},"required":["file_path"]}`)}
 )
 
+// P7: the tool calls Claude Code and Codex can run, with arguments that fit
+// their schemas.
 func TestAgentCallsTheFirstPreferredToolOffered(t *testing.T) {
 	cases := []struct {
 		name  string

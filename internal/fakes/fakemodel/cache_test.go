@@ -17,7 +17,7 @@ func words(n int, prefix string) string {
 	return b.String()
 }
 
-// A session's turns share a growing prefix: each turn finds the one before
+// P9: a session's turns share a growing prefix: each turn finds the one before
 // it in the cache, and only what it adds is unseen.
 func TestPromptCacheFindsTheSessionsPrefix(t *testing.T) {
 	c := NewPromptCache(0, 0)

@@ -41,7 +41,7 @@ func chatAll(t *testing.T, s *Server, req *api.ChatRequest) (content, thinking s
 	return c.String(), th.String(), calls, final
 }
 
-// Issue 21: an agent model answers a coding agent's session as a model
+// Issue 21, P7: an agent model answers a coding agent's session as a model
 // does: a user turn offering tools gets one call to the shell tool, with
 // arguments that fit it; the turn carrying its result gets text that
 // quotes it and no call; the next user turn gets a new call (a new id);
@@ -87,7 +87,7 @@ func TestAgentModelCallsThenQuotesTheResult(t *testing.T) {
 	}
 }
 
-// Issue 21: an Ollama format constrains the answer: a JSON schema gets
+// Issue 21, P2/P7: an Ollama format constrains the answer: a JSON schema gets
 // JSON that conforms to it, streamed token by token as content (after the
 // thinking, with no tool calls even when tools are offered); "json" gets a
 // JSON object; the format is recorded. This is how a forced tool call is
@@ -177,7 +177,7 @@ func TestUnusableFormatsFailAsOllamaDoes(t *testing.T) {
 	}
 }
 
-// Issue 21: think levels as Ollama takes them. A model whose template
+// Issue 21, P7: think levels as Ollama takes them. A model whose template
 // takes levels (gpt-oss) thinks more at higher levels and ignores a bool;
 // another takes a level as true (Ollama 0.17.7 on) or refuses it
 // (RefuseThinkLevels: 0.17.4 to 0.17.6); a model that cannot think refuses
@@ -249,7 +249,7 @@ func TestThinkLevels(t *testing.T) {
 	}
 }
 
-// Issue 21: prefill costs PrefillPerToken for every prompt token past the
+// Issue 21, P9: prefill costs PrefillPerToken for every prompt token past the
 // longest prefix the server's prompt cache holds: a session's next turn
 // pays for what it adds, another session for all but the shared system
 // prompt, and a reset cache for everything. The counts are recorded and

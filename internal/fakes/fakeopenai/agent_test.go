@@ -53,7 +53,7 @@ func chat(t *testing.T, c openai.Client, stream bool, params openai.ChatCompleti
 	return acc.Choices[0].Message, acc.Choices[0].FinishReason, acc.Usage
 }
 
-// Issue 21: an agent model answers a coding agent's session over chat
+// Issue 21, P7: an agent model answers a coding agent's session over chat
 // completions, streamed and not: a user turn offering tools gets one call
 // to the shell tool with arguments that fit its schema (an argv for
 // Codex's shell), finish_reason tool_calls and no content; the turn with
@@ -156,7 +156,7 @@ func TestAgentCallStreamsInOpenAIsChunkShape(t *testing.T) {
 	}
 }
 
-// Issue 21: tool_choice as vLLM honours it: none answers text, a named
+// Issue 21, P7: tool_choice as vLLM honours it: none answers text, a named
 // function is called (even after a tool result), required calls after a
 // result too, and naming a tool not offered is a 400 with vLLM's message.
 func TestAgentHonoursToolChoice(t *testing.T) {
@@ -198,7 +198,7 @@ func TestAgentHonoursToolChoice(t *testing.T) {
 	}
 }
 
-// Issue 21: reasoning_effort and response_format are recorded; a
+// Issue 21, P2: reasoning_effort and response_format are recorded; a
 // json_schema format gets JSON that fits the schema, json_object a JSON
 // object; a schema the fake cannot follow is a 400.
 func TestResponseFormatAndReasoningEffort(t *testing.T) {
@@ -237,7 +237,7 @@ func TestResponseFormatAndReasoningEffort(t *testing.T) {
 	}
 }
 
-// Issue 21: prefill costs PrefillPerToken for the prompt tokens past the
+// Issue 21, P9: prefill costs PrefillPerToken for the prompt tokens past the
 // longest prefix the server's prompt cache holds, reported as
 // usage.prompt_tokens_details.cached_tokens and recorded; chat and text
 // completions alike; a reset starts cold.

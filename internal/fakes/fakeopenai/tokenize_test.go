@@ -62,7 +62,7 @@ func promptTokens(t *testing.T, s *fakeopenai.Server, model string) int64 {
 	return res.Usage.PromptTokens
 }
 
-// Issue 21: as vLLM, the fake tokenizes messages or a prompt with
+// Issue 21, P7 (count_tokens): as vLLM, the fake tokenizes messages or a prompt with
 // POST /tokenize, and its count of a chat's messages is the prompt_tokens
 // it reports for them; an unknown model is vLLM's 404.
 func TestVLLMTokenizeCountsWhatUsageReports(t *testing.T) {
@@ -114,7 +114,7 @@ func TestVLLMTokenizeCountsWhatUsageReports(t *testing.T) {
 	}
 }
 
-// Issue 21: as llama.cpp, the fake renders messages with
+// Issue 21, P7 (count_tokens): as llama.cpp, the fake renders messages with
 // POST /apply-template and tokenizes content with POST /tokenize; the two
 // together count what usage reports for the messages.
 func TestLlamaCppApplyTemplateThenTokenize(t *testing.T) {

@@ -25,7 +25,7 @@ func (m Model) respond(req chatRequest) (Model, error) {
 		case err != nil:
 			return m, err
 		case d.Call != nil:
-			m.Tokens, m.Reasoning = []string{}, nil
+			m.Tokens = []string{} // a call alone, after any reasoning
 			m.ToolCalls = []ToolCall{{ID: fakemodel.CallID(m.Name, promptKey(req)), Name: d.Call.Name, Arguments: string(d.Call.Arguments)}}
 			m.FinishReason = ""
 			return m, nil
