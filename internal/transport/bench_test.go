@@ -98,7 +98,7 @@ func benchStreamFrames(b *testing.B, streams int, sparse bool) {
 
 // connPair is a QUIC connection on loopback between an Edge and a Node
 // endpoint, with the daemons' settings.
-func connPair(b *testing.B) (edge, node *quic.Conn) {
+func connPair(b testing.TB) (edge, node *quic.Conn) {
 	b.Helper()
 	tlsEdge, err := quicwire.LoopbackEdgeTLSConfig()
 	if err != nil {

@@ -121,6 +121,36 @@ func (s *Session) Stream(ctx context.Context, req *sdk.Request, emit func(sdk.Ev
 	return pluginhost.ResultOf(term)
 }
 
+// CountTokens counts req's prompt with the subject's tokenizer, as the
+// Node does for a count run (RunRequest.count_tokens). Without the
+// count_tokens capability it fails with sdk.ErrUnsupported; an adapter
+// whose server cannot tokenize fails the same way.
+func (s *Session) CountTokens(ctx context.Context, req *sdk.Request) (int64, error) {
+	if req == nil {
+		return 0, errors.New("sdktest: a count with a nil request")
+	}
+	p, err := s.running(ctx)
+	if err != nil {
+		return 0, err
+	}
+	r := pluginhost.RequestToWire(req)
+	r.RunId = s.orNewID(r.GetRunId(), "run")
+	r.SessionId = cmp.Or(r.GetSessionId(), sessionID)
+	r.CountTokens = true
+	var tokens int64
+	term, err := p.Execute(ctx, r, s.credential(req.Credential), func(ev *wirepb.RunEvent) error {
+		tokens = ev.GetUsage().GetPromptTokens()
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if _, err := pluginhost.ResultOf(term); err != nil {
+		return 0, err
+	}
+	return tokens, nil
+}
+
 // Embed computes one call's embeddings on the subject and returns them:
 // one vector per input, in order, and the usage, or the call's error.
 // Without the embed capability it fails with sdk.ErrUnsupported. An empty

@@ -233,6 +233,20 @@ func checkCapabilities(ctx context.Context, s *Session) error {
 			problems = append(problems, fmt.Sprintf("does not report %s, but Tunnel did not fail as unsupported: %v", sdk.CapTunnel, errText(err)))
 		}
 	}
+	n, err := s.CountTokens(ctx, &sdk.Request{Target: target, Messages: []sdk.Message{{Role: "user", Content: "How many tokens is this?"}}})
+	switch {
+	case reports(sdk.CapCountTokens) && errors.Is(err, sdk.ErrUnsupported):
+		// The adapter tokenizes through its server, and this one cannot.
+		s.Logf("CountTokens: the server cannot tokenize (%v)", err)
+	case reports(sdk.CapCountTokens) && err != nil:
+		problems = append(problems, fmt.Sprintf("reports %s, but CountTokens failed: %v", sdk.CapCountTokens, err))
+	case reports(sdk.CapCountTokens) && n <= 0:
+		problems = append(problems, fmt.Sprintf("reports %s, but counted %d tokens in a prompt of five words", sdk.CapCountTokens, n))
+	case reports(sdk.CapCountTokens):
+		s.Logf("CountTokens: %d", n)
+	case !errors.Is(err, sdk.ErrUnsupported):
+		problems = append(problems, fmt.Sprintf("does not report %s, but CountTokens did not fail as unsupported: %v", sdk.CapCountTokens, errText(err)))
+	}
 	route, err := s.TunnelRoute(ctx)
 	switch {
 	case reports(sdk.CapTunnelRoute) && err != nil:
@@ -323,7 +337,7 @@ func (r *tunnelRecorder) Write(p []byte) (int, error) {
 
 func knownCapability(c string) bool {
 	switch c {
-	case sdk.CapListTargets, sdk.CapTunnel, sdk.CapProbe, sdk.CapClose, sdk.CapComplete, sdk.CapEmbed, sdk.CapTunnelRoute:
+	case sdk.CapListTargets, sdk.CapTunnel, sdk.CapProbe, sdk.CapClose, sdk.CapComplete, sdk.CapEmbed, sdk.CapTunnelRoute, sdk.CapCountTokens:
 		return true
 	}
 	return false

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -97,6 +98,10 @@ type ConnInfo struct {
 	// once (RegisterRequest.max_dispatched_streams); 0 for an older Node,
 	// which accepts quicwire.LegacyDispatchedStreams.
 	MaxStreams int
+	// MaxRequest is the largest stream header (a run or embedding request)
+	// the Node takes, in parts (RegisterRequest.max_request_bytes); 0 for
+	// an older Node, which takes one frame.
+	MaxRequest int
 	// Link is the connection itself. Nil only in tests of the registry's
 	// bookkeeping, which never dispatch: such a generation reports no
 	// round trip and has nothing to close.
@@ -198,6 +203,15 @@ func (c *Conn) Slots() int {
 		n = quicwire.LegacyDispatchedStreams
 	}
 	return max(0, n-quicwire.StreamHeadroom)
+}
+
+// MaxRequest is the largest stream header the Node takes, in bytes: what
+// it registered, or one frame for a Node that registered nothing.
+func (c *Conn) MaxRequest() int {
+	if c.info.MaxRequest > 0 {
+		return c.info.MaxRequest
+	}
+	return transport.OneFrameHeader
 }
 
 // OpenStream opens a dispatched stream on this generation's connection.

@@ -53,9 +53,17 @@ func (l *life) count(ctx context.Context, plan dispatch.Plan, j *CountJob, watch
 			if u := ev.GetUsage(); u != nil {
 				tokens = u.GetPromptTokens()
 			}
-			if t := ev.GetType(); t == wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
+			t := ev.GetType()
+			if t == wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
 				break
-			} else if t.IsTerminal() {
+			}
+			if t.IsTerminal() {
+				if ev.GetFailure().GetKind() == wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED {
+					// The adapter tokenizes through its server, and this
+					// one cannot: the Edge estimates.
+					tokens, exact = EstimateTokens(j.Run), "estimate"
+					break
+				}
 				return RunFailure(ev, x.Why())
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -76,6 +77,7 @@ func newNodeConn(s *Server, qc *quic.Conn, cs *transport.ControlStream, req *wir
 		Labels:     req.GetLabels(),
 		Providers:  req.GetProviders(),
 		MaxStreams: int(req.GetMaxDispatchedStreams()),
+		MaxRequest: int(min(req.GetMaxRequestBytes(), math.MaxInt32)),
 		Link:       c,
 	})
 	c.log = s.log.With("remote", qc.RemoteAddr().String(), "node", c.gen.NodeID(), "generation", c.gen.Generation())

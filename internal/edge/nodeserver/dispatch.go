@@ -76,7 +76,10 @@ var ErrStreamWait = errors.New("no stream free on the node's connection")
 // and then fails with ErrStreamWait.
 //
 // Frames in then follow the header in the same write, so a request and a
-// body that fits leave in one packet.
+// body that fits leave in one packet. A header past one frame travels in
+// parts, within what the Node takes (fleet.Conn.MaxRequest): past that it
+// is refused with an error that matches transport.ErrHeaderTooLarge, which
+// the dispatcher's candidate filter makes rare (sched.Candidate.MaxRequest).
 func (s *Server) Dispatch(ctx context.Context, nodeID string, hdr *wirepb.StreamHeader, then ...proto.Message) (*Dispatched, error) {
 	conn, err := s.reg.Dispatchable(nodeID)
 	if err != nil {
@@ -98,7 +101,7 @@ func (s *Server) Dispatch(ctx context.Context, nodeID string, hdr *wirepb.Stream
 	hdr.Generation = conn.Generation()
 	conn.StreamOpened()
 	d := &Dispatched{Stream: transport.NewStream(st, transport.HeaderKind(hdr)), Conn: conn, srv: s}
-	if err := d.SendFrames(append([]proto.Message{hdr}, then...)...); err != nil {
+	if err := d.SendHeader(hdr, conn.MaxRequest(), then...); err != nil {
 		d.Cancel(quicwire.StreamCancelled)
 		return nil, fmt.Errorf("dispatch to %s: %w", nodeID, err)
 	}

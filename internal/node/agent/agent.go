@@ -120,6 +120,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 		Backoff:        edgeclient.Backoff{Initial: time.Duration(cfg.Reconnect.InitialBackoff), Max: time.Duration(cfg.Reconnect.MaxBackoff)},
 		LeasePublicKey: key.Public[:],
 		Capacity:       cfg.TotalCapacity(),
+		MaxRequest:     cfg.Limits.MaxRequest(),
 		Labels:         cfg.Labels,
 		Providers:      a.providers,
 		Leases:         leases,

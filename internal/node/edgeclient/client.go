@@ -74,8 +74,13 @@ type Options struct {
 	// accepts quicwire.DispatchedStreams(Capacity) dispatched streams at
 	// once, and the Edge is told so at registration. 0: only the headroom
 	// (a Node with no providers).
-	Capacity  int
-	Labels    map[string]string
+	Capacity int
+	// MaxRequest is the largest stream header (a run or embedding request
+	// with its images) the Node takes, in as many frames as it needs; the
+	// Edge is told at registration and sends no larger. 0:
+	// DefaultMaxRequest.
+	MaxRequest int
+	Labels     map[string]string
 	Providers Providers
 	Handler   Handler
 	// Leases, if set, learns the Edge's signing key and credential notices.
@@ -89,6 +94,11 @@ type Options struct {
 	Logger     *slog.Logger
 	Faults     *Faults
 }
+
+// DefaultMaxRequest is the largest request a Node takes unless configured
+// (noded's limits.max_request_mib): above the Edge's default request
+// limit, so the Edge's is the one a client meets.
+const DefaultMaxRequest = 64 << 20
 
 // State is where the Node's connection to the Edge is.
 type State string
@@ -161,6 +171,12 @@ func New(opts Options) (*Client, error) {
 	}
 	if streams := quicwire.DispatchedStreams(opts.Capacity); opts.Capacity < 0 || streams > quicwire.MaxDispatchedStreams {
 		return nil, fmt.Errorf("node transport: total capacity %d: a Node accepts at most %d streams", opts.Capacity, quicwire.MaxDispatchedStreams)
+	}
+	switch {
+	case opts.MaxRequest == 0:
+		opts.MaxRequest = DefaultMaxRequest
+	case opts.MaxRequest < transport.OneFrameHeader:
+		return nil, fmt.Errorf("node transport: max request %d bytes: a Node takes at least one frame (%d bytes)", opts.MaxRequest, transport.OneFrameHeader)
 	}
 	if opts.Backoff == (Backoff{}) {
 		opts.Backoff = DefaultBackoff
@@ -381,6 +397,7 @@ func (c *Client) register(st *quic.Stream, cs *transport.ControlStream) (gen uin
 		LeasePublicKey:       c.opts.LeasePublicKey,
 		Labels:               c.opts.Labels,
 		MaxDispatchedStreams: uint32(c.streams()),
+		MaxRequestBytes:      uint64(c.opts.MaxRequest),
 	}}})
 	if err != nil {
 		return 0, nil, false, registerError(err)

@@ -48,9 +48,12 @@ func (c *Client) serveStream(ctx context.Context, conn *connection, raw *quic.St
 		st.StopReading()
 		_ = st.CloseSend()
 	}()
-	_ = raw.SetReadDeadline(time.Now().Add(headerTimeout))
-	hdr := new(wirepb.StreamHeader)
-	if err := st.Recv(hdr); err != nil {
+	// The deadline follows the header's progress: one in parts (a request
+	// as large as a session gets) takes a while on a slow link.
+	extend := func() { _ = raw.SetReadDeadline(time.Now().Add(headerTimeout)) }
+	extend()
+	hdr, err := st.RecvHeader(c.opts.MaxRequest, extend)
+	if err != nil {
 		var pe *transport.ProtocolError
 		if errors.As(err, &pe) {
 			c.log.Warn("malformed stream header", "stream", raw.StreamID(), "err", err)

@@ -75,6 +75,7 @@ type Config struct {
 	// Stall is how the Node finishes a response stall (R5, R6); the stall
 	// timeout itself comes from the Edge with each request (R4).
 	Stall     Stall             `yaml:"stall"`
+	Limits    Limits            `yaml:"limits"`
 	Providers []Provider        `yaml:"providers,omitempty"`
 	Labels    map[string]string `yaml:"labels,omitempty"` // free-form tags reported to the Edge
 	Log       Log               `yaml:"log"`
@@ -166,6 +167,39 @@ func (s Stall) validate() []*yamlconf.Error {
 	return es
 }
 
+// Limits is the `limits` section: what the Edge may make the Node hold.
+type Limits struct {
+	// MaxRequestMiB is the largest run or embedding request the Node takes, in MiB (a session's
+	// context with its images; it travels in as many frames as it needs); the Edge is told at
+	// registration and sends no larger. Default 64, from 1 to 1024: keep it at or above the
+	// Edge's limits.max_request_mib, or the largest requests cannot run here.
+	MaxRequestMiB int `yaml:"max_request_mib"`
+}
+
+// Bounds of the limits section.
+const (
+	DefaultMaxRequestMiB = 64
+	MaxMaxRequestMiB     = 1024
+)
+
+// SetDefaults fills unset limits.
+func (l *Limits) SetDefaults() {
+	if l.MaxRequestMiB == 0 {
+		l.MaxRequestMiB = DefaultMaxRequestMiB
+	}
+}
+
+func (l Limits) validate() []*yamlconf.Error {
+	var es yamlconf.Errors
+	if l.MaxRequestMiB < 1 || l.MaxRequestMiB > MaxMaxRequestMiB {
+		es.Add("limits.max_request_mib", "must be from 1 to %d, got %d", MaxMaxRequestMiB, l.MaxRequestMiB)
+	}
+	return es
+}
+
+// MaxRequest is MaxRequestMiB in bytes.
+func (l Limits) MaxRequest() int { return l.MaxRequestMiB << 20 }
+
 // Log is the `log` section.
 type Log = yamlconf.Log
 
@@ -186,6 +220,7 @@ func (c *Config) SetDefaults() {
 	}
 	c.Reconnect.SetDefaults()
 	c.Stall.SetDefaults()
+	c.Limits.SetDefaults()
 	for i := range c.Providers {
 		c.Providers[i].SetDefaults()
 	}
@@ -282,6 +317,7 @@ func (c *Config) validate(decoded bool) error {
 	}
 	es.Append(c.Reconnect.validate()...)
 	es.Append(c.Stall.validate()...)
+	es.Append(c.Limits.validate()...)
 	names := make(map[string]int, len(c.Providers))
 	for i, p := range c.Providers {
 		path := "providers[" + strconv.Itoa(i) + "]"

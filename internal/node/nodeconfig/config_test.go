@@ -57,6 +57,7 @@ func TestParseFillsDefaults(t *testing.T) {
 		DrainTimeout: yamlconf.Duration(30 * time.Second),
 		Reconnect:    Reconnect{InitialBackoff: yamlconf.Duration(500 * time.Millisecond), MaxBackoff: yamlconf.Duration(5 * time.Second)},
 		Stall:        Stall{CloseGrace: yamlconf.Duration(5 * time.Second), ProbeTimeout: yamlconf.Duration(5 * time.Second)},
+		Limits:       Limits{MaxRequestMiB: 64},
 		Providers: []Provider{
 			{Name: "sim", Adapter: "simulator", Targets: []string{"sim-small"}, Capacity: 4, RelistInterval: yamlconf.Duration(30 * time.Second)},
 			{Name: "llm", Adapter: "ollama", Capacity: 4, RelistInterval: yamlconf.Duration(30 * time.Second)},
@@ -117,6 +118,8 @@ func TestValidateReportsFieldAndReason(t *testing.T) {
 		{"mtls needs key", func(c *Config) { c.Identity.KeyFile = "" }, "identity.key_file", "required in mtls mode"},
 		{"expected edge id charset", func(c *Config) { c.Identity.EdgeID = "edge one" }, "identity.edge_id", "must be 1 to 128"},
 		{"trust domain", func(c *Config) { c.Identity.TrustDomain = "Iop" }, "identity.trust_domain", "lowercase"},
+		{"max request zero", func(c *Config) { c.Limits.MaxRequestMiB = 0 }, "limits.max_request_mib", "must be from 1 to 1024, got 0"},
+		{"max request too large", func(c *Config) { c.Limits.MaxRequestMiB = 4096 }, "limits.max_request_mib", "must be from 1 to 1024, got 4096"},
 		{"drain timeout zero", func(c *Config) { c.DrainTimeout = 0 }, "drain_timeout", "must be more than 0s and at most 1h0m0s, got 0s"},
 		{"drain timeout over an hour", func(c *Config) { c.DrainTimeout = yamlconf.Duration(61 * time.Minute) }, "drain_timeout", "got 1h1m0s"},
 		{"initial backoff zero", func(c *Config) { c.Reconnect.InitialBackoff = 0 }, "reconnect.initial_backoff", "must be more than 0s, got 0s"},
