@@ -2,29 +2,62 @@
 // Claude Code and the Anthropic SDKs can use the models of any provider
 // (SPEC P2):
 //
-//	POST /v1/messages        a run, streamed as server-sent events or
-//	                         answered as one message object
-//	GET  /v1/models          the models the caller may ask for, in
-//	GET  /v1/models/{model}  Anthropic's shape (see ModelsOr: the OpenAI API
-//	                         has the same paths)
+//	POST /v1/messages               a run, streamed as server-sent events or
+//	                                answered as one message object
+//	POST /v1/messages/count_tokens  the tokens of a Messages request's prompt:
+//	                                {"input_tokens": N}, exact where a candidate
+//	                                tokenizes, else estimated (X-IOP-Token-Count)
+//	GET  /v1/models                 the models the caller may ask for, in
+//	GET  /v1/models/{model}         Anthropic's shape (see ModelsOr: the OpenAI
+//	                                API has the same paths)
 //
 // It is a translation on the Edge's one front end (internal/edge/frontend),
 // which owns each request's life, as the OpenAI API is: Anthropic's wire
 // shapes in, the normalized run (wirepb.RunRequest in, wirepb.RunEvent
-// out), Anthropic's shapes back.
+// out), Anthropic's shapes back. A query string (Claude Code's ?beta=true)
+// does not change the route.
 //
-// The request. system (a string or text blocks), messages (user and
-// assistant; text, base64 image, tool_use, tool_result and thinking
-// blocks), tools (custom tools only), tool_choice (auto, any → required,
-// tool → function:NAME, none), max_tokens (required), stop_sequences,
-// temperature, top_p, top_k (in extra_json), thinking (enabled → think
-// on, disabled → off, adaptive → the provider's default; the budget has
-// no portable meaning) and output_config.format (a JSON schema) become the
-// run's. The other fields (metadata, service_tier, cache_control, ...) are
-// ignored: they are Anthropic's vocabulary, which no provider behind the
-// Edge speaks, so unlike the OpenAI API's they are not passed through.
-// Image URLs are refused with 400: the Node may not reach the client's
-// network.
+// The request: what is honoured.
+//
+//   - system (a string or text blocks) is the first system message;
+//     messages are user, assistant and system turns: a system turn inside
+//     the conversation (Claude Code's environment block) is a system message
+//     where it stands. Content: text, base64 image, tool_use, tool_result
+//     and thinking blocks (redacted_thinking, encrypted for Anthropic's
+//     models, is dropped).
+//   - tools: custom tools as they are; Anthropic's client tools (bash,
+//     text_editor, memory, computer: the client runs them, Anthropic keeps
+//     their schemas in its models) as functions of the names the client
+//     runs, with the schema their calls have; server tools (web_search,
+//     web_fetch, code_execution, tool_search, advisor, mcp_toolset), the
+//     client toolsets and tool types this package does not know, and
+//     mcp_servers, are hosted tools: dropped and named in
+//     X-IOP-Dropped-Tools, or refused with 400 where the route's profile
+//     says hosted_tools: refuse (see tools.go).
+//   - tool_choice (auto, any → required, tool → function:NAME, none),
+//     max_tokens (required, but not by count_tokens), stop_sequences,
+//     temperature, top_p, top_k (in extra_json), output_config.format (a
+//     JSON schema).
+//   - thinking and output_config.effort become the run's think and
+//     reasoning_effort: enabled → on, its budget_tokens mapped to a level;
+//     adaptive and between_tools → on, the model's default effort;
+//     disabled → off (effort none); output_config.effort low, medium, high
+//     as they are, xhigh and max as max, and over a budget (thinking.go).
+//     An unknown thinking type or effort is 400.
+//   - the session a request is a turn of, for affinity: the
+//     X-Claude-Code-Session-Id header, else metadata.user_id (its
+//     session_id when it is Claude Code's JSON).
+//
+// What is ignored on purpose: cache_control on any block, tool or the
+// request (providers cache prompt prefixes by themselves), thinking's
+// display, metadata beyond the session, context_management (Anthropic's
+// server-side clearing of old context: the client's conversation is run as
+// sent), service_tier, container, speed, inference_geo, the anthropic-beta
+// header, defer_loading (a deferred tool is offered as any other) and any
+// field or header this package does not know. They are Anthropic's own
+// vocabulary, which no provider behind the Edge speaks, so unlike the
+// OpenAI API's unknown fields they are not passed through. Image URLs are
+// refused with 400: the Node may not reach the client's network.
 //
 // The stream, as Anthropic sends it: message_start (the message with empty
 // content and the usage known so far), then each content block in order,
@@ -59,6 +92,7 @@ import (
 // Route labels of metrics and the log.
 const (
 	routeMessages = "anthropic_messages"
+	routeCount    = "anthropic_count_tokens"
 	routeModels   = "anthropic_models"
 )
 
@@ -72,6 +106,8 @@ func Handler(front *frontend.Front) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/messages", front.Handler(shape, &frontend.Endpoint{Route: routeMessages,
 		Log: "anthropic message", MaxBody: MaxRequestBytes, Peek: peekMessages, Translate: translateMessages}))
+	mux.Handle("POST /v1/messages/count_tokens", front.Handler(shape, &frontend.Endpoint{Route: routeCount,
+		Log: "anthropic token count", MaxBody: MaxRequestBytes, Peek: peekCount, Translate: translateCount}))
 	d := front.Dispatcher()
 	mux.Handle("GET /v1/models", front.Listing(shape, routeModels, func(r *http.Request, p auth.Principal) (any, *frontend.Failure) {
 		return modelsPage(r, d.Inventory(p))
@@ -88,6 +124,7 @@ func Handler(front *frontend.Front) http.Handler {
 	// A known path with another method is 405 with Allow, in Anthropic's
 	// shape (the catch-all below would say 404).
 	mux.Handle("/v1/messages", front.MethodNotAllowed(shape, http.MethodPost))
+	mux.Handle("/v1/messages/count_tokens", front.MethodNotAllowed(shape, http.MethodPost))
 	mux.Handle("/v1/models", front.MethodNotAllowed(shape, http.MethodGet+", "+http.MethodHead))
 	mux.Handle("/v1/models/{model...}", front.MethodNotAllowed(shape, http.MethodGet+", "+http.MethodHead))
 	mux.Handle("/", front.Refuse(shape, frontend.UnknownURL))

@@ -124,7 +124,8 @@ func TestAuthenticationAndUnknownPaths(t *testing.T) {
 		{"wrong key", "POST", "/v1/messages", http.Header{"X-Api-Key": {"sk-wrong"}}, 401, typeAuthentication},
 		{"bearer key", "POST", "/v1/messages", http.Header{"Authorization": {"Bearer " + testKey}}, 200, ""},
 		{"wrong method", "GET", "/v1/messages", http.Header{"X-Api-Key": {testKey}}, 405, typeInvalidRequest},
-		{"unknown path", "POST", "/v1/messages/count_tokens", http.Header{"X-Api-Key": {testKey}}, 404, typeNotFound},
+		{"wrong method of count_tokens", "GET", "/v1/messages/count_tokens", http.Header{"X-Api-Key": {testKey}}, 405, typeInvalidRequest},
+		{"unknown path", "POST", "/v1/messages/batches", http.Header{"X-Api-Key": {testKey}}, 404, typeNotFound},
 	} {
 		r := httptest.NewRequest(tt.method, tt.path, strings.NewReader(plainBody))
 		r.Header = tt.header

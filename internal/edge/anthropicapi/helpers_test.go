@@ -1,10 +1,13 @@
 package anthropicapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/iop-dev/iop/internal/edge/frontend"
@@ -13,9 +16,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/edgemetrics"
 	"github.com/iop-dev/iop/internal/edge/edgemetrics/metricstest"
+	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind: a
@@ -50,19 +55,58 @@ type env struct {
 
 func newEnv(t *testing.T, f *ft.Dispatcher) *env {
 	t.Helper()
+	return newEnvOver(t, f, f)
+}
+
+// newEnvOver is the API over d, a dispatcher that wraps runner (to record
+// what the fake does not).
+func newEnvOver(t *testing.T, d frontend.Dispatcher, runner *ft.Dispatcher) *env {
+	t.Helper()
 	m := edgemetrics.New(nil, nil)
-	return &env{runner: f, metrics: m, handler: Handler(frontend.New(f, testAuth(t), frontend.Options{Metrics: m}))}
+	return &env{runner: runner, metrics: m, handler: Handler(frontend.New(d, testAuth(t), frontend.Options{Metrics: m}))}
 }
 
 // post serves an authenticated POST /v1/messages of body in-process.
 func (e *env) post(body string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body))
+	return e.postTo("/v1/messages", body, nil)
+}
+
+// postTo serves an authenticated POST of body to target (a path and its
+// query) in-process, with the headers of header besides Anthropic's.
+func (e *env) postTo(target, body string, header http.Header) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, target, strings.NewReader(body))
 	r.Header.Set("x-api-key", testKey)
 	r.Header.Set(VersionHeader, "2023-06-01")
 	r.Header.Set("Content-Type", "application/json")
+	for k, vs := range header {
+		r.Header[k] = vs
+	}
 	w := httptest.NewRecorder()
 	e.handler.ServeHTTP(w, r)
 	return w
+}
+
+// sessionRecorder is the fake dispatcher, recording the session key of
+// every plan a run or a count starts under (frontendtest records the
+// requests, not the plans).
+type sessionRecorder struct {
+	*ft.Dispatcher
+	mu   sync.Mutex
+	keys []string
+}
+
+func (s *sessionRecorder) StartRun(ctx context.Context, plan dispatch.Plan, req *wirepb.RunRequest, watch dispatch.Watch) (frontend.Run, error) {
+	s.mu.Lock()
+	s.keys = append(s.keys, plan.Session)
+	s.mu.Unlock()
+	return s.Dispatcher.StartRun(ctx, plan, req, watch)
+}
+
+// sessions are the session keys of the plans started, in order.
+func (s *sessionRecorder) sessions() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.keys)
 }
 
 // requests is metrics.Requests for the messages route and outcome.

@@ -5,12 +5,18 @@ import (
 )
 
 // translateMessages makes a Messages request's run: parsed as request.go
-// says, written back as output.go says.
+// says, written back as output.go says. The hosted tools it declares are
+// dropped (named in X-IOP-Dropped-Tools) or refused, as the route's
+// profile says; the session it is a turn of is named for affinity.
 func translateMessages(t *frontend.Turn) (frontend.Job, *frontend.Failure) {
 	req, f := parseMessages(t.Body)
 	if f != nil {
 		return nil, f
 	}
+	if f := t.DropHostedTools(req.hostedParam, req.hosted); f != nil {
+		return nil, f
+	}
+	t.Session = sessionKey(t.Exchange().Request().Header, req.userID)
 	j := &frontend.RunJob{Run: req.run, Out: newOutput(t.Response(), req)}
 	if req.stream {
 		// While the request waits for a slot or a silent prefill, a ping

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
@@ -36,11 +37,14 @@ const (
 	MaxStopSequences = 1_000
 )
 
-// messagesRequest is the part of an Anthropic Messages request the Edge
-// reads. Every other field (metadata, service_tier, cache_control,
-// container, ...) is Anthropic's own vocabulary, which no provider behind
-// the Edge speaks: it is ignored, not passed through (see the package
-// comment).
+// messagesRequest is the part of an Anthropic Messages (or count_tokens)
+// request the Edge reads. Every other field (service_tier,
+// context_management, container, cache_control, speed, inference_geo,
+// ...) is Anthropic's own vocabulary, which no provider behind the Edge
+// speaks: it is ignored on purpose, not passed through (see the package
+// comment). Metadata and mcp_servers are read as they are, never
+// rejected: metadata only names the session, mcp_servers only says the
+// request has tools the Edge drops.
 type messagesRequest struct {
 	Model         string          `json:"model"`
 	System        json.RawMessage `json:"system"` // a string or text blocks
@@ -54,17 +58,23 @@ type messagesRequest struct {
 	TopK          *int64          `json:"top_k"`
 	Thinking      *thinking       `json:"thinking"`
 	OutputConfig  *struct {
+		Effort string `json:"effort"`
 		Format *struct {
 			Type   string          `json:"type"`
 			Schema json.RawMessage `json:"schema"`
 		} `json:"format"`
 	} `json:"output_config"`
-	Stream bool `json:"stream"`
+	Metadata   json.RawMessage `json:"metadata"`
+	MCPServers json.RawMessage `json:"mcp_servers"`
+	Stream     bool            `json:"stream"`
 }
 
 type message struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"` // a string or blocks
+	// ClearAt, on a system turn: "next_user_message" shows it to the model
+	// only until a user turn follows it; "never" (the default) always.
+	ClearAt string `json:"clear_at"`
 }
 
 // block is any content block; Type says which fields it uses.
@@ -95,6 +105,9 @@ type tool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"input_schema"`
+	// computer_*: the screen's size, which its description tells the model
+	DisplayWidthPx  *int64 `json:"display_width_px"`
+	DisplayHeightPx *int64 `json:"display_height_px"`
 }
 
 type toolChoice struct {
@@ -103,7 +116,8 @@ type toolChoice struct {
 }
 
 type thinking struct {
-	Type string `json:"type"`
+	Type         string `json:"type"`
+	BudgetTokens *int64 `json:"budget_tokens"`
 }
 
 // Bounded lists: each decodes with frontdoor.DecodeList.
@@ -134,11 +148,19 @@ func (l *stopList) UnmarshalJSON(b []byte) (err error) {
 	return err
 }
 
-// parsedMessages is a request ready to run.
+// parsedMessages is a request ready to run (or to count).
 type parsedMessages struct {
 	model  string
 	stream bool
 	run    *wirepb.RunRequest
+	// hosted are the types of the hosted tools the run goes without (see
+	// tools.go), declared in hostedParam; the translation drops or refuses
+	// them per profile.
+	hosted      []string
+	hostedParam string
+	// userID is metadata.user_id, "" for none: a session key when no
+	// header names the session.
+	userID string
 }
 
 // peekMessages reads the model of a request's body, and whether it
@@ -160,18 +182,48 @@ func peekMessages(body []byte) (frontend.Peek, *frontend.Failure) {
 	return frontend.Peek{Model: p.Model, Stream: p.Stream}, nil
 }
 
-// parseMessages decodes and validates a request's body, within the bounds
-// above: 400 naming the offending field.
+// parseMessages decodes and validates a Messages request's body, within
+// the bounds above: 400 naming the offending field.
 func parseMessages(body []byte) (*parsedMessages, *frontend.Failure) {
+	return parse(body, true)
+}
+
+// parseCount decodes and validates a count_tokens request's body: a
+// Messages request without max_tokens (and whose stream means nothing).
+func parseCount(body []byte) (*parsedMessages, *frontend.Failure) {
+	return parse(body, false)
+}
+
+func parse(body []byte, run bool) (*parsedMessages, *frontend.Failure) {
 	var req messagesRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, jsonError(err)
 	}
-	run, e := req.toRun()
-	if e != nil {
+	if run {
+		if req.MaxTokens == nil {
+			return nil, invalid("max_tokens", "Field required")
+		}
+	} else {
+		req.Stream = false
+	}
+	p := &parsedMessages{model: req.Model, stream: req.Stream, userID: metadataUserID(req.Metadata)}
+	var e *frontend.Failure
+	if p.run, p.hosted, e = req.toRun(); e != nil {
 		return nil, e
 	}
-	return &parsedMessages{model: req.Model, stream: req.Stream, run: run}, nil
+	p.hostedParam = "tools"
+	var servers []json.RawMessage
+	if json.Unmarshal(req.MCPServers, &servers) == nil && len(servers) > 0 && !slices.Contains(p.hosted, "mcp_toolset") {
+		// MCP servers that Anthropic's API would connect to and offer the
+		// tools of (the MCP connector; in its later form an mcp_toolset
+		// tool names each, and is dropped as a tool): hosted tools too. A
+		// value that is not a list is ignored, as metadata is.
+		if len(p.hosted) == 0 {
+			p.hostedParam = "mcp_servers"
+		}
+		p.hosted = append(p.hosted, "mcp_servers")
+	}
+	return p, nil
 }
 
 // jsonError maps a decoding error to a 400 naming what it can.
@@ -198,71 +250,63 @@ func fieldPath(f string) string {
 	return strings.Join(parts, ".")
 }
 
-// toRun validates req and converts it to a run request.
-func (req *messagesRequest) toRun() (*wirepb.RunRequest, *frontend.Failure) {
-	if req.MaxTokens == nil {
-		return nil, invalid("max_tokens", "Field required")
-	}
-	if *req.MaxTokens < 1 {
-		return nil, invalid("max_tokens", "must be at least 1, got %d", *req.MaxTokens)
+// toRun validates req and converts it to a run request, and says which
+// hosted tools (their types) it goes without.
+func (req *messagesRequest) toRun() (*wirepb.RunRequest, []string, *frontend.Failure) {
+	if req.MaxTokens != nil && *req.MaxTokens < 1 {
+		return nil, nil, invalid("max_tokens", "must be at least 1, got %d", *req.MaxTokens)
 	}
 	if len(req.Messages) == 0 {
-		return nil, invalid("messages", "at least one message is required")
+		return nil, nil, invalid("messages", "at least one message is required")
 	}
 	run := &wirepb.RunRequest{Options: &wirepb.RunOptions{MaxTokens: req.MaxTokens}}
-	system, e := systemText(req.System)
+	system, e := systemText(req.System, "system")
 	if e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	if system != "" {
 		run.Messages = append(run.Messages, &wirepb.ChatMessage{Role: "system", Content: system})
 	}
 	toolNames := map[string]string{} // tool_use id → tool name, for the results that answer them
+	lastUser := -1
 	for i := range req.Messages {
+		if req.Messages[i].Role == "user" {
+			lastUser = i
+		}
+	}
+	for i := range req.Messages {
+		if m := &req.Messages[i]; m.Role == "system" && m.ClearAt == "next_user_message" && i < lastUser {
+			continue // its turn has passed: the client keeps it, the model no longer sees it
+		}
 		ms, e := req.Messages[i].toWire(fmt.Sprintf("messages.%d", i), toolNames)
 		if e != nil {
-			return nil, e
+			return nil, nil, e
 		}
 		run.Messages = append(run.Messages, ms...)
 	}
-	for i, t := range req.Tools {
-		field := fmt.Sprintf("tools.%d", i)
-		if t.Type != "" && t.Type != "custom" {
-			return nil, invalid(field+".type", "the tool type %q is one of Anthropic's server tools, which the Edge's providers do not have; only custom tools (name, description, input_schema) are supported", t.Type)
-		}
-		if t.Name == "" {
-			return nil, invalid(field+".name", "Field required")
-		}
-		wt := &wirepb.Tool{Name: t.Name, Description: t.Description}
-		if s := bytes.TrimSpace(t.InputSchema); len(s) > 0 && !bytes.Equal(s, []byte("null")) {
-			wt.ParametersJson = s
-		}
-		run.Tools = append(run.Tools, wt)
+	var hosted []string
+	var hostedNames map[string]string
+	if run.Tools, hosted, hostedNames, e = toolsOf(req.Tools); e != nil {
+		return nil, nil, e
 	}
-	if run.Options.ToolChoice, e = req.ToolChoice.toWire(run.Tools); e != nil {
-		return nil, e
+	if run.Options.ToolChoice, e = req.ToolChoice.toWire(run.Tools, hostedNames); e != nil {
+		return nil, nil, e
 	}
 	if e := req.options(run.Options); e != nil {
-		return nil, e
+		return nil, nil, e
 	}
-	return run, nil
+	return run, hosted, nil
 }
 
-// systemText is the system prompt: a string, or text blocks joined by
-// blank lines.
-func systemText(raw json.RawMessage) (string, *frontend.Failure) {
+// systemText is a system prompt (the top-level system field, or a system
+// message's content): a string, or text blocks joined by blank lines.
+func systemText(raw json.RawMessage, field string) (string, *frontend.Failure) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", nil
 	}
-	texts, images, e := textAndImages(raw, "system", false)
-	if e != nil {
-		return "", e
-	}
-	if len(images) > 0 {
-		return "", invalid("system", "the system prompt takes text blocks only")
-	}
-	return texts, nil
+	text, _, e := textAndImages(raw, field, false) // images: false refuses them
+	return text, e
 }
 
 // textAndImages reads content that is a string or text (and, with
@@ -352,8 +396,17 @@ func (m *message) toWire(field string, toolNames map[string]string) ([]*wirepb.C
 	}
 	switch m.Role {
 	case "user", "assistant":
+	case "system":
+		// A system turn inside the conversation (Claude Code's environment
+		// block): instructions that hold from where they stand, so a system
+		// message there; an empty one says nothing and is left out.
+		text, e := systemText(content, field+".content")
+		if e != nil || text == "" {
+			return nil, e
+		}
+		return []*wirepb.ChatMessage{{Role: "system", Content: text}}, nil
 	default:
-		return nil, invalid(field+".role", "unsupported role %q: expected user or assistant (the system prompt is the top-level system field)", m.Role)
+		return nil, invalid(field+".role", "unsupported role %q: expected user, assistant or system", m.Role)
 	}
 	if content[0] == '"' {
 		wm := &wirepb.ChatMessage{Role: m.Role}
@@ -453,9 +506,10 @@ func userMessages(blocks blockList, field string, toolNames map[string]string) (
 // toWire converts Anthropic's tool_choice to the wire's (see RunOptions
 // in wire.proto): auto and none as they are, any as "required", and
 // {"type":"tool","name":"f"} as "function:f", which must name one of the
-// request's tools. disable_parallel_tool_use has no portable equivalent
-// and is ignored.
-func (c *toolChoice) toWire(tools []*wirepb.Tool) (string, *frontend.Failure) {
+// run's tools (not one of the hosted tools, named in hosted, that it goes
+// without). disable_parallel_tool_use has no portable equivalent and is
+// ignored.
+func (c *toolChoice) toWire(tools []*wirepb.Tool, hosted map[string]string) (string, *frontend.Failure) {
 	if c == nil {
 		return "", nil
 	}
@@ -476,13 +530,16 @@ func (c *toolChoice) toWire(tools []*wirepb.Tool) (string, *frontend.Failure) {
 				return "function:" + c.Name, nil
 			}
 		}
+		if typ, ok := hosted[c.Name]; ok {
+			return "", hostedChoice(c.Name, typ)
+		}
 		return "", invalid("tool_choice.name", "the tool %q is not among the request's tools", c.Name)
 	}
 	return "", invalid("tool_choice.type", `unsupported tool_choice %q: expected auto, any, tool or none`, c.Type)
 }
 
-// options fills o from the sampling fields, thinking and the output
-// format of req. top_k has no field of its own on the wire: it travels in
+// options fills o from the sampling fields, thinking and effort
+// (thinking.go) and the output format of req. top_k has no field of its own on the wire: it travels in
 // extra_json, under the name both the OpenAI-compatible servers and the
 // ollama adapter know.
 func (req *messagesRequest) options(o *wirepb.RunOptions) *frontend.Failure {
@@ -502,15 +559,8 @@ func (req *messagesRequest) options(o *wirepb.RunOptions) *frontend.Failure {
 		o.ExtraJson, _ = json.Marshal(map[string]int64{"top_k": *k})
 	}
 	o.Stop = req.StopSequences
-	if th := req.Thinking; th != nil {
-		switch th.Type {
-		case "enabled", "disabled":
-			on := th.Type == "enabled" // the budget has no portable meaning: thinking is on or off
-			o.Think = &on
-		case "adaptive": // the model decides: the provider's default
-		default:
-			return invalid("thinking.type", "unsupported thinking type %q: expected enabled, disabled or adaptive", th.Type)
-		}
+	if e := req.reasoning(o); e != nil {
+		return e
 	}
 	if oc := req.OutputConfig; oc != nil && oc.Format != nil {
 		if oc.Format.Type != "json_schema" {
