@@ -185,26 +185,26 @@ func peekMessages(body []byte) (frontend.Peek, *frontend.Failure) {
 // parseMessages decodes and validates a Messages request's body, within
 // the bounds above: 400 naming the offending field.
 func parseMessages(body []byte) (*parsedMessages, *frontend.Failure) {
-	return parse(body, true)
+	return parse(body, false)
 }
 
 // parseCount decodes and validates a count_tokens request's body: a
 // Messages request without max_tokens (and whose stream means nothing).
 func parseCount(body []byte) (*parsedMessages, *frontend.Failure) {
-	return parse(body, false)
+	return parse(body, true)
 }
 
-func parse(body []byte, run bool) (*parsedMessages, *frontend.Failure) {
+// parse is parseMessages, or parseCount when count.
+func parse(body []byte, count bool) (*parsedMessages, *frontend.Failure) {
 	var req messagesRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, jsonError(err)
 	}
-	if run {
-		if req.MaxTokens == nil {
-			return nil, invalid("max_tokens", "Field required")
-		}
-	} else {
+	switch {
+	case count:
 		req.Stream = false
+	case req.MaxTokens == nil:
+		return nil, invalid("max_tokens", "Field required")
 	}
 	p := &parsedMessages{model: req.Model, stream: req.Stream, userID: metadataUserID(req.Metadata)}
 	var e *frontend.Failure
