@@ -9,7 +9,9 @@
 // embeddings through {base_url}/embeddings (complete.go). The raw tunnel relays any request to base_url;
 // the probe and the target list read {base_url}/models. Token counts use
 // the server's own tokenizer, vLLM's or llama.cpp's, at the server's root
-// (tokenize.go).
+// (tokenize.go). A system message inside the conversation, which strict
+// chat templates refuse, is folded into a user turn at its place unless
+// configured otherwise (systemturns.go).
 //
 // Credentials never rest on the Node: the key is presented only when a run
 // or tunnel carries one (Request.Credential), as `Authorization: Bearer`,
@@ -64,12 +66,19 @@ type Config struct {
 	// routing header). They may not carry credentials: Authorization is
 	// refused here and comes only from a run's credential.
 	Headers map[string]string `json:"headers,omitempty"`
+	// SystemTurns is what becomes of a system message inside the
+	// conversation (after its first message that is not one): "fold" (the
+	// default) folds it into a user turn at its place and joins the
+	// leading ones, as strict chat templates need; "keep" sends them as
+	// they are (systemturns.go).
+	SystemTurns string `json:"system_turns,omitempty"`
 }
 
 // config is a validated Config, and what the adapter learns of its server.
 type config struct {
-	base    *url.URL
-	headers http.Header
+	base        *url.URL
+	headers     http.Header
+	systemTurns systemTurns
 	// tokenizer is how the server counts tokens (a tokenizer), learnt
 	// from its first count and kept until the next Configure.
 	tokenizer atomic.Int32
@@ -96,6 +105,8 @@ func (a *Adapter) Info() sdk.Info {
 		ConfigFields: map[string]string{
 			"base_url": "required: the server's OpenAI API root including the version path, e.g. http://127.0.0.1:8000/v1",
 			"headers":  "optional: extra HTTP headers for every request (no Authorization: credentials come from the run's lease)",
+			"system_turns": `optional: "fold" (default) sends a system message that comes after the conversation's start as text of a user turn at its place ` +
+				`(in <system-reminder> tags) and joins the leading ones into one, which strict chat templates (Qwen's, Gemma's) need; "keep" sends them as they are`,
 		},
 	}
 }
@@ -146,7 +157,11 @@ func (c Config) validate() (*config, error) {
 		}
 		h.Set(k, v)
 	}
-	return &config{base: u, headers: h}, nil
+	turns, err := parseSystemTurns(c.SystemTurns)
+	if err != nil {
+		return nil, err
+	}
+	return &config{base: u, headers: h, systemTurns: turns}, nil
 }
 
 func validHeaderName(k string) bool {

@@ -56,7 +56,7 @@ func (a *Adapter) Execute(ctx context.Context, req *sdk.Request, out sdk.EventSi
 	if err != nil {
 		return nil, err
 	}
-	body, err := buildBody(req)
+	body, err := buildBody(req, c.systemTurns)
 	if err != nil {
 		return nil, err
 	}

@@ -54,7 +54,8 @@ var reservedKeys = map[string]bool{
 	"model": true, "messages": true, "tools": true, "stream": true, "stream_options": true, "n": true,
 }
 
-// buildBody returns the JSON body of a streaming chat completion for req.
+// buildBody returns the JSON body of a streaming chat completion for req,
+// its system turns as turns says (systemturns.go).
 //
 // The token limit is sent as max_tokens, which every OpenAI-compatible
 // server we target (vLLM, llama.cpp, LM Studio, Ollama) accepts; OpenAI's
@@ -75,17 +76,13 @@ var reservedKeys = map[string]bool{
 // "required", {"type":"function","function":{"name":...}}), and only with
 // tools: OpenAI refuses tool_choice without them, and auto or none without
 // tools is what the server does anyway.
-func buildBody(req *sdk.Request) ([]byte, error) {
+func buildBody(req *sdk.Request, turns systemTurns) ([]byte, error) {
 	if req.Target == "" {
 		return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: the run names no target model")
 	}
-	msgs := make([]wireMessage, 0, len(req.Messages))
-	for i, m := range req.Messages {
-		wm, err := wireMessageOf(m)
-		if err != nil {
-			return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: messages[%d]: %s", i, err.Message)
-		}
-		msgs = append(msgs, wm)
+	msgs, err := wireMessages(req.Messages, turns, true)
+	if err != nil {
+		return nil, err
 	}
 	body := map[string]any{
 		"model":          req.Target,
@@ -151,6 +148,25 @@ func wireTools(tools []sdk.Tool) ([]wireTool, error) {
 		out = append(out, wireTool{Type: "function", Function: wireFunction{
 			Name: t.Name, Description: t.Description, Parameters: t.Parameters,
 		}})
+	}
+	return out, nil
+}
+
+// wireMessages are msgs in OpenAI's form, their system turns as turns
+// says (systemturns.go), with their images when withImages. An error
+// names the run's message it is about.
+func wireMessages(msgs []sdk.Message, turns systemTurns, withImages bool) ([]wireMessage, error) {
+	sent, from := turns.apply(msgs)
+	out := make([]wireMessage, 0, len(sent))
+	for i, m := range sent {
+		if !withImages {
+			m.Images = nil
+		}
+		wm, err := wireMessageOf(m)
+		if err != nil {
+			return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: messages[%d]: %s", from[i], err.Message)
+		}
+		out = append(out, wm)
 	}
 	return out, nil
 }

@@ -110,7 +110,7 @@ func noTokenizer() error {
 // count: llama.cpp's /tokenize ignored vLLM's request), none (no such
 // endpoint), or unknown (a failure that tells nothing).
 func (a *Adapter) countVLLM(ctx context.Context, c *config, req *sdk.Request) (int64, tokenizer, error) {
-	bodies, err := vllmBodies(req)
+	bodies, err := vllmBodies(req, c.systemTurns)
 	if err != nil {
 		return 0, tokenizerUnknown, err
 	}
@@ -141,7 +141,7 @@ func (a *Adapter) countVLLM(ctx context.Context, c *config, req *sdk.Request) (i
 // vllmBodies are the /tokenize requests that count req on vLLM: the chat,
 // or a raw completion's prompt and its suffix (tokenized without the
 // special tokens a prompt starts with).
-func vllmBodies(req *sdk.Request) ([]map[string]any, error) {
+func vllmBodies(req *sdk.Request, turns systemTurns) ([]map[string]any, error) {
 	if len(req.Messages) == 0 {
 		bodies := []map[string]any{{"model": req.Target, "prompt": req.Prompt}}
 		if req.Suffix != "" {
@@ -149,7 +149,7 @@ func vllmBodies(req *sdk.Request) ([]map[string]any, error) {
 		}
 		return bodies, nil
 	}
-	body, err := chatTemplateBody(req, true)
+	body, err := chatTemplateBody(req, turns, true)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +162,7 @@ func vllmBodies(req *sdk.Request) ([]map[string]any, error) {
 func (a *Adapter) countLlamaCpp(ctx context.Context, c *config, req *sdk.Request) (int64, error) {
 	texts := []string{req.Prompt, req.Suffix}
 	if len(req.Messages) > 0 {
-		body, err := chatTemplateBody(req, false)
+		body, err := chatTemplateBody(req, c.systemTurns, false)
 		if err != nil {
 			return 0, err
 		}
@@ -198,19 +198,13 @@ func (a *Adapter) countLlamaCpp(ctx context.Context, c *config, req *sdk.Request
 }
 
 // chatTemplateBody is the part of a chat request that a chat template
-// reads: the messages (with their images when withImages), the tools, and
-// Extra's chat_template_kwargs.
-func chatTemplateBody(req *sdk.Request, withImages bool) (map[string]any, error) {
-	msgs := make([]wireMessage, 0, len(req.Messages))
-	for i, m := range req.Messages {
-		if !withImages {
-			m.Images = nil
-		}
-		wm, err := wireMessageOf(m)
-		if err != nil {
-			return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: messages[%d]: %s", i, err.Message)
-		}
-		msgs = append(msgs, wm)
+// reads: the messages as the run sends them (their system turns as turns
+// says, with their images when withImages), the tools, and Extra's
+// chat_template_kwargs.
+func chatTemplateBody(req *sdk.Request, turns systemTurns, withImages bool) (map[string]any, error) {
+	msgs, err := wireMessages(req.Messages, turns, withImages)
+	if err != nil {
+		return nil, err
 	}
 	body := map[string]any{"messages": msgs}
 	if len(req.Tools) > 0 {
