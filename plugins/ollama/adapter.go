@@ -6,7 +6,10 @@
 //
 // How a run's options, reasoning effort and the client's other fields
 // reach Ollama is told in options.go; how a forced tool call, which Ollama
-// cannot force, is made with a schema-constrained answer, in forced.go.
+// cannot force, is made with a schema-constrained answer, in forced.go;
+// how a system message inside the conversation, which most models'
+// templates move to the top, drop or refuse, is folded into a user turn
+// where it stands, in systemturns.go.
 //
 // The adapter owns no timers: the Node's stall watchdog and the run's hard
 // deadline reach it through ctx, and every upstream request is bound to its
@@ -62,13 +65,20 @@ type Config struct {
 	// front of Ollama). A run's credential, when given, sets Authorization
 	// over them.
 	Headers map[string]string `json:"headers"`
+	// SystemTurns is what becomes of a system message inside the
+	// conversation (after its first message that is not one): "fold" (the
+	// default) folds it into a user turn at its place and joins the
+	// leading ones, which most models' templates would move to the top,
+	// drop or refuse; "keep" sends them as they are (systemturns.go).
+	SystemTurns string `json:"system_turns"`
 }
 
 // settings is a validated Config, swapped whole by Configure.
 type settings struct {
-	base      *url.URL
-	keepAlive json.RawMessage // nil: not sent
-	headers   http.Header
+	base        *url.URL
+	keepAlive   json.RawMessage // nil: not sent
+	headers     http.Header
+	systemTurns systemTurns
 }
 
 // Adapter talks to one Ollama server. It is safe for concurrent use.
@@ -120,6 +130,8 @@ func (a *Adapter) Info() sdk.Info {
 			"base_url":   "Ollama's base URL (default " + DefaultBaseURL + ")",
 			"keep_alive": `optional keep_alive sent to Ollama: a duration ("5m") or seconds ("-1" keeps the model loaded)`,
 			"headers":    "optional static headers added to every upstream request",
+			"system_turns": `optional: "fold" (default) sends a system message that comes after the conversation's start as text of a user turn at its place ` +
+				`(in <system-reminder> tags) and joins the leading ones into one, where most models' templates would move it to the top, drop or refuse it; "keep" sends them as they are`,
 		},
 	}
 }
@@ -159,6 +171,9 @@ func parseConfig(c Config) (*settings, error) {
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = ""
 	s := &settings{base: u, headers: http.Header{}}
+	if s.systemTurns, err = parseSystemTurns(c.SystemTurns); err != nil {
+		return nil, err
+	}
 
 	if c.KeepAlive != "" {
 		if s.keepAlive, err = keepAliveJSON(c.KeepAlive); err != nil {

@@ -13,7 +13,7 @@ import (
 func TestInfoAndCapabilities(t *testing.T) {
 	a := New()
 	info := a.Info()
-	if info.Name != "ollama" || info.Version == "" || len(info.ConfigFields) != 3 {
+	if info.Name != "ollama" || info.Version == "" || len(info.ConfigFields) != 4 {
 		t.Fatalf("info %+v", info)
 	}
 	want := []string{sdk.CapListTargets, sdk.CapTunnel, sdk.CapProbe, sdk.CapClose, sdk.CapComplete, sdk.CapEmbed, sdk.CapTunnelRoute}

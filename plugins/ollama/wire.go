@@ -119,20 +119,22 @@ func (c *chat) encode() ([]byte, error) {
 }
 
 // buildChat turns a normalized run into Ollama's chat request (options and
-// tool choice: see options.go; forced tool calls: forced.go). Errors are
-// KindInvalidRequest and name the field, never its content.
+// tool choice: see options.go; forced tool calls: forced.go; system turns:
+// systemturns.go). Errors are KindInvalidRequest and name the field (of the
+// run's message), never its content.
 func buildChat(req *sdk.Request, s *settings) (*chat, error) {
 	if req.Target == "" {
 		return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: the run has no target model")
 	}
 	cr := &chatRequest{Model: req.Target, Stream: true}
 	callNames := map[string]string{} // tool call id → tool name, for tool results
-	for i, m := range req.Messages {
+	sent, from := s.systemTurns.apply(req.Messages)
+	for i, m := range sent {
 		wm := message{Role: m.Role, Content: m.Content, Thinking: m.Reasoning, Images: m.Images}
 		for j, tc := range m.ToolCalls {
 			args, err := objectJSON(tc.Arguments)
 			if err != nil {
-				return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: messages[%d].tool_calls[%d].arguments: %v", i, j, err)
+				return nil, sdk.Errorf(sdk.KindInvalidRequest, "ollama: messages[%d].tool_calls[%d].arguments: %v", from[i], j, err)
 			}
 			wm.ToolCalls = append(wm.ToolCalls, toolCall{ID: tc.ID, Function: toolFunction{Index: j, Name: tc.Name, Arguments: args}})
 			if tc.ID != "" {

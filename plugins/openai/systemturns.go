@@ -22,13 +22,14 @@ import (
 //     one, their texts separated by a blank line: some templates render
 //     only the first;
 //   - a system message after that is folded into a user turn, at its
-//     place: its text goes first in the user message that follows it
-//     directly, or else last in the user message it directly follows, or
-//     else (between an assistant and what follows, or after tool results)
-//     it is a user message of its own. Inside a group of tool results
-//     (between an assistant's tool calls and the last of their results) it
-//     waits for the group's end, so that no message comes between a call
-//     and its result.
+//     place: its text goes first in the user message that comes next,
+//     else last in the user message it comes after, else (after an
+//     assistant, or after tool results) it is a user message of its own,
+//     never beside another user message (templates that ask roles to
+//     alternate refuse two). Inside a group of tool results (between an
+//     assistant's tool calls and the last of their results) it waits for
+//     the group's end, so that no message comes between a call and its
+//     result.
 //
 // The text goes as it is when it is one element of markup already
 // ("<system-reminder>...</system-reminder>", Claude Code's "<env>...</env>"),
