@@ -22,9 +22,20 @@
 //   - system (a string or text blocks) is the first system message;
 //     messages are user, assistant and system turns: a system turn inside
 //     the conversation (Claude Code's environment block) is a system message
-//     where it stands. Content: text, base64 image, tool_use, tool_result
-//     and thinking blocks (redacted_thinking, encrypted for Anthropic's
-//     models, is dropped).
+//     where it stands (the adapters fold it into a user turn there for
+//     servers whose chat templates refuse one), and its tool_addition and
+//     tool_removal blocks (Anthropic's mid-conversation tool changes) make
+//     the run's tools the set in effect at the conversation's end.
+//   - Content (content.go): text, base64 image, tool_use, tool_result and
+//     thinking blocks (redacted_thinking, encrypted for Anthropic's models,
+//     is dropped); documents of text (source text, content, or base64
+//     text/*) and search_result blocks, in a user turn or a tool's result,
+//     as text between <document> or <search_result> tags with their title,
+//     context and source; tool_reference (a tool search's result) as a line
+//     saying the tool is available. What the model behind the Edge cannot
+//     have, a PDF document, or a document or image at a URL or in
+//     Anthropic's Files API, is a short placeholder the model reads, saying
+//     what was left out and why, and the request runs.
 //   - tools: custom tools as they are; Anthropic's client tools (bash,
 //     text_editor, memory, computer: the client runs them, Anthropic keeps
 //     their schemas in its models) as functions of the names the client
@@ -50,14 +61,14 @@
 //
 // What is ignored on purpose: cache_control on any block, tool or the
 // request (providers cache prompt prefixes by themselves), thinking's
-// display, metadata beyond the session, context_management (Anthropic's
-// server-side clearing of old context: the client's conversation is run as
-// sent), service_tier, container, speed, inference_geo, the anthropic-beta
+// display, a document's citations (only Anthropic's models make them), a
+// system turn's output_config, metadata beyond the session,
+// context_management (Anthropic's server-side clearing of old context: the
+// client's conversation is run as sent), service_tier, container, speed, inference_geo, the anthropic-beta
 // header, defer_loading (a deferred tool is offered as any other) and any
 // field or header this package does not know. They are Anthropic's own
 // vocabulary, which no provider behind the Edge speaks, so unlike the
-// OpenAI API's unknown fields they are not passed through. Image URLs are
-// refused with 400: the Node may not reach the client's network.
+// OpenAI API's unknown fields they are not passed through.
 //
 // The stream, as Anthropic sends it: message_start (the message with empty
 // content and the usage known so far), then each content block in order,

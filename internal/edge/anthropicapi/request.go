@@ -2,7 +2,6 @@ package anthropicapi
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,19 +81,23 @@ type block struct {
 	Type string `json:"type"`
 	// text
 	Text string `json:"text"`
-	// image
-	Source *struct {
-		Type      string `json:"type"` // base64, url, file
-		MediaType string `json:"media_type"`
-		Data      string `json:"data"`
-	} `json:"source"`
+	// image and document: a source object (content.go); search_result:
+	// the name of its source
+	Source json.RawMessage `json:"source"`
+	// document and search_result
+	Title   string `json:"title"`
+	Context string `json:"context"`
+	// tool_reference
+	ToolName string `json:"tool_name"`
+	// tool_addition and tool_removal: the tool referenced or defined
+	Tool json.RawMessage `json:"tool"`
 	// tool_use
 	ID    string          `json:"id"`
 	Name  string          `json:"name"`
 	Input json.RawMessage `json:"input"`
 	// tool_result
 	ToolUseID string          `json:"tool_use_id"`
-	Content   json.RawMessage `json:"content"` // a string or text and image blocks
+	Content   json.RawMessage `json:"content"` // a string or blocks; search_result: text blocks
 	IsError   bool            `json:"is_error"`
 	// thinking
 	Thinking string `json:"thinking"`
@@ -158,6 +161,10 @@ type parsedMessages struct {
 	// them per profile.
 	hosted      []string
 	hostedParam string
+	// dropped are the kinds of content the run goes without
+	// ("document:pdf"...), each replaced by a placeholder the model reads
+	// (content.go).
+	dropped []string
 	// userID is metadata.user_id, "" for none: a session key when no
 	// header names the session.
 	userID string
@@ -208,7 +215,7 @@ func parse(body []byte, count bool) (*parsedMessages, *frontend.Failure) {
 	}
 	p := &parsedMessages{model: req.Model, stream: req.Stream, userID: metadataUserID(req.Metadata)}
 	var e *frontend.Failure
-	if p.run, p.hosted, e = req.toRun(); e != nil {
+	if p.run, p.hosted, p.dropped, e = req.toRun(); e != nil {
 		return nil, e
 	}
 	p.hostedParam = "tools"
@@ -251,23 +258,24 @@ func fieldPath(f string) string {
 }
 
 // toRun validates req and converts it to a run request, and says which
-// hosted tools (their types) it goes without.
-func (req *messagesRequest) toRun() (*wirepb.RunRequest, []string, *frontend.Failure) {
+// hosted tools (their types) it goes without and which kinds of content it
+// left out (content.go).
+func (req *messagesRequest) toRun() (*wirepb.RunRequest, []string, []string, *frontend.Failure) {
 	if req.MaxTokens != nil && *req.MaxTokens < 1 {
-		return nil, nil, invalid("max_tokens", "must be at least 1, got %d", *req.MaxTokens)
+		return nil, nil, nil, invalid("max_tokens", "must be at least 1, got %d", *req.MaxTokens)
 	}
 	if len(req.Messages) == 0 {
-		return nil, nil, invalid("messages", "at least one message is required")
+		return nil, nil, nil, invalid("messages", "at least one message is required")
 	}
 	run := &wirepb.RunRequest{Options: &wirepb.RunOptions{MaxTokens: req.MaxTokens}}
 	system, e := systemText(req.System, "system")
 	if e != nil {
-		return nil, nil, e
+		return nil, nil, nil, e
 	}
 	if system != "" {
 		run.Messages = append(run.Messages, &wirepb.ChatMessage{Role: "system", Content: system})
 	}
-	toolNames := map[string]string{} // tool_use id → tool name, for the results that answer them
+	c := newConversion()
 	lastUser := -1
 	for i := range req.Messages {
 		if req.Messages[i].Role == "user" {
@@ -275,76 +283,61 @@ func (req *messagesRequest) toRun() (*wirepb.RunRequest, []string, *frontend.Fai
 		}
 	}
 	for i := range req.Messages {
-		if m := &req.Messages[i]; m.Role == "system" && m.ClearAt == "next_user_message" && i < lastUser {
-			continue // its turn has passed: the client keeps it, the model no longer sees it
-		}
-		ms, e := req.Messages[i].toWire(fmt.Sprintf("messages.%d", i), toolNames)
+		ms, e := req.Messages[i].toWire(fmt.Sprintf("messages.%d", i), c)
 		if e != nil {
-			return nil, nil, e
+			return nil, nil, nil, e
+		}
+		if m := &req.Messages[i]; m.Role == "system" && m.ClearAt == "next_user_message" && i < lastUser {
+			// Its turn has passed: the client keeps it, the model no
+			// longer reads it. Its tool changes hold: they changed the
+			// tools, not what the model reads.
+			continue
 		}
 		run.Messages = append(run.Messages, ms...)
 	}
 	var hosted []string
 	var hostedNames map[string]string
 	if run.Tools, hosted, hostedNames, e = toolsOf(req.Tools); e != nil {
-		return nil, nil, e
+		return nil, nil, nil, e
+	}
+	if run.Tools, hosted, hostedNames, e = applyToolChanges(run.Tools, hosted, hostedNames, c.changes); e != nil {
+		return nil, nil, nil, e
 	}
 	if run.Options.ToolChoice, e = req.ToolChoice.toWire(run.Tools, hostedNames); e != nil {
-		return nil, nil, e
+		return nil, nil, nil, e
 	}
 	if e := req.options(run.Options); e != nil {
-		return nil, nil, e
+		return nil, nil, nil, e
 	}
-	return run, hosted, nil
+	return run, hosted, c.dropped, nil
 }
 
-// systemText is a system prompt (the top-level system field, or a system
-// message's content): a string, or text blocks joined by blank lines.
+// systemText is the top-level system prompt: a string, or text blocks
+// joined by blank lines.
 func systemText(raw json.RawMessage, field string) (string, *frontend.Failure) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", nil
 	}
-	text, _, e := textAndImages(raw, field, false) // images: false refuses them
-	return text, e
-}
-
-// textAndImages reads content that is a string or text (and, with
-// images, image) blocks; texts are joined by blank lines.
-func textAndImages(raw json.RawMessage, field string, images bool) (string, [][]byte, *frontend.Failure) {
-	if len(raw) > 0 && raw[0] == '"' {
+	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", nil, invalid(field, "not a valid string")
+			return "", invalid(field, "not a valid string")
 		}
-		return s, nil, nil
+		return s, nil
 	}
 	blocks, e := decodeBlocks(raw, field)
 	if e != nil {
-		return "", nil, e
+		return "", e
 	}
-	var texts []string
-	var imgs [][]byte
+	texts := make([]string, 0, len(blocks))
 	for j, b := range blocks {
-		f := fmt.Sprintf("%s.%d", field, j)
-		switch {
-		case b.Type == "text":
-			texts = append(texts, b.Text)
-		case b.Type == "image" && images:
-			img, e := b.image(f)
-			if e != nil {
-				return "", nil, e
-			}
-			imgs = append(imgs, img)
-		default:
-			want := "text"
-			if images {
-				want = "text or image"
-			}
-			return "", nil, invalid(f+".type", "unsupported block type %q here: expected %s", b.Type, want)
+		if b.Type != "text" {
+			return "", invalid(fmt.Sprintf("%s.%d.type", field, j), "unsupported block type %q here: expected text", b.Type)
 		}
+		texts = append(texts, b.Text)
 	}
-	return strings.Join(texts, "\n\n"), imgs, nil
+	return strings.Join(texts, "\n\n"), nil
 }
 
 // decodeBlocks decodes an array of content blocks.
@@ -360,36 +353,14 @@ func decodeBlocks(raw json.RawMessage, field string) (blockList, *frontend.Failu
 	return blocks, nil
 }
 
-// image decodes an image block's base64 source. URL and file sources are
-// refused: the Node that runs the request may not reach the client's
-// network, and the Edge keeps no files.
-func (b *block) image(field string) ([]byte, *frontend.Failure) {
-	if b.Source == nil {
-		return nil, invalid(field+".source", "Field required")
-	}
-	switch b.Source.Type {
-	case "base64":
-	case "url":
-		return nil, invalid(field+".source.type", "image URLs are not supported: the model server may not reach the client's network; send the image as a base64 source")
-	default:
-		return nil, invalid(field+".source.type", "unsupported image source %q: send the image as a base64 source", b.Source.Type)
-	}
-	img, err := base64.StdEncoding.DecodeString(b.Source.Data)
-	if err != nil {
-		if img, err = base64.RawStdEncoding.DecodeString(b.Source.Data); err != nil {
-			return nil, invalid(field+".source.data", "not valid base64")
-		}
-	}
-	return img, nil
-}
-
 // toWire converts one message to the wire's messages: an assistant
 // message to one (text, thinking as its reasoning, tool_use blocks as its
 // tool calls); a user message to one "tool" message per tool_result block,
 // in order, then one user message with the rest of its text and images
 // (and the images of the tool results, which chat APIs only take from a
-// user). toolNames maps the tool_use ids seen so far to their tool's name.
-func (m *message) toWire(field string, toolNames map[string]string) ([]*wirepb.ChatMessage, *frontend.Failure) {
+// user; documents, search results and what the model cannot have as
+// content.go says). c gathers what the conversion learns on the way.
+func (m *message) toWire(field string, c *conversion) ([]*wirepb.ChatMessage, *frontend.Failure) {
 	content := bytes.TrimSpace(m.Content)
 	if len(content) == 0 || bytes.Equal(content, []byte("null")) {
 		return nil, invalid(field+".content", "Field required")
@@ -399,8 +370,9 @@ func (m *message) toWire(field string, toolNames map[string]string) ([]*wirepb.C
 	case "system":
 		// A system turn inside the conversation (Claude Code's environment
 		// block): instructions that hold from where they stand, so a system
-		// message there; an empty one says nothing and is left out.
-		text, e := systemText(content, field+".content")
+		// message there; an empty one says nothing and is left out. Its
+		// tool changes are gathered in c (content.go).
+		text, e := c.systemTurn(content, field+".content")
 		if e != nil || text == "" {
 			return nil, e
 		}
@@ -420,13 +392,13 @@ func (m *message) toWire(field string, toolNames map[string]string) ([]*wirepb.C
 		return nil, e
 	}
 	if m.Role == "assistant" {
-		wm, e := assistantMessage(blocks, field+".content", toolNames)
+		wm, e := assistantMessage(blocks, field+".content", c.toolNames)
 		if e != nil {
 			return nil, e
 		}
 		return []*wirepb.ChatMessage{wm}, nil
 	}
-	return userMessages(blocks, field+".content", toolNames)
+	return userMessages(blocks, field+".content", c)
 }
 
 func assistantMessage(blocks blockList, field string, toolNames map[string]string) (*wirepb.ChatMessage, *frontend.Failure) {
@@ -458,43 +430,44 @@ func assistantMessage(blocks blockList, field string, toolNames map[string]strin
 	return wm, nil
 }
 
-func userMessages(blocks blockList, field string, toolNames map[string]string) ([]*wirepb.ChatMessage, *frontend.Failure) {
+func userMessages(blocks blockList, field string, c *conversion) ([]*wirepb.ChatMessage, *frontend.Failure) {
 	var out []*wirepb.ChatMessage
 	user := &wirepb.ChatMessage{Role: "user"}
 	var texts []string
-	for j, b := range blocks {
-		f := fmt.Sprintf("%s.%d", field, j)
-		switch b.Type {
-		case "text":
-			texts = append(texts, b.Text)
-		case "image":
-			img, e := b.image(f)
+	for j := range blocks {
+		b, f := &blocks[j], fmt.Sprintf("%s.%d", field, j)
+		if b.Type != "tool_result" {
+			text, imgs, handled, e := c.userContent(b, f)
 			if e != nil {
 				return nil, e
 			}
-			user.Images = append(user.Images, img)
-		case "tool_result":
-			if b.ToolUseID == "" {
-				return nil, invalid(f+".tool_use_id", "Field required")
+			if !handled {
+				return nil, invalid(f+".type", "unsupported block type %q in a user message: expected text, image, document, search_result or tool_result", b.Type)
 			}
-			tm := &wirepb.ChatMessage{Role: "tool", ToolCallId: b.ToolUseID, Name: toolNames[b.ToolUseID]}
-			if c := bytes.TrimSpace(b.Content); len(c) > 0 && !bytes.Equal(c, []byte("null")) {
-				text, imgs, e := textAndImages(c, f+".content", true)
-				if e != nil {
-					return nil, e
-				}
-				tm.Content = text
-				user.Images = append(user.Images, imgs...)
+			if text != "" || b.Type == "text" {
+				texts = append(texts, text)
 			}
-			if b.IsError {
-				// Chat APIs have no error flag on a tool's result: say it in
-				// the words the model reads.
-				tm.Content = "Error: " + tm.Content
-			}
-			out = append(out, tm)
-		default:
-			return nil, invalid(f+".type", "unsupported block type %q in a user message: expected text, image or tool_result", b.Type)
+			user.Images = append(user.Images, imgs...)
+			continue
 		}
+		if b.ToolUseID == "" {
+			return nil, invalid(f+".tool_use_id", "Field required")
+		}
+		tm := &wirepb.ChatMessage{Role: "tool", ToolCallId: b.ToolUseID, Name: c.toolNames[b.ToolUseID]}
+		if rc := bytes.TrimSpace(b.Content); len(rc) > 0 && !bytes.Equal(rc, []byte("null")) {
+			text, imgs, e := c.resultContent(rc, f+".content")
+			if e != nil {
+				return nil, e
+			}
+			tm.Content = text
+			user.Images = append(user.Images, imgs...)
+		}
+		if b.IsError {
+			// Chat APIs have no error flag on a tool's result: say it in
+			// the words the model reads.
+			tm.Content = "Error: " + tm.Content
+		}
+		out = append(out, tm)
 	}
 	user.Content = strings.Join(texts, "\n\n")
 	if user.Content != "" || len(user.Images) > 0 || len(out) == 0 {

@@ -18,6 +18,8 @@ func FuzzParseChat(f *testing.F) {
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:image/png;base64,aGk="}}]}]}`,
 		`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"1"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`,
 		`{"model":"m","messages":[{"role":"user","content":7}]}`,
+		`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"apply_patch","input":"x"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}],"tools":[{"type":"custom","custom":{"name":"apply_patch","format":{"type":"grammar","grammar":{"syntax":"lark","definition":"start: /.+/"}}}},{"type":"function","function":{"name":"apply_patch"}}],"tool_choice":{"type":"custom","custom":{"name":"apply_patch"}}}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"web_search_options":{},"reasoning_effort":"xhigh","max_completion_tokens":5,"prompt_cache_key":"k","safety_identifier":"s","verbosity":"low","response_format":{"type":"json_schema","json_schema":{"name":"n","strict":true,"schema":{}}}}`,
 		`{"model":`, `[]`, `null`, ``,
 	} {
 		f.Add([]byte(seed))

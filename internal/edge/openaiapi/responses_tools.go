@@ -75,7 +75,11 @@ func respTools(tools []respTool) (*toolset, []string, *frontend.Failure) {
 			if t.Name == "" {
 				return nil, nil, invalid(param+".name", "A namespace tool needs a name.")
 			}
-			members, err := frontdoor.DecodeList[respTool](t.Tools, MaxTools-n+1, param+".tools")
+			var members []respTool
+			var err error
+			if given(t.Tools) {
+				members, err = frontdoor.DecodeList[respTool](t.Tools, MaxTools-n+1, param+".tools")
+			}
 			var le *frontdoor.ListTooLong
 			switch {
 			case errors.As(err, &le):
