@@ -24,7 +24,7 @@ func reasoningEffort(o *wirepb.RunOptions, param, effort string) *frontend.Failu
 	}
 	level, ok := effortLevels[effort]
 	if !ok {
-		return invalid(param, "Unsupported value for %s: %q. Supported values are: none, minimal, low, medium, high and xhigh.", param, effort)
+		return invalid(param, "Unsupported value for %s: %q. Supported values are: none, minimal, low, medium, high, xhigh and max.", param, effort)
 	}
 	think := level != "none"
 	o.ReasoningEffort, o.Think = level, &think

@@ -8,7 +8,8 @@ import "net/http"
 // sets to its session id; else the session-id (or session_id) header Codex
 // sends; else the end user the request is for (user, then
 // safety_identifier), whose turns share a prefix as often as a session's.
-// "" for none. The front end keeps a key to its principal.
+// "" for none. A key is only ever matched within the principal that sent
+// it (frontend.Turn.Session).
 func sessionKey(r *http.Request, promptCacheKey, user, safetyIdentifier string) string {
 	if promptCacheKey != "" {
 		return promptCacheKey

@@ -121,7 +121,7 @@ func newToolset(decls []toolDecl) *toolset {
 			case pass == 0 && prev.kind == d.kind && prev.namespace == "":
 				d.flat = d.name // a repeated declaration: one tool to the model, as before
 			default:
-				d.flat = s.unique(preferredName(d.kind, d.namespace, d.name), key)
+				d.flat = s.unique(preferredName(d.namespace, d.name), key)
 			}
 			t := &d.declaredTool
 			if prev := s.byFlat[d.flat]; prev != nil {
@@ -148,10 +148,10 @@ func newToolset(decls []toolDecl) *toolset {
 	return s
 }
 
-// preferredName is the name the model should see for a tool declared as
-// kind, in namespace, named name, before uniqueness: the name itself, or
-// NAMESPACE__NAME, made of the characters every provider takes.
-func preferredName(kind toolKind, namespace, name string) string {
+// preferredName is the name the model should see for a tool in namespace
+// named name, before uniqueness: the name itself, or NAMESPACE__NAME, made
+// of the characters every provider takes.
+func preferredName(namespace, name string) string {
 	if namespace == "" {
 		return validName(name)
 	}
@@ -220,7 +220,7 @@ func (s *toolset) flatName(kind toolKind, namespace, name string) string {
 	if namespace == "" {
 		return name
 	}
-	return preferredName(kind, namespace, name)
+	return preferredName(namespace, name)
 }
 
 // chosen is the run's tool a tool_choice names: by kind and name (in
