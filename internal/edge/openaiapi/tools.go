@@ -115,11 +115,11 @@ func newToolset(decls []toolDecl) *toolset {
 				continue
 			}
 			key := declKey{d.kind, d.namespace, d.name}
-			switch prev := s.byFlat[d.name]; {
-			case pass == 0 && prev == nil:
+			switch again := s.byDecl[key]; {
+			case again != nil:
+				d.flat = again.flat // declared again: one tool to the model, as before
+			case pass == 0 && s.byFlat[d.name] == nil:
 				d.flat = d.name
-			case pass == 0 && prev.kind == d.kind && prev.namespace == "":
-				d.flat = d.name // a repeated declaration: one tool to the model, as before
 			default:
 				d.flat = s.unique(preferredName(d.namespace, d.name), key)
 			}

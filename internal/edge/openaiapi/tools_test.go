@@ -46,6 +46,7 @@ func TestToolsetNamesWhatTheModelSees(t *testing.T) {
 		{"a built-in yields to a function of its name", []toolDecl{builtin("shell"), fn("shell")}, []string{"~shell_", "shell"}},
 		{"a custom tool and a function of one name: the first keeps it", []toolDecl{fn("x"), custom("x")}, []string{"x", "~x_"}},
 		{"a repeated function is one name", []toolDecl{fn("f"), fn("f")}, []string{"f", "f"}},
+		{"a repeated member is one name", []toolDecl{member("ns", "f"), member("ns", "f")}, []string{"ns__f", "ns__f"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,7 +72,7 @@ func TestToolsetNamesWhatTheModelSees(t *testing.T) {
 			seen := map[string]bool{}
 			for i, d := range tt.decls {
 				flat := s.tools()[i].GetName()
-				if d.kind == toolFunction && d.namespace == "" && d.exact && seen[flat] {
+				if seen[flat] {
 					continue // a repeat
 				}
 				if back := s.declared(flat); back.kind != d.kind || back.name != d.name || back.namespace != d.namespace {
