@@ -19,8 +19,10 @@ import (
 )
 
 // maxRequestSize bounds one message the adapter receives (a run request
-// with its images). The Edge–Node wire's own limit is lower.
-const maxRequestSize = 16 << 20
+// with its images): the largest a Node may be configured to take (noded's
+// limits.max_request_mib, at most 1024), which the Node enforces before the
+// request reaches the adapter.
+const maxRequestSize = 1 << 30
 
 // parentPollInterval is how often a serving adapter checks that the Node
 // that started it is still there.

@@ -116,9 +116,9 @@ const VersionHeader = "anthropic-version"
 func Handler(front *frontend.Front) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/messages", front.Handler(shape, &frontend.Endpoint{Route: routeMessages,
-		Log: "anthropic message", MaxBody: MaxRequestBytes, Peek: peekMessages, Translate: translateMessages}))
+		Log: "anthropic message", Peek: peekMessages, Translate: translateMessages}))
 	mux.Handle("POST /v1/messages/count_tokens", front.Handler(shape, &frontend.Endpoint{Route: routeCount,
-		Log: "anthropic token count", MaxBody: MaxRequestBytes, Peek: peekCount, Translate: translateCount}))
+		Log: "anthropic token count", Peek: peekCount, Translate: translateCount}))
 	d := front.Dispatcher()
 	mux.Handle("GET /v1/models", front.Listing(shape, routeModels, func(r *http.Request, p auth.Principal) (any, *frontend.Failure) {
 		return modelsPage(r, d.Inventory(p))

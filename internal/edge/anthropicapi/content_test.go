@@ -2,6 +2,7 @@ package anthropicapi
 
 import (
 	"encoding/base64"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/iop-dev/iop/internal/edge/frontend"
 	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -301,5 +303,29 @@ func TestOfficialBetaClientSendsToolChanges(t *testing.T) {
 	}
 	if n := e.requests(t, "ok"); n != 1 {
 		t.Errorf("%v requests served", n)
+	}
+}
+
+// P7: content the model cannot read is replaced, not refused, and the
+// answer says what was left out (X-IOP-Dropped-Content), for a run and for
+// a count alike.
+func TestDroppedContentIsNamedInTheAnswer(t *testing.T) {
+	e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Text("ok"), ft.Completed("stop")}})
+	body := `{"model":"m1","max_tokens":5,"messages":[{"role":"user","content":[` +
+		`{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0="}},` +
+		`{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}},` +
+		`{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0="}},` +
+		`{"type":"text","text":"summarise"}]}]}`
+	for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
+		w := e.postTo(path, body, nil)
+		if w.Code != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, w.Code, w.Body)
+		}
+		if got := w.Header().Get(frontend.DroppedContentHeader); got != "document:pdf,image:url" {
+			t.Errorf("%s: %s = %q, want %q", path, frontend.DroppedContentHeader, got, "document:pdf,image:url")
+		}
+	}
+	if w := e.post(`{"model":"m1","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`); w.Header().Get(frontend.DroppedContentHeader) != "" {
+		t.Errorf("a request with nothing dropped has %s %q", frontend.DroppedContentHeader, w.Header().Get(frontend.DroppedContentHeader))
 	}
 }

@@ -26,6 +26,7 @@ func translateCount(t *frontend.Turn) (frontend.Job, *frontend.Failure) {
 	if f := t.DropHostedTools(req.hostedParam, req.hosted); f != nil {
 		return nil, f
 	}
+	t.DropContent(req.dropped)
 	return &frontend.CountJob{Run: req.run, Out: func(resp *frontend.Response, tokens int64) bool {
 		return shape.WriteJSON(resp, http.StatusOK, tokenCount{InputTokens: tokens})
 	}}, nil

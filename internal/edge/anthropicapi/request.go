@@ -10,17 +10,8 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/frontend"
-	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
-
-// MaxRequestBytes bounds a Messages request's body, as the OpenAI API's:
-// the request becomes one run request that must fit one dispatched-stream
-// frame (quicwire.MaxStreamFrameSize, 1 MiB, less what the dispatcher
-// adds), so a body past twice the frame is refused with 413 before any of
-// it is decoded, and one within it whose run is past the frame with 413
-// after (by the front end).
-const MaxRequestBytes = 2 * quicwire.MaxStreamFrameSize
 
 // Bounds on what one request's JSON may make the Edge build (P3), counted
 // as the body is decoded (frontdoor.DecodeList), not after.

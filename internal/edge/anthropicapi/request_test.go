@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 
 	"google.golang.org/protobuf/proto"
@@ -191,8 +192,9 @@ func TestInvalidRequests(t *testing.T) {
 	}
 }
 
-// P3: lists are bounded as they are decoded, and a body past
-// MaxRequestBytes is 413 request_too_large before any of it is decoded.
+// P3: lists are bounded as they are decoded, and a body past the Edge's
+// request limit (limits.max_request_mib) is 413 request_too_large before
+// any of it is decoded.
 // (How large the run it becomes may be is the front end's bound, tested
 // there.)
 func TestBounds(t *testing.T) {
@@ -202,7 +204,7 @@ func TestBounds(t *testing.T) {
 	if b := errorBodyOf(t, w.Body.String()); w.Code != http.StatusBadRequest || !strings.Contains(b.Error.Message, fmt.Sprint(MaxMessages)) {
 		t.Errorf("too many messages: %d %s", w.Code, w.Body)
 	}
-	w = e.post(`{"model":"m1","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("x", MaxRequestBytes) + `"}]}`)
+	w = e.post(`{"model":"m1","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("x", frontdoor.DefaultMaxRequest) + `"}]}`)
 	if b := errorBodyOf(t, w.Body.String()); w.Code != http.StatusRequestEntityTooLarge || b.Error.Type != typeTooLarge {
 		t.Errorf("body past the cap: %d %s", w.Code, w.Body)
 	}

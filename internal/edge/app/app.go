@@ -164,6 +164,7 @@ func newDoor(cfg *edgeconfig.Config, refused *frontdoor.Refusals) *frontdoor.Doo
 	return frontdoor.New(frontdoor.Limits{
 		MaxConns:   cfg.Limits.MaxConnections,
 		BodyMemory: int64(cfg.Limits.BodyMemoryMiB) << 20,
+		MaxRequest: cfg.Limits.MaxRequest(),
 	}, refused)
 }
 

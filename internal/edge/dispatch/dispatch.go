@@ -26,6 +26,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/edgemetrics"
 	"github.com/iop-dev/iop/internal/edge/sched"
+	"github.com/iop-dev/iop/internal/transport"
 )
 
 // Dispatcher turns resolved requests into work on Nodes. It is safe for
@@ -100,6 +101,10 @@ var (
 	// completions): a 400, which the client can only change by asking
 	// another model.
 	ErrUnsupported = errors.New("unsupported")
+	// ErrRequestTooLarge: the model is served now, but by no Node that
+	// takes a request as large as this one (noded's
+	// limits.max_request_mib): a 413.
+	ErrRequestTooLarge = errors.New("request too large for every node serving the model")
 )
 
 // Capabilities a Plan may need, as adapters report them (sdk.CapEmbed,
@@ -130,6 +135,10 @@ type Plan struct {
 	// Session is the client's name for the conversation this is a turn of
 	// ("" for none): its turns prefer the candidate that ran the last one.
 	Session string
+	// Size is how many bytes the work's request is on the wire (0: small):
+	// only a candidate whose Node takes that much is offered it
+	// (sched.Candidate.MaxRequest).
+	Size int
 }
 
 // deadline is the hard deadline of work of p that starts now (S5); it
@@ -198,8 +207,10 @@ func routeMatch(r edgeconfig.Route) func(sched.Candidate) bool {
 func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []sched.Candidate) (Slot, error) {
 	start := time.Now()
 	match := plan.Match
-	if plan.Needs != "" {
-		match = func(c sched.Candidate) bool { return plan.Match(c) && slices.Contains(c.Capabilities, plan.Needs) }
+	if plan.Needs != "" || plan.Size > transport.OneFrameHeader {
+		match = func(c sched.Candidate) bool {
+			return plan.Match(c) && (plan.Needs == "" || slices.Contains(c.Capabilities, plan.Needs)) && takes(c, plan.Size)
+		}
 	}
 	slot, err := d.slots.Acquire(ctx, sched.Request{
 		ID:            id,
@@ -216,11 +227,38 @@ func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []
 		if !d.Known(plan) {
 			return nil, fmt.Errorf("%w: %q: no route names it and no Node offers it", ErrUnknownModel, plan.Model)
 		}
-		if plan.Needs != "" && slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
+		capable := func(c sched.Candidate) bool {
+			return plan.Match(c) && (plan.Needs == "" || slices.Contains(c.Capabilities, plan.Needs))
+		}
+		cands := d.slots.Candidates()
+		switch {
+		case !slices.ContainsFunc(cands, plan.Match):
+		case !slices.ContainsFunc(cands, capable):
 			return nil, fmt.Errorf("%w: model %q is served by no provider whose adapter implements %s", ErrUnsupported, plan.Model, plan.Needs)
+		case !slices.ContainsFunc(cands, match):
+			largest := 0
+			for _, c := range cands {
+				if capable(c) {
+					largest = max(largest, maxRequest(c))
+				}
+			}
+			return nil, fmt.Errorf("%w: the request is %d bytes; the Nodes serving model %q take at most %d (noded limits.max_request_mib)",
+				ErrRequestTooLarge, plan.Size, plan.Model, largest)
 		}
 	}
 	return slot, err
+}
+
+// takes reports whether c's Node takes a request of size bytes.
+func takes(c sched.Candidate, size int) bool { return size <= maxRequest(c) }
+
+// maxRequest is the largest request c's Node takes: one frame for a Node
+// that said nothing (an older noded).
+func maxRequest(c sched.Candidate) int {
+	if c.MaxRequest > 0 {
+		return c.MaxRequest
+	}
+	return transport.OneFrameHeader
 }
 
 // Known reports whether plan's model exists for the Edge: a route names

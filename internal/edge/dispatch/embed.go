@@ -3,8 +3,6 @@ package dispatch
 import (
 	"context"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
@@ -32,8 +30,9 @@ type Embedding struct {
 // implements embed, through the loop (loop.go), with a run's queueing,
 // capacity, lease and metrics. Nothing of a call reaches the client before
 // it ends, so the whole call is its first answer: it moves to another
-// candidate whenever it ends in a way that says "try elsewhere". req's ids,
-// provider, target, deadline and stall timeout are set here; ctx bounds
+// candidate whenever it ends in a way that says "try elsewhere". Embed takes
+// req: its ids, provider, target, deadline and stall timeout are set on it
+// here; ctx bounds
 // the call, and the profile's hard deadline applies on top. progress, if
 // not nil, is called after each frame of vectors.
 //
@@ -48,7 +47,7 @@ func (d *Dispatcher) Embed(ctx context.Context, plan Plan, req *wirepb.EmbedRequ
 	deadline := plan.deadline()
 	ctx, stop := context.WithDeadline(ctx, deadline)
 	defer stop()
-	e.req = proto.CloneOf(req)
+	e.req = req // taken, as StartRun takes its request
 	e.req.EmbedId = e.ID
 	e.req.DeadlineUnixMs = deadline.UnixMilli()
 	e.req.ResponseStallTimeoutMs = plan.stallTimeoutMs()
@@ -60,7 +59,7 @@ func (d *Dispatcher) Embed(ctx context.Context, plan Plan, req *wirepb.EmbedRequ
 
 // open is one attempt of the loop: the whole call on c.
 func (e *Embedding) open(ctx context.Context, c sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
-	call := proto.CloneOf(e.req)
+	call := e.req // the attempt before this one has ended: nothing reads it
 	call.Provider, call.Adapter, call.Target = c.Provider, c.Adapter, c.Target
 	call.SealedLease, call.Binding = lease, binding
 	es, err := e.d.nodes.Embed(ctx, c.NodeID, call)

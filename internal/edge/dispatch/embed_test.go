@@ -4,11 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/iop-dev/iop/internal/edge/auth"
-	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/fleet"
-	"github.com/iop-dev/iop/internal/edge/nodeserver"
-	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -17,33 +13,13 @@ import (
 // is unsupported (400, which the client can change), not unavailable, and
 // a model nobody offers stays unknown.
 func TestWorkOfAKindGoesOnlyToAdaptersThatDoIt(t *testing.T) {
-	cfg, err := edgeconfig.Parse([]byte(`
-listen: {http: "127.0.0.1:8080", quic: "127.0.0.1:7443"}
-identity: {mode: loopback}
-profiles: [{name: default, queue_timeout: 1s}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := fleet.New(fleet.Options{})
-	s := sched.New(reg, sched.Options{})
-	d := New(cfg, SchedulerSlots(s), ServerNodes(nodeserver.NewServer(nodeserver.Options{}, reg)), Options{})
-	c := reg.Register(fleet.ConnInfo{NodeID: "n1"})
-	if err := reg.MarkReady(c, c.Generation(), []*wirepb.Provider{{Name: "chat", Adapter: "openai", Capacity: 1,
+	d, reg := overRegistry(t, "profiles: [{name: default, queue_timeout: 1s}]\n")
+	readyNode(t, reg, fleet.ConnInfo{NodeID: "n1"}, &wirepb.Provider{Name: "chat", Adapter: "openai", Capacity: 1,
 		Capabilities: []string{"list_targets", "tunnel"}, State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
-		Targets: []*wirepb.Target{{Name: "chat-only"}}}}); err != nil {
-		t.Fatal(err)
-	}
-	all := auth.Principal{Name: "a", Routes: []string{edgeconfig.AllRoutes}}
-	plan := func(model string) Plan {
-		p, err := d.Resolve(all, model)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+		Targets: []*wirepb.Target{{Name: "chat-only"}}})
+	plan := func(model string) Plan { return planFor(t, d, model) }
 
-	_, err = d.Embed(t.Context(), plan("chat-only"), &wirepb.EmbedRequest{Inputs: []string{"x"}}, Watch{}, nil)
+	_, err := d.Embed(t.Context(), plan("chat-only"), &wirepb.EmbedRequest{Inputs: []string{"x"}}, Watch{}, nil)
 	if !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("embeddings of a chat-only model: %v, want ErrUnsupported", err)
 	}

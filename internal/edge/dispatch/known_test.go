@@ -7,7 +7,6 @@ import (
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/fleet"
-	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -18,17 +17,7 @@ import (
 // in the registry offers (even a fenced one), is known and 503 when nobody
 // can serve it now.
 func TestAModelNobodyOffersIsUnknownOneThatIsGoneIsUnavailable(t *testing.T) {
-	cfg, err := edgeconfig.Parse([]byte(`
-listen: {http: "127.0.0.1:8080", quic: "127.0.0.1:7443"}
-identity: {mode: loopback}
-routes: [{name: r, model: routed}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := fleet.New(fleet.Options{})
-	s := sched.New(reg, sched.Options{})
-	d := New(cfg, SchedulerSlots(s), ServerNodes(nodeserver.NewServer(nodeserver.Options{}, reg)), Options{})
+	d, reg := overRegistry(t, "routes: [{name: r, model: routed}]\n")
 	all := auth.Principal{Name: "a", Routes: []string{edgeconfig.AllRoutes}}
 	start := func(model string) error {
 		plan, err := d.Resolve(all, model)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -36,8 +34,10 @@ type Run struct {
 
 // StartRun dispatches req under plan through the loop (loop.go): it
 // returns once the run has a first event that keeps it on a candidate, or
-// with why none could. req's ids, provider, target, lease, deadline and
-// stall timeout are set here. ctx bounds the whole run; the profile's hard
+// with why none could. StartRun takes req: its ids, provider, target,
+// lease, deadline and stall timeout are set here, on req itself, for each
+// candidate tried (a request may be tens of MiB: it is never copied), and
+// the caller must not change it while the run lives. ctx bounds the whole run; the profile's hard
 // deadline applies on top. A raw completion (req.completion) goes only to
 // adapters that complete, a count of tokens (req.count_tokens) only to
 // adapters that tokenize.
@@ -54,7 +54,7 @@ func (d *Dispatcher) StartRun(ctx context.Context, plan Plan, req *wirepb.RunReq
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	deadline := plan.deadline()
 	r.ctx, r.stop = context.WithDeadline(r.ctx, deadline)
-	r.req = proto.CloneOf(req)
+	r.req = req
 	r.req.RunId = r.id
 	r.req.DeadlineUnixMs = deadline.UnixMilli()
 	r.req.ResponseStallTimeoutMs = plan.stallTimeoutMs()
@@ -68,7 +68,7 @@ func (d *Dispatcher) StartRun(ctx context.Context, plan Plan, req *wirepb.RunReq
 
 // open is one attempt of the loop: the run on c, until its first event.
 func (r *Run) open(ctx context.Context, c sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
-	req := proto.CloneOf(r.req)
+	req := r.req // the attempt before this one was dropped: its stream no longer reads it
 	req.Provider, req.Adapter, req.Target = c.Provider, c.Adapter, c.Target
 	req.SealedLease, req.Binding = lease, binding
 	rs, err := r.d.nodes.Run(ctx, c.NodeID, req)

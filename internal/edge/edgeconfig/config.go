@@ -67,7 +67,7 @@ type Listen struct {
 // Limits is the `limits` section: what the clients of listen.http may make the Edge hold, all
 // of them together (SPEC P3). Past max_connections a new connection is closed as it is accepted;
 // a request body that finds body_memory_mib taken waits briefly, then is refused with 503 and
-// Retry-After. Each API caps one body on its own (2 MiB for OpenAI, 32 MiB for Ollama).
+// Retry-After. One request's body, and the run it becomes, may be at most max_request_mib.
 type Limits struct {
 	// MaxConnections is how many client connections may be open at once; default 4096, from 1
 	// to 1000000. Mind the process's file descriptor limit.
@@ -75,6 +75,11 @@ type Limits struct {
 	// BodyMemoryMiB is how many MiB of request bodies the Edge holds at once; default 64, from
 	// 1 to 65536.
 	BodyMemoryMiB int `yaml:"body_memory_mib"`
+	// MaxRequestMiB is the largest request body a client may send, and the largest run it may
+	// become on its way to a Node (a coding session's context with its images); past it, 413.
+	// 0 (the default): 32, or body_memory_mib if less; else from 1 to body_memory_mib. A Node takes at most its own limits.max_request_mib
+	// (default 64): a request larger than every candidate Node takes is 413 as well.
+	MaxRequestMiB int `yaml:"max_request_mib"`
 }
 
 // Defaults and bounds of the limits section.
@@ -83,6 +88,7 @@ const (
 	MaxMaxConnections     = 1_000_000
 	DefaultBodyMemoryMiB  = 64
 	MaxBodyMemoryMiB      = 65536
+	DefaultMaxRequestMiB  = 32
 )
 
 // SetDefaults fills unset limits.
@@ -95,6 +101,15 @@ func (l *Limits) SetDefaults() {
 	}
 }
 
+// MaxRequest is the largest request in bytes: max_request_mib, or its
+// default.
+func (l Limits) MaxRequest() int64 {
+	if l.MaxRequestMiB == 0 {
+		return int64(min(DefaultMaxRequestMiB, l.BodyMemoryMiB)) << 20
+	}
+	return int64(l.MaxRequestMiB) << 20
+}
+
 func (l Limits) validate() yamlconf.Errors {
 	var es yamlconf.Errors
 	if l.MaxConnections < 1 || l.MaxConnections > MaxMaxConnections {
@@ -102,6 +117,9 @@ func (l Limits) validate() yamlconf.Errors {
 	}
 	if l.BodyMemoryMiB < 1 || l.BodyMemoryMiB > MaxBodyMemoryMiB {
 		es.Add("limits.body_memory_mib", "must be from 1 to %d, got %d", MaxBodyMemoryMiB, l.BodyMemoryMiB)
+	}
+	if l.MaxRequestMiB < 0 || l.MaxRequestMiB > l.BodyMemoryMiB {
+		es.Add("limits.max_request_mib", "must be from 1 to limits.body_memory_mib (%d), got %d", l.BodyMemoryMiB, l.MaxRequestMiB)
 	}
 	return es
 }

@@ -376,3 +376,23 @@ func paths(err error) []string {
 	}
 	return out
 }
+
+// Issue 21: one request may be at most limits.max_request_mib, default 32
+// MiB and never past the body memory it is read into.
+func TestMaxRequestIsWithinTheBodyMemory(t *testing.T) {
+	base := "listen: {http: \"127.0.0.1:8080\", quic: \"127.0.0.1:7443\"}\nidentity: {mode: loopback}\n"
+	c, err := Parse([]byte(base + "limits: {body_memory_mib: 16}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Limits.MaxRequest() != 16<<20 {
+		t.Errorf("body_memory_mib 16 without max_request_mib: max request %d, want 16 MiB", c.Limits.MaxRequest())
+	}
+	if c := Default(); c.Limits.MaxRequest() != DefaultMaxRequestMiB<<20 {
+		t.Errorf("the default max request is %d, want %d MiB", c.Limits.MaxRequest(), DefaultMaxRequestMiB)
+	}
+	_, err = Parse([]byte(base + "limits: {body_memory_mib: 16, max_request_mib: 17}\n"))
+	if err == nil || !strings.Contains(err.Error(), "limits.max_request_mib") || !strings.Contains(err.Error(), "must be from 1 to limits.body_memory_mib (16), got 17") {
+		t.Errorf("max_request_mib past body_memory_mib: %v", err)
+	}
+}

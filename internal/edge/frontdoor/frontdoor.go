@@ -41,6 +41,7 @@ import (
 const (
 	DefaultMaxConns          = 4096
 	DefaultBodyMemory        = 64 << 20
+	DefaultMaxRequest        = 32 << 20
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultBodyTimeout       = time.Minute
 	DefaultIdleTimeout       = 90 * time.Second
@@ -60,6 +61,9 @@ type Limits struct {
 	// BodyMemory is how many bytes of request bodies the Edge holds at
 	// once, all requests together.
 	BodyMemory int64
+	// MaxRequest bounds one request's body, and the work it becomes (an
+	// endpoint may bound its bodies lower); at most BodyMemory.
+	MaxRequest int64
 	// ReadHeaderTimeout bounds the wait for a request's header.
 	ReadHeaderTimeout time.Duration
 	// BodyTimeout bounds the reading of one request body.
@@ -85,6 +89,10 @@ func (l Limits) withDefaults() Limits {
 	if l.BodyMemory <= 0 {
 		l.BodyMemory = DefaultBodyMemory
 	}
+	if l.MaxRequest <= 0 {
+		l.MaxRequest = DefaultMaxRequest
+	}
+	l.MaxRequest = min(l.MaxRequest, l.BodyMemory)
 	if l.MaxHeaderBytes <= 0 {
 		l.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
@@ -238,11 +246,15 @@ func (b *Body) Release() {
 // chunk is the first buffer of a body of unknown length.
 const chunk = 64 << 10
 
-// ReadBody reads r's body, at most limit bytes, within the body timeout,
-// and only with its share of the door's body memory: taken whole up front
-// when the request says its length, chunk by chunk as it arrives when not.
-// Nothing beyond limit is read. Its error is a *BodyError.
+// ReadBody reads r's body, at most limit bytes (0, or more than the
+// door's MaxRequest: MaxRequest), within the body timeout, and only with
+// its share of the door's body memory: taken whole up front when the
+// request says its length, chunk by chunk as it arrives when not. Nothing
+// beyond limit is read. Its error is a *BodyError.
 func (d *Door) ReadBody(w http.ResponseWriter, r *http.Request, limit int64) (*Body, error) {
+	if limit <= 0 || limit > d.limits.MaxRequest {
+		limit = d.limits.MaxRequest
+	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(d.limits.BodyTimeout))
 	defer rc.SetReadDeadline(time.Time{})

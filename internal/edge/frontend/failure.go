@@ -195,7 +195,7 @@ func BodyFailure(err error) *Failure {
 	}
 	switch be.Status {
 	case http.StatusRequestEntityTooLarge:
-		return tooLarge("the request body is larger than %d bytes", be.Limit)
+		return tooLarge("the request body is larger than the limit of %d bytes", be.Limit)
 	case http.StatusServiceUnavailable:
 		f := fail("server_busy", "the Edge is holding as many request bodies as it may; retry shortly")
 		f.RetryAfter = be.RetryAfter
@@ -246,6 +246,8 @@ func StartFailure(err, cause error, model string) *Failure {
 		return ModelNotFound(model)
 	case errors.Is(err, dispatch.ErrUnsupported):
 		return unsupported("model", "%s", err.Error())
+	case errors.Is(err, dispatch.ErrRequestTooLarge):
+		return tooLarge("%s", err.Error())
 	case errors.Is(err, dispatch.ErrCredentialUnavailable):
 		return fail("credential_unavailable", "the request's provider credential cannot be used now: "+err.Error())
 	case errors.As(err, &refusal):

@@ -17,7 +17,6 @@ import (
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/sched"
-	"github.com/iop-dev/iop/quicwire"
 )
 
 // Front is the one front end of the Edge's client APIs: it owns every
@@ -80,7 +79,8 @@ type Endpoint struct {
 	// Log is the message of the line each request is logged with.
 	Log string
 	// MaxBody bounds the request's body (P3): past it, 413 before any of
-	// it is decoded.
+	// it is decoded. 0: the Edge's request limit (limits.max_request_mib),
+	// which also bounds a larger MaxBody.
 	MaxBody int64
 	// Peek reads what the front end needs before the body is decoded: the
 	// model, and whether the answer streams. Decoding it should allocate
@@ -199,7 +199,7 @@ func (l *life) serve() *Failure {
 		return fl
 	}
 	plan.Session = t.Session
-	if fl := fits(l.job); fl != nil {
+	if fl := l.fits(&plan); fl != nil {
 		return fl
 	}
 	if _, tunnel := l.job.(*TunnelJob); !tunnel {
@@ -229,14 +229,13 @@ func (l *life) serve() *Failure {
 // request after the front end sized it (ids, provider, target, lease).
 const wireHeadroom = 16 << 10
 
-// maxWorkSize is how large a run or embedding request may be once
-// converted for the Node: it must fit one dispatched-stream frame.
-const maxWorkSize = quicwire.MaxStreamFrameSize - wireHeadroom
-
-// fits refuses work too large to travel to a Node in one frame (413).
-func fits(j Job) *Failure {
+// fits refuses work too large for the Edge's request limit once
+// converted for the Node (413). It travels to the Node in as many frames as
+// it needs (transport.SendHeader); the dispatcher offers it only to Nodes
+// that take that much (Plan.Size).
+func (l *life) fits(plan *dispatch.Plan) *Failure {
 	var m proto.Message
-	switch j := j.(type) {
+	switch j := l.job.(type) {
 	case *RunJob:
 		m = j.Run
 	case *EmbedJob:
@@ -246,9 +245,11 @@ func fits(j Job) *Failure {
 	default:
 		return nil
 	}
-	if n := proto.Size(m); n > maxWorkSize {
-		return tooLarge("the request is %d bytes once converted for the Node; the limit is %d", n, maxWorkSize)
+	n, limit := proto.Size(m), l.f.door.Limits().MaxRequest
+	if int64(n) > limit-wireHeadroom {
+		return tooLarge("the request is %d bytes once converted for the Node; the limit is %d (limits.max_request_mib)", n, limit-wireHeadroom)
 	}
+	plan.Size = n + wireHeadroom
 	return nil
 }
 

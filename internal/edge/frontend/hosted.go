@@ -26,14 +26,38 @@ func (t *Turn) DropHostedTools(param string, types []string) *Failure {
 		return Invalid(param, "tool type %q is run only by a hosted API; this Edge refuses such tools for model %q (hosted_tools: refuse)",
 			types[0], t.Plan.Model)
 	}
-	seen := make(map[string]bool, len(types))
-	names := types[:0:0]
-	for _, ty := range types {
-		if !seen[ty] {
-			seen[ty] = true
-			names = append(names, ty)
+	t.x.w.Header().Set(DroppedToolsHeader, joinOnce(types))
+	return nil
+}
+
+// DroppedContentHeader names, comma-separated, the kinds of content a
+// request carried that the model was given a placeholder for instead
+// ("document:pdf", "image:url"...): content no model server behind the
+// Edge reads.
+const DroppedContentHeader = "X-IOP-Dropped-Content"
+
+// DropContent is how a translation says it replaced content the model
+// cannot read with a placeholder: the kinds, each once, in
+// DroppedContentHeader. No kinds sets nothing.
+func (t *Turn) DropContent(kinds []string) {
+	if len(kinds) == 0 {
+		return
+	}
+	t.x.w.Header().Set(DroppedContentHeader, joinOnce(kinds))
+}
+
+// joinOnce joins names with commas, each once, in their first order.
+func joinOnce(names []string) string {
+	seen := make(map[string]bool, len(names))
+	var b strings.Builder
+	for _, n := range names {
+		if !seen[n] {
+			if len(seen) > 0 {
+				b.WriteByte(',')
+			}
+			seen[n] = true
+			b.WriteString(n)
 		}
 	}
-	t.x.w.Header().Set(DroppedToolsHeader, strings.Join(names, ","))
-	return nil
+	return b.String()
 }

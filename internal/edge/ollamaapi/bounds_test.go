@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/frontend"
 	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 )
@@ -19,7 +20,7 @@ import (
 // it is read, when its length says so, and before more than the limit is
 // read when it does not; nothing reaches the runner.
 func TestABodyOverTheLimitIsRefusedBeforeItIsRead(t *testing.T) {
-	big := `{"model":"m1","prompt":"` + strings.Repeat("a", maxRequestBody) + `"}`
+	big := `{"model":"m1","prompt":"` + strings.Repeat("a", frontdoor.DefaultMaxRequest) + `"}`
 	for _, known := range []bool{true, false} {
 		t.Run(fmt.Sprintf("content-length known %v", known), func(t *testing.T) {
 			f := &ft.Dispatcher{}
@@ -38,8 +39,8 @@ func TestABodyOverTheLimitIsRefusedBeforeItIsRead(t *testing.T) {
 			if known && read != 0 {
 				t.Errorf("%d bytes read of a body whose length said it was too large", read)
 			}
-			if !known && read > maxRequestBody+64<<10 {
-				t.Errorf("%d bytes read; the limit is %d", read, maxRequestBody)
+			if !known && read > frontdoor.DefaultMaxRequest+64<<10 {
+				t.Errorf("%d bytes read; the limit is %d", read, frontdoor.DefaultMaxRequest)
 			}
 			if len(f.Starts()) != 0 {
 				t.Error("a too-large request reached the runner")

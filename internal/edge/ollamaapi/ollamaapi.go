@@ -46,12 +46,6 @@ import (
 // relays to: a Node's Ollama providers.
 const Adapter = "ollama"
 
-// maxRequestBody bounds a request's body, which a tunnel holds in memory
-// (the dispatcher may send it to a second candidate). Images go in chat
-// requests as base64, so it is generous; how many such bodies are held at
-// once is the front door's body memory to bound (P3).
-const maxRequestBody = 32 << 20
-
 // Route labels of metrics and the log.
 const (
 	routeChat       = "ollama_chat"
@@ -82,8 +76,12 @@ type endpoint struct {
 // comment for its routes. Mount it at "/api/" and at "/{$}".
 func Handler(front *frontend.Front) http.Handler {
 	h := &handler{front: front, d: front.Dispatcher(), started: time.Now().UTC()}
+	// A body may be as large as the Edge's request limit (the endpoint's
+	// MaxBody left 0): a tunnel holds it in memory, as the dispatcher may
+	// send it to a second candidate, and how many are held at once is the
+	// front door's body memory to bound (P3).
 	model := func(route, log string, nameToo bool) http.Handler {
-		return front.Handler(shape, &frontend.Endpoint{Route: route, Log: log, MaxBody: maxRequestBody,
+		return front.Handler(shape, &frontend.Endpoint{Route: route, Log: log,
 			Peek: peekModel(nameToo), Translate: h.translate(route)})
 	}
 	h.endpoints = map[string]endpoint{

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/frontend"
 	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 
@@ -281,7 +282,7 @@ func TestInvalidProviderStatusIsAnError(t *testing.T) {
 // TestRequestsRefusedBeforeTheTunnel: what is wrong with the request
 // itself is answered in Ollama's shape without starting a tunnel.
 func TestRequestsRefusedBeforeTheTunnel(t *testing.T) {
-	big := `{"model":"m1","prompt":"` + strings.Repeat("x", maxRequestBody) + `"}`
+	big := `{"model":"m1","prompt":"` + strings.Repeat("x", frontdoor.DefaultMaxRequest) + `"}`
 	tests := []struct {
 		name   string
 		r      *http.Request
@@ -291,7 +292,7 @@ func TestRequestsRefusedBeforeTheTunnel(t *testing.T) {
 		{"no model", req(http.MethodPost, "/api/chat", `{"messages":[]}`), 400, "model is required"},
 		{"empty body", req(http.MethodPost, "/api/embed", ``), 400, "missing request body"},
 		{"not JSON", req(http.MethodPost, "/api/embed", `{"model":`), 400, "unexpected end of JSON input"},
-		{"too large", req(http.MethodPost, "/api/generate", big), 413, "the request body is larger than 33554432 bytes"},
+		{"too large", req(http.MethodPost, "/api/generate", big), 413, "the request body is larger than the limit of 33554432 bytes"},
 		{"no key", httptest.NewRequest(http.MethodPost, "/api/chat", strings.NewReader(chatBody)), 401,
 			`missing API key: send it as "Authorization: Bearer KEY" or "x-api-key: KEY"`},
 		{"forbidden model", req(http.MethodPost, "/api/chat", `{"model":"secret"}`), 404, `model 'secret' not found`},

@@ -24,6 +24,9 @@ type Candidate struct {
 	// reports them (sdk.Cap*: "embed", "complete", ...), shared by all its
 	// targets. Do not modify.
 	Capabilities []string
+	// MaxRequest is the largest request the Node takes, in bytes
+	// (RegisterRequest.max_request_bytes; 0 for one frame).
+	MaxRequest int
 }
 
 // providerKey names the capacity a slot counts against: one provider on
@@ -123,6 +126,7 @@ func (s *Scheduler) refreshLocked() bool {
 					Target:       t.GetName(),
 					Capacity:     int(p.GetCapacity()),
 					Capabilities: p.GetCapabilities(),
+					MaxRequest:   conn.MaxRequest(),
 				}})
 			}
 		}

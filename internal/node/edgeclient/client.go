@@ -81,8 +81,8 @@ type Options struct {
 	// DefaultMaxRequest.
 	MaxRequest int
 	Labels     map[string]string
-	Providers Providers
-	Handler   Handler
+	Providers  Providers
+	Handler    Handler
 	// Leases, if set, learns the Edge's signing key and credential notices.
 	Leases Leases
 	// Certificates, if set, is renewed on the control stream before it

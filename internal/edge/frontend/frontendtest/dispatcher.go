@@ -63,6 +63,7 @@ type Dispatcher struct {
 	Replies map[string][]dispatch.MetadataReply
 
 	mu      sync.Mutex
+	plans   []dispatch.Plan
 	runReqs []*wirepb.RunRequest
 	runs    []*Run
 	starts  []TunnelStart
@@ -95,6 +96,9 @@ func (d *Dispatcher) Resolve(p auth.Principal, model string) (dispatch.Plan, err
 // start plays what every start has in common: an unknown model, a queue
 // wait, a refusal, admission.
 func (d *Dispatcher) start(ctx context.Context, plan dispatch.Plan, watch dispatch.Watch) error {
+	d.mu.Lock()
+	d.plans = append(d.plans, plan)
+	d.mu.Unlock()
 	if slices.Contains(d.Unknown, plan.Model) {
 		return fmt.Errorf("%w: %q", dispatch.ErrUnknownModel, plan.Model)
 	}
@@ -253,6 +257,14 @@ func (d *Dispatcher) Metadata(_ context.Context, _, method, path string, maxBody
 	defer d.mu.Unlock()
 	d.meta = append(d.meta, fmt.Sprintf("%s %s %d", method, path, maxBody))
 	return slices.Clone(d.Replies[path])
+}
+
+// Plans are the plans work was started under (runs, tunnels, embedding
+// calls), in order: the session, the size, the route the front end planned.
+func (d *Dispatcher) Plans() []dispatch.Plan {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.plans)
 }
 
 // RunRequests are the run requests of every StartRun, in order.
