@@ -36,11 +36,11 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// P3, issue 10 item 1: a body over MaxRequestBytes is refused with 413
+// P3, issue 10 item 1: a body over testMaxRequest is refused with 413
 // before it is read whole, let alone decoded: not a byte of it when the
 // request says its length, no more than the limit when it does not.
 func TestABodyOverTheLimitIsRefusedBeforeItIsRead(t *testing.T) {
-	big := emptyMessages("m1", MaxRequestBytes/3+1000)
+	big := emptyMessages("m1", testMaxRequest/3+1000)
 	for _, known := range []bool{true, false} {
 		t.Run(fmt.Sprintf("content-length known %v", known), func(t *testing.T) {
 			e := newEnv(t, &ft.Dispatcher{})
@@ -58,8 +58,8 @@ func TestABodyOverTheLimitIsRefusedBeforeItIsRead(t *testing.T) {
 			if known && body.n != 0 {
 				t.Errorf("%d bytes read of a body whose length said it was too large", body.n)
 			}
-			if !known && body.n > MaxRequestBytes+64<<10 {
-				t.Errorf("%d bytes read; the limit is %d", body.n, MaxRequestBytes)
+			if !known && body.n > testMaxRequest+64<<10 {
+				t.Errorf("%d bytes read; the limit is %d", body.n, testMaxRequest)
 			}
 			if len(e.runner.RunRequests()) != 0 {
 				t.Error("a too-large request reached the runner")
@@ -73,7 +73,7 @@ func TestABodyOverTheLimitIsRefusedBeforeItIsRead(t *testing.T) {
 // naming messages; the decoder never builds the rest.
 func TestTooManyMessagesAreRefusedAsTheyAreDecoded(t *testing.T) {
 	e := newEnv(t, &ft.Dispatcher{})
-	w := e.do(chatReq(emptyMessages("m1", MaxRequestBytes/3-100)))
+	w := e.do(chatReq(emptyMessages("m1", testMaxRequest/3-100)))
 	b := apiErrorOf(t, w.Body.String())
 	if w.Code != http.StatusBadRequest || paramOf(b) != "messages" || !strings.Contains(b.Error.Message, "at most 10000") {
 		t.Fatalf("status %d param %q: %s", w.Code, paramOf(b), w.Body)
@@ -94,7 +94,7 @@ func TestTooManyMessagesAreRefusedAsTheyAreDecoded(t *testing.T) {
 // for the largest body without the Edge building a message of it.
 func TestTheRouteIsCheckedBeforeTheMessagesAreDecoded(t *testing.T) {
 	e := newEnv(t, &ft.Dispatcher{ResolveErr: fmt.Errorf("%w: no route", dispatch.ErrForbidden)})
-	body := emptyMessages("secret", MaxRequestBytes/3-100) // too many messages, were they decoded
+	body := emptyMessages("secret", testMaxRequest/3-100) // too many messages, were they decoded
 	allocs := allocBytes(func() {
 		w := e.do(chatReq(body))
 		if w.Code != http.StatusNotFound || codeOf(apiErrorOf(t, w.Body.String())) != "model_not_found" {
@@ -102,7 +102,7 @@ func TestTheRouteIsCheckedBeforeTheMessagesAreDecoded(t *testing.T) {
 		}
 	})
 	// The body itself (2 MiB, read from the test's reader) and little else.
-	if limit := uint64(3 * MaxRequestBytes); allocs > limit {
+	if limit := uint64(3 * testMaxRequest); allocs > limit {
 		t.Errorf("a refused request allocated %d bytes, want under %d", allocs, limit)
 	}
 }
@@ -114,13 +114,13 @@ func TestTheWorstBodyAllocatesABoundedMultipleOfItsSize(t *testing.T) {
 	// A body within the bounds runs: its run answers at once.
 	e := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Text("ok"), ft.Completed("stop")}})
 	for name, body := range map[string]string{
-		"empty messages":       emptyMessages("m1", MaxRequestBytes/3-100),
-		"empty content parts":  `{"model":"m1","messages":[{"role":"user","content":[` + strings.Repeat(`{},`, MaxRequestBytes/3-100) + `{}]}]}`,
-		"empty tool calls":     `{"model":"m1","messages":[{"role":"assistant","tool_calls":[` + strings.Repeat(`{},`, MaxRequestBytes/3-100) + `{}]}]}`,
-		"one very long string": `{"model":"m1","messages":[{"role":"user","content":"` + strings.Repeat("a", MaxRequestBytes-100) + `"}]}`,
+		"empty messages":       emptyMessages("m1", testMaxRequest/3-100),
+		"empty content parts":  `{"model":"m1","messages":[{"role":"user","content":[` + strings.Repeat(`{},`, testMaxRequest/3-100) + `{}]}]}`,
+		"empty tool calls":     `{"model":"m1","messages":[{"role":"assistant","tool_calls":[` + strings.Repeat(`{},`, testMaxRequest/3-100) + `{}]}]}`,
+		"one very long string": `{"model":"m1","messages":[{"role":"user","content":"` + strings.Repeat("a", testMaxRequest-100) + `"}]}`,
 	} {
 		allocs := allocBytes(func() { e.do(chatReq(body)) })
-		if limit := uint64(12 * MaxRequestBytes); allocs > limit {
+		if limit := uint64(12 * testMaxRequest); allocs > limit {
 			t.Errorf("%s: %d bytes allocated for a %d-byte body, want under %d", name, allocs, len(body), limit)
 		}
 	}
@@ -138,10 +138,10 @@ func allocBytes(f func()) uint64 {
 
 // BenchmarkWorstCaseBody is the memory bound as allocation per request
 // (go test -bench WorstCaseBody -benchmem ./internal/edge/openaiapi): a body of
-// MaxRequestBytes of empty messages, refused at MaxMessages.
+// testMaxRequest of empty messages, refused at MaxMessages.
 func BenchmarkWorstCaseBody(b *testing.B) {
 	e := newEnv(&testing.T{}, &ft.Dispatcher{})
-	body := emptyMessages("m1", MaxRequestBytes/3-100)
+	body := emptyMessages("m1", testMaxRequest/3-100)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {

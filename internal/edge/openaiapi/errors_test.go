@@ -139,7 +139,7 @@ func TestBodyTooLargeIs413(t *testing.T) {
 		name string
 		body string
 	}{
-		{"body over MaxRequestBytes", `{"model":"m1","messages":[{"role":"user","content":"` + strings.Repeat("a", MaxRequestBytes) + `"}]}`},
+		{"body over testMaxRequest", `{"model":"m1","messages":[{"role":"user","content":"` + strings.Repeat("a", testMaxRequest) + `"}]}`},
 		{"run request over a stream frame", `{"model":"m1","messages":[{"role":"user","content":"` + strings.Repeat("a", 2<<20) + `"}]}`},
 	}
 	for _, tt := range tests {

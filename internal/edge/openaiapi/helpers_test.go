@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/frontend"
 	ft "github.com/iop-dev/iop/internal/edge/frontend/frontendtest"
 
@@ -47,7 +48,8 @@ type env struct {
 func newEnv(t *testing.T, f *ft.Dispatcher) *env {
 	t.Helper()
 	m := edgemetrics.New(nil, nil)
-	return &env{runner: f, metrics: m, handler: Handler(frontend.New(f, testAuth(t), frontend.Options{Metrics: m}))}
+	return &env{runner: f, metrics: m, handler: Handler(frontend.New(f, testAuth(t), frontend.Options{Metrics: m,
+		Door: frontdoor.New(frontdoor.Limits{MaxRequest: testMaxRequest}, nil)}))}
 }
 
 // chatRequest builds an authenticated chat request with body.
@@ -161,3 +163,8 @@ func (e *env) activeRuns(t *testing.T) float64 {
 func (e *env) ttftCount(t *testing.T) float64 {
 	return metricstest.Sum(t, e.metrics.TimeToFirstToken, "route", routeChat)
 }
+
+// testMaxRequest is the Edge's request limit (limits.max_request_mib) in
+// these tests: small, so that bounds are tested at a size that is quick to
+// build.
+const testMaxRequest = 2 << 20

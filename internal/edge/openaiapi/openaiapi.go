@@ -36,18 +36,7 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/frontend"
-	"github.com/iop-dev/iop/quicwire"
 )
-
-// MaxRequestBytes bounds a request's body. A request becomes one run
-// request that must fit one dispatched-stream frame
-// (quicwire.MaxStreamFrameSize, 1 MiB, less headroom for what the
-// dispatcher adds); the JSON of such a request is about as large, a little
-// larger where base64 images or escapes swell it. So reading more than
-// twice the frame buys nothing but memory: a body past this is refused
-// with 413 before any of it is decoded, and one within it whose run is
-// past the frame is refused with 413 after.
-const MaxRequestBytes = 2 * quicwire.MaxStreamFrameSize
 
 // Route labels of metrics and the log.
 const (
@@ -64,15 +53,15 @@ const (
 func Handler(front *frontend.Front) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/chat/completions", front.Handler(shape, &frontend.Endpoint{Route: routeChat,
-		Log: "openai chat completion", MaxBody: MaxRequestBytes, Peek: peekChat, Translate: translateChat}))
+		Log: "openai chat completion", Peek: peekChat, Translate: translateChat}))
 	mux.Handle("POST /v1/responses", front.Handler(shape, &frontend.Endpoint{Route: routeResponses,
-		Log: "openai response", MaxBody: MaxRequestBytes, Peek: peekChat, Translate: translateResponses}))
+		Log: "openai response", Peek: peekChat, Translate: translateResponses}))
 	mux.Handle("POST /v1/responses/input_tokens", front.Handler(shape, &frontend.Endpoint{Route: routeInputTokens,
-		Log: "openai input token count", MaxBody: MaxRequestBytes, Peek: peekCount, Translate: translateInputTokens}))
+		Log: "openai input token count", Peek: peekCount, Translate: translateInputTokens}))
 	mux.Handle("POST /v1/completions", front.Handler(shape, &frontend.Endpoint{Route: routeCompletions,
-		Log: "openai text completion", MaxBody: MaxRequestBytes, Peek: peekChat, Translate: translateCompletion}))
+		Log: "openai text completion", Peek: peekChat, Translate: translateCompletion}))
 	mux.Handle("POST /v1/embeddings", front.Handler(shape, &frontend.Endpoint{Route: routeEmbeddings,
-		Log: "openai embeddings", MaxBody: MaxRequestBytes, Peek: peekChat, Translate: translateEmbeddings}))
+		Log: "openai embeddings", Peek: peekChat, Translate: translateEmbeddings}))
 	d := front.Dispatcher()
 	mux.Handle("GET /v1/models", front.Listing(shape, routeModels, func(_ *http.Request, p auth.Principal) (any, *frontend.Failure) {
 		list := struct {

@@ -104,10 +104,17 @@ func TestPassThroughIsBounded(t *testing.T) {
 	if got := string(mustParse(t, dup).run.GetOptions().GetExtraJson()); got != `{"x":1}` {
 		t.Errorf("repeated field: %s", got)
 	}
-	big := `{"model":"m1",` + ptMessages + `,"documents":"` + strings.Repeat("a", MaxRequestBytes/2) + `"}`
-	env := newEnv(t, &ft.Dispatcher{})
-	if w := env.do(chatReq(big)); w.Code != http.StatusRequestEntityTooLarge || len(env.runner.RunRequests()) != 0 {
-		t.Errorf("a run past the frame through an extra field: %d %s", w.Code, w.Body)
+	// An extra field counts toward the request's size like any other: one
+	// past a frame travels (the front end bounds the run, not the frame),
+	// one past the request limit is 413.
+	env := newEnv(t, &ft.Dispatcher{Events: []ft.Step{ft.Text("ok"), ft.Completed("stop")}})
+	big := `{"model":"m1",` + ptMessages + `,"documents":"` + strings.Repeat("a", testMaxRequest/2) + `"}`
+	if w := env.do(chatReq(big)); w.Code != http.StatusOK || len(env.runner.RunRequests()) != 1 {
+		t.Errorf("a run past one frame through an extra field: %d %s", w.Code, w.Body)
+	}
+	huge := `{"model":"m1",` + ptMessages + `,"documents":"` + strings.Repeat("a", testMaxRequest) + `"}`
+	if w := env.do(chatReq(huge)); w.Code != http.StatusRequestEntityTooLarge || len(env.runner.RunRequests()) != 1 {
+		t.Errorf("an extra field past the request limit: %d %s", w.Code, w.Body)
 	}
 	fits := `{"model":"m1",` + ptMessages + `,"documents":"` + strings.Repeat("a", 256<<10) + `"}`
 	if got := mustParse(t, fits).run.GetOptions().GetExtraJson(); len(got) < 256<<10 {

@@ -29,8 +29,8 @@ const (
 	MaxToolCalls = 1_000
 	// MaxExtraFields bounds the top-level fields of a request that the
 	// Edge passes through uninterpreted (extraFields). Their size has no
-	// bound of its own: they travel in the run, which must fit one frame
-	// (the front end's 413), so that a large chat_template_kwargs or a
+	// bound of its own: they travel in the run, which must fit the Edge's
+	// request limit (the front end's 413), so that a large chat_template_kwargs or a
 	// vendor's documents field passes when the run fits.
 	MaxExtraFields = 256
 )

@@ -237,7 +237,7 @@ func TestResponsesInputIsBoundedAsItIsDecoded(t *testing.T) {
 	if w.Code != http.StatusBadRequest || paramOf(b) != "input" || !strings.Contains(b.Error.Message, "at most 10000") {
 		t.Fatalf("status %d param %q: %s", w.Code, paramOf(b), w.Body)
 	}
-	big := `{"model":"m1","input":"` + strings.Repeat("a", MaxRequestBytes) + `"}`
+	big := `{"model":"m1","input":"` + strings.Repeat("a", testMaxRequest) + `"}`
 	if w := e.do(respReq(big)); w.Code != http.StatusRequestEntityTooLarge {
 		t.Errorf("a body over the limit: status %d", w.Code)
 	}
