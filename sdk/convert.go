@@ -62,6 +62,8 @@ func requestFromWire(r *wirepb.RunRequest, cred *pluginpb.Credential) *Request {
 			Stop:            o.GetStop(),
 			Seed:            o.Seed,
 			Format:          o.GetFormat(),
+			FormatName:      o.GetFormatName(),
+			FormatStrict:    o.GetFormatStrict(),
 			Think:           o.Think,
 			ReasoningEffort: o.GetReasoningEffort(),
 			Extra:           o.GetExtraJson(),

@@ -146,6 +146,11 @@ type Options struct {
 	Seed        *int64
 	// Format is "" (text), "json", or a JSON schema, as JSON.
 	Format json.RawMessage
+	// FormatName and FormatStrict go with a schema in Format: the name the
+	// client gave it, and whether it asked for the schema to be enforced
+	// strictly (OpenAI's json_schema.name and strict).
+	FormatName   string
+	FormatStrict bool
 	// Think asks a reasoning model to think (true) or not (false).
 	Think *bool
 	// ReasoningEffort is how hard a reasoning model should think: "" (the

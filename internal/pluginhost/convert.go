@@ -87,6 +87,8 @@ func RequestToWire(req *sdk.Request) *wirepb.RunRequest {
 			Stop:            req.Options.Stop,
 			Seed:            req.Options.Seed,
 			Format:          req.Options.Format,
+			FormatName:      req.Options.FormatName,
+			FormatStrict:    req.Options.FormatStrict,
 			Think:           req.Options.Think,
 			ExtraJson:       req.Options.Extra,
 			ToolChoice:      string(req.Options.ToolChoice),

@@ -147,6 +147,8 @@ func fullRequest() *sdk.Request {
 			Temperature: &temp, TopP: &topP, MaxTokens: &maxTokens, Stop: []string{"\n\n"}, Seed: &seed,
 			Format: []byte(`"json"`), Think: &think, Extra: []byte(`{"top_k":20}`), ToolChoice: sdk.ToolChoiceFunction("f"),
 			ReasoningEffort: sdk.EffortHigh,
+			FormatName:      "person",
+			FormatStrict:    true,
 		},
 		Prompt:       "def f(",
 		Suffix:       "return x",

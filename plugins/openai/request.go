@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -239,7 +240,7 @@ func setOptions(body map[string]any, o sdk.Options, reserved map[string]bool) er
 	if o.Seed != nil {
 		body["seed"] = *o.Seed
 	}
-	rf, err := responseFormat(o.Format)
+	rf, err := responseFormat(o.Format, o.FormatName, o.FormatStrict)
 	if err != nil {
 		return err
 	}
@@ -250,9 +251,10 @@ func setOptions(body map[string]any, o sdk.Options, reserved map[string]bool) er
 }
 
 // responseFormat maps Options.Format: "json" to {"type":"json_object"}, a
-// JSON schema to {"type":"json_schema","json_schema":{"name":"response",
-// "schema":...}}, and nothing to nil.
-func responseFormat(format json.RawMessage) (any, error) {
+// JSON schema to {"type":"json_schema","json_schema":{"name":NAME,
+// "schema":...,"strict":true}} (NAME the client's, "response" when it gave
+// none; strict only when asked), and nothing to nil.
+func responseFormat(format json.RawMessage, name string, strict bool) (any, error) {
 	f := bytes.TrimSpace(format)
 	if len(f) == 0 || string(f) == "null" || string(f) == `""` {
 		return nil, nil
@@ -268,10 +270,11 @@ func responseFormat(format json.RawMessage) (any, error) {
 	if err := json.Unmarshal(f, &schema); err != nil {
 		return nil, sdk.Errorf(sdk.KindInvalidRequest, "openai: format is neither \"json\" nor a JSON schema object")
 	}
-	return map[string]any{
-		"type":        "json_schema",
-		"json_schema": map[string]any{"name": "response", "schema": json.RawMessage(f)},
-	}, nil
+	js := map[string]any{"name": cmp.Or(name, "response"), "schema": json.RawMessage(f)}
+	if strict {
+		js["strict"] = true
+	}
+	return map[string]any{"type": "json_schema", "json_schema": js}, nil
 }
 
 // toolChoice returns OpenAI's form of c, or nil for "" (the server's

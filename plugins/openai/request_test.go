@@ -54,20 +54,34 @@ func TestRequestBodyFollowsTheChatCompletionsShape(t *testing.T) {
 	}
 }
 
+// P2, issue 21: a schema reaches the server with the client's name for it
+// and its strict flag; without a name it is "response".
 func TestFormatSchemaBecomesJSONSchemaResponseFormat(t *testing.T) {
-	s := startFake(t, fakeopenai.Config{Models: []fakeopenai.Model{{Name: "m"}}})
-	req := userRun("m", "hi")
-	req.Options.Format = json.RawMessage(`{"type":"object","properties":{"a":{"type":"string"}}}`)
-	if _, err := configured(t, s.BaseURL()).Execute(t.Context(), req, &sink{}); err != nil {
-		t.Fatal(err)
-	}
-	var body struct {
-		ResponseFormat json.RawMessage `json:"response_format"`
-	}
-	json.Unmarshal(s.Requests()[0].Body, &body)
-	const want = `{"json_schema":{"name":"response","schema":{"type":"object","properties":{"a":{"type":"string"}}}},"type":"json_schema"}`
-	if string(body.ResponseFormat) != want {
-		t.Errorf("response_format %s, want %s", body.ResponseFormat, want)
+	const schema = `{"type":"object","properties":{"a":{"type":"string"}}}`
+	for _, c := range []struct {
+		name   string
+		strict bool
+		want   string
+	}{
+		{"", false, `{"json_schema":{"name":"response","schema":` + schema + `},"type":"json_schema"}`},
+		{"person", true, `{"json_schema":{"name":"person","schema":` + schema + `,"strict":true},"type":"json_schema"}`},
+	} {
+		s := startFake(t, fakeopenai.Config{Models: []fakeopenai.Model{{Name: "m"}}})
+		req := userRun("m", "hi")
+		req.Options.Format = json.RawMessage(schema)
+		req.Options.FormatName, req.Options.FormatStrict = c.name, c.strict
+		if _, err := configured(t, s.BaseURL()).Execute(t.Context(), req, &sink{}); err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			ResponseFormat json.RawMessage `json:"response_format"`
+		}
+		if err := json.Unmarshal(s.Requests()[0].Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		if string(body.ResponseFormat) != c.want {
+			t.Errorf("response_format %s, want %s", body.ResponseFormat, c.want)
+		}
 	}
 }
 

@@ -2104,8 +2104,14 @@ type RunOptions struct {
 	// server's nearest setting and says which levels it keeps; "none"
 	// implies think false, any other level think true.
 	ReasoningEffort string `protobuf:"bytes,10,opt,name=reasoning_effort,json=reasoningEffort,proto3" json:"reasoning_effort,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// With a JSON schema in format: the name the client gave it ("" for
+	// none), and whether the client asked the server to hold the answer to
+	// it strictly (OpenAI's json_schema.strict). A server that names or
+	// enforces schemas gets them as given.
+	FormatName    string `protobuf:"bytes,11,opt,name=format_name,json=formatName,proto3" json:"format_name,omitempty"`
+	FormatStrict  bool   `protobuf:"varint,12,opt,name=format_strict,json=formatStrict,proto3" json:"format_strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunOptions) Reset() {
@@ -2206,6 +2212,20 @@ func (x *RunOptions) GetReasoningEffort() string {
 		return x.ReasoningEffort
 	}
 	return ""
+}
+
+func (x *RunOptions) GetFormatName() string {
+	if x != nil {
+		return x.FormatName
+	}
+	return ""
+}
+
+func (x *RunOptions) GetFormatStrict() bool {
+	if x != nil {
+		return x.FormatStrict
+	}
+	return false
 }
 
 type RunEvent struct {
@@ -3977,7 +3997,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12%\n" +
-	"\x0earguments_json\x18\x04 \x01(\fR\rargumentsJson\"\xf8\x02\n" +
+	"\x0earguments_json\x18\x04 \x01(\fR\rargumentsJson\"\xbe\x03\n" +
 	"\n" +
 	"RunOptions\x12%\n" +
 	"\vtemperature\x18\x01 \x01(\x01H\x00R\vtemperature\x88\x01\x01\x12\x18\n" +
@@ -3993,7 +4013,10 @@ const file_wire_proto_rawDesc = "" +
 	"\vtool_choice\x18\t \x01(\tR\n" +
 	"toolChoice\x12)\n" +
 	"\x10reasoning_effort\x18\n" +
-	" \x01(\tR\x0freasoningEffortB\x0e\n" +
+	" \x01(\tR\x0freasoningEffort\x12\x1f\n" +
+	"\vformat_name\x18\v \x01(\tR\n" +
+	"formatName\x12#\n" +
+	"\rformat_strict\x18\f \x01(\bR\fformatStrictB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\r\n" +
 	"\v_max_tokensB\a\n" +

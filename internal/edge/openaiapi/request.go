@@ -120,6 +120,7 @@ type responseFormat struct {
 	JSONSchema *struct {
 		Name   string          `json:"name"`
 		Schema json.RawMessage `json:"schema"`
+		Strict *bool           `json:"strict"`
 	} `json:"json_schema"`
 }
 
@@ -421,6 +422,7 @@ func (req *chatRequest) options(o *wirepb.RunOptions) *frontend.Failure {
 				return invalid("response_format.json_schema.schema", "A json_schema response format needs a schema.")
 			}
 			o.Format = rf.JSONSchema.Schema
+			o.FormatName, o.FormatStrict = rf.JSONSchema.Name, rf.JSONSchema.Strict != nil && *rf.JSONSchema.Strict
 		default:
 			return invalid("response_format.type", "Unsupported response_format type %q.", rf.Type)
 		}

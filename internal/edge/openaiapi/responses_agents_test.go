@@ -211,8 +211,8 @@ func TestResponsesAcceptsWhatAgentsSend(t *testing.T) {
 
 // P2: what reaches the provider: text.verbosity as chat's verbosity (a
 // top-level one the client sent wins); the Responses API's own fields do
-// not; text.format's schema is the run's format, and its name and strict
-// are echoed.
+// not; text.format's schema, name and strict are the run's format, and
+// echoed.
 func TestResponsesFieldsReachTheProvider(t *testing.T) {
 	req, e := parseResponses([]byte(`{"model":"m","input":"hi","text":{"verbosity":"low","format":{"type":"json_schema","name":"w",` +
 		`"schema":{"type":"object"},"strict":true}},"client_metadata":{"a":"b"},"context_management":[],"service_tier":"flex",` +
@@ -224,7 +224,7 @@ func TestResponsesFieldsReachTheProvider(t *testing.T) {
 	if got, want := string(o.GetExtraJson()), `{"prompt_cache_key":"k","service_tier":"flex","verbosity":"low"}`; got != want {
 		t.Errorf("extra_json %s, want %s", got, want)
 	}
-	if string(o.GetFormat()) != `{"type":"object"}` || o.GetMaxTokens() != 9 {
+	if string(o.GetFormat()) != `{"type":"object"}` || o.GetFormatName() != "w" || !o.GetFormatStrict() || o.GetMaxTokens() != 9 {
 		t.Errorf("options %v", o)
 	}
 	if f := req.echo.Text.Format; f.Name != "w" || f.Strict == nil || !*f.Strict {

@@ -28,9 +28,8 @@ import (
 //	                             with "namespace"), {"type":"custom","name":N},
 //	                             {"type":"shell"}, {"type":"apply_patch"}
 //	max_output_tokens, temperature, top_p, text.format
-//	                             the run's options; json_schema's schema is
-//	                             the run's format (its name and strict have
-//	                             no place on the wire, and are echoed only)
+//	                             the run's options; json_schema's schema,
+//	                             name and strict are the run's format
 //	reasoning.effort             the run's reasoning effort (effort.go)
 //	text.verbosity               "verbosity" in extra_json, chat's name for it
 //	prompt_cache_key             the session key (session.go), and passed on
@@ -297,6 +296,7 @@ func (req *responsesRequest) options(o *wirepb.RunOptions) *frontend.Failure {
 			return invalid("text.format.schema", "A json_schema text format needs a schema.")
 		}
 		o.Format = f.Schema
+		o.FormatName, o.FormatStrict = f.Name, f.Strict != nil && *f.Strict
 	default:
 		return invalid("text.format.type", "Unsupported text.format type %q: expected text, json_object or json_schema.", f.Type)
 	}
