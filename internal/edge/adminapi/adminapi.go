@@ -40,6 +40,10 @@ type Options struct {
 	// is served, its free capacity and its queue (sched.Scheduler.Models);
 	// nil leaves it out.
 	Models func() any
+	// Sessions adds "sessions" to /admin/v1/queues: how many sessions the
+	// dispatcher remembers where they last ran, and their turns by
+	// outcome (dispatch.Dispatcher.Sessions); nil leaves it out.
+	Sessions func() any
 	// Load is the slots held on each provider of each Node generation
 	// (sched.Scheduler.InFlight): /admin/v1/nodes shows each provider's
 	// in_flight from it; nil shows 0.
@@ -92,7 +96,9 @@ func newHandler(opts Options) *handler {
 //	GET /readyz          200 when ready() is nil, 503 with the reason otherwise
 //	GET /admin/v1/queues the queues: depth, each waiting request's position
 //	                     and wait; with Options.Models, each model's
-//	                     Nodes, free capacity, queue depth and oldest wait
+//	                     Nodes, free capacity, queue depth and oldest wait;
+//	                     with Options.Sessions, the session affinity table's
+//	                     size and its turns by outcome
 //	GET /admin/v1/runs   with Options.Runs, the work in flight (phase,
 //	                     Node, time to first token, tokens) and recent
 //	                     terminals by reason, per minute
@@ -110,14 +116,18 @@ func Handler(reg *fleet.Registry, ready Readiness, opts Options) http.Handler {
 		if queues != nil {
 			q = queues()
 		}
-		var m any
+		var m, sessions any
 		if opts.Models != nil {
 			m = opts.Models()
 		}
+		if opts.Sessions != nil {
+			sessions = opts.Sessions()
+		}
 		writeJSON(w, http.StatusOK, struct {
-			Queues any `json:"queues"`
-			Models any `json:"models,omitempty"`
-		}{q, m})
+			Queues   any `json:"queues"`
+			Models   any `json:"models,omitempty"`
+			Sessions any `json:"sessions,omitempty"`
+		}{q, m, sessions})
 	}))
 	mux.HandleFunc("GET /admin/v1/nodes", h.read(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, struct {

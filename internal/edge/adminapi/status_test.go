@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/iop-dev/iop/internal/edge/adminapi"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
 	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/sched"
@@ -60,6 +61,26 @@ func TestQueuesShowTheModelsWhenGiven(t *testing.T) {
 	_, body = get(t, adminapi.Handler(reg, func() error { return nil }, adminapi.Options{OpenReads: true}), "/admin/v1/queues")
 	if _, ok := body["models"]; ok {
 		t.Errorf("models without Options.Models: %v", body)
+	}
+	if _, ok := body["sessions"]; ok {
+		t.Errorf("sessions without Options.Sessions: %v", body)
+	}
+}
+
+// Issue 21: the session affinity table is on the queues read, for the
+// status page's tile.
+func TestQueuesShowTheSessionsWhenGiven(t *testing.T) {
+	reg := fleet.New(fleet.Options{})
+	sessions := func() any {
+		return dispatch.SessionStats{Sessions: 3, Turns: map[string]uint64{dispatch.TurnStuck: 20, dispatch.TurnMovedBusy: 2}}
+	}
+	_, body := get(t, adminapi.Handler(reg, func() error { return nil }, adminapi.Options{OpenReads: true, Sessions: sessions}), "/admin/v1/queues")
+	s, ok := body["sessions"].(map[string]any)
+	if !ok || s["sessions"] != float64(3) {
+		t.Fatalf("sessions = %v", body["sessions"])
+	}
+	if turns := s["turns"].(map[string]any); turns["stuck"] != float64(20) || turns["moved_busy"] != float64(2) {
+		t.Errorf("turns = %v", turns)
 	}
 }
 

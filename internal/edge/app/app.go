@@ -389,12 +389,12 @@ type HTTPServer struct {
 // the status page holds no data (its data are the admin reads), so it is
 // served to anyone.
 func newHTTPServer(cfg *edgeconfig.Config, reg *fleet.Registry, s *sched.Scheduler, m *edgemetrics.Metrics, door *frontdoor.Door,
-	front *frontend.Front, authn *auth.Authenticator, store *credentials.Store, runs *inflight.Tracker, reloader *reload.Reloader,
+	d *dispatch.Dispatcher, front *frontend.Front, authn *auth.Authenticator, store *credentials.Store, runs *inflight.Tracker, reloader *reload.Reloader,
 	certs *frontdoor.CertFiles, log *slog.Logger) *HTTPServer {
 	h := &HTTPServer{addr: cfg.Listen.HTTP, door: door, certs: certs}
 	access := adminapi.Options{Authenticator: authn, Logger: log, ReadsOpen: authn.AdminReadsOpen, Reloader: reloader,
 		Credentials: store, Queues: func() any { return s.Snapshot() },
-		Models: func() any { return s.Models() }, Load: s.InFlight, Runs: runs}
+		Models: func() any { return s.Models() }, Sessions: func() any { return d.Sessions() }, Load: s.InFlight, Runs: runs}
 	admin := adminapi.Handler(reg, func() error {
 		if !h.serving.Load() {
 			return errors.New("starting")

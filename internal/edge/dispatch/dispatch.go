@@ -38,8 +38,9 @@ type Dispatcher struct {
 	metrics *edgemetrics.Metrics
 	log     *slog.Logger
 	leases  *Leases
-	ids     atomic.Uint64
-	prefix  string
+	ids      atomic.Uint64
+	prefix   string
+	sessions *sessions
 }
 
 // Options are the optional parts of a Dispatcher.
@@ -52,6 +53,8 @@ type Options struct {
 	Leases *Leases
 	// Logger logs failovers; nil logs nothing.
 	Logger *slog.Logger
+	// Now is the clock of the session table; nil: time.Now.
+	Now func() time.Time
 }
 
 // New returns a dispatcher that resolves in cfg (until SetConfig), takes
@@ -61,8 +64,12 @@ func New(cfg *edgeconfig.Config, slots Slots, nodes Nodes, opts Options) *Dispat
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
 	d := &Dispatcher{slots: slots, nodes: nodes, metrics: opts.Metrics, leases: opts.Leases, log: log,
-		prefix: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)}
+		prefix: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff), sessions: newSessions(now)}
 	d.cfg.Store(cfg)
 	return d
 }
@@ -204,7 +211,7 @@ func routeMatch(r edgeconfig.Route) func(sched.Candidate) bool {
 // tried, among the candidates whose adapter has what plan needs. A model
 // that nothing offers at all is ErrUnknownModel; one offered now, but by
 // no adapter that can do the work, ErrUnsupported.
-func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []sched.Candidate) (Slot, error) {
+func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []sched.Candidate, prefer *sched.Candidate) (Slot, error) {
 	start := time.Now()
 	match := plan.Match
 	if plan.Needs != "" || plan.Size > transport.OneFrameHeader {
@@ -219,6 +226,8 @@ func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []
 		Exclude:       tried,
 		QueueTimeout:  time.Duration(plan.Profile.QueueTimeout),
 		MaxQueueDepth: plan.Profile.MaxQueueDepth,
+		Prefer:        prefer,
+		PreferSlack:   AffinitySlack,
 	})
 	if err == nil && d.metrics != nil {
 		d.metrics.QueueWait.WithLabelValues(plan.Model).Observe(time.Since(start).Seconds())

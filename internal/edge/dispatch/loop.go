@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/iop-dev/iop/internal/edge/inflight"
@@ -135,9 +136,15 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string, plan Plan, deadlin
 	var lastErr error
 	stallRetried := false
 	holdOffs := 0
+	var session sessionID
+	var last *sched.Candidate // where the session's last turn ran
+	if plan.Session != "" {
+		session = sessionOf(plan.Principal.Name, plan.Session)
+		last, _ = d.sessions.last(session)
+	}
 	for n := 0; n < MaxAttempts; n++ {
 		watch.Live.Queued()
-		slot, err := d.acquire(ctx, id, plan, tried)
+		slot, err := d.acquire(ctx, id, plan, tried, last)
 		if err != nil {
 			if lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
 				return noStreamIsBusy(plan.Model, lastErr) // every candidate tried failed: say why
@@ -157,6 +164,9 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string, plan Plan, deadlin
 		v := judge(a, stallRetried)
 		if v == keep && (a.err == nil || ctx.Err() == nil) {
 			w.keep(slot)
+			if plan.Session != "" {
+				d.sessionTurn(session, plan, c, last, tried)
+			}
 			return nil
 		}
 		w.drop()
@@ -183,6 +193,35 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string, plan Plan, deadlin
 	}
 	return noStreamIsBusy(plan.Model, lastErr)
 }
+
+// sessionTurn records that a turn of plan's session runs on c: where the
+// next turn prefers, and how this one went, given last, where the one
+// before ran, and tried, the candidates that failed it first.
+func (d *Dispatcher) sessionTurn(id sessionID, plan Plan, c sched.Candidate, last *sched.Candidate, tried []sched.Candidate) {
+	at := func(o sched.Candidate) bool {
+		return o.NodeID == last.NodeID && o.Provider == last.Provider && o.Target == last.Target
+	}
+	outcome := TurnNew
+	switch {
+	case last == nil:
+	case at(c):
+		outcome = TurnStuck
+	case slices.ContainsFunc(tried, at):
+		outcome = TurnMovedFailover
+	case slices.ContainsFunc(d.slots.Candidates(), func(o sched.Candidate) bool { return at(o) && plan.Match(o) }):
+		outcome = TurnMovedBusy
+	default:
+		outcome = TurnMovedGone
+	}
+	d.sessions.ran(id, c, outcome)
+	if d.metrics != nil {
+		d.metrics.SessionTurns.WithLabelValues(outcome).Inc()
+	}
+}
+
+// Sessions is what the session table holds and has seen, for the status
+// page.
+func (d *Dispatcher) Sessions() SessionStats { return d.sessions.stats() }
 
 // watchSuspect gives the attempt's stream up if conn's Node turns suspect
 // before stop is called (P4).

@@ -190,6 +190,9 @@ identity: {mode: loopback}
 type fakeFleet struct {
 	nodes  []string
 	firsts map[string][]first
+	// busy nodes are past the bounded load for a request that prefers
+	// them: it gets the first other candidate.
+	busy map[string]bool
 
 	mu       sync.Mutex
 	attempts []string
@@ -213,7 +216,20 @@ func (f *fakeFleet) Candidates() []sched.Candidate {
 }
 
 func (f *fakeFleet) Acquire(_ context.Context, r sched.Request) (Slot, error) {
-	for _, c := range f.Candidates() {
+	cands := f.Candidates()
+	if p := r.Prefer; p != nil && !f.busy[p.NodeID] {
+		// The preferred first, as the scheduler picks it within its load.
+		slices.SortStableFunc(cands, func(a, b sched.Candidate) int {
+			switch {
+			case a.NodeID == p.NodeID:
+				return -1
+			case b.NodeID == p.NodeID:
+				return 1
+			}
+			return 0
+		})
+	}
+	for _, c := range cands {
 		if r.Match(c) && !slices.ContainsFunc(r.Exclude, func(x sched.Candidate) bool { return x.NodeID == c.NodeID }) {
 			f.mu.Lock()
 			f.slots++

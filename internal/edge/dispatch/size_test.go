@@ -40,7 +40,7 @@ func TestALargeRequestGoesOnlyToANodeThatTakesIt(t *testing.T) {
 	} {
 		seen := map[string]bool{}
 		for range 3 {
-			slot, err := d.acquire(t.Context(), "r", plan("m", c.size), nil)
+			slot, err := d.acquire(t.Context(), "r", plan("m", c.size), nil, nil)
 			if err != nil {
 				t.Fatalf("size %d: %v", c.size, err)
 			}

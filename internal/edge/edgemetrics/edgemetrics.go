@@ -47,6 +47,10 @@ type Metrics struct {
 	Failovers *prometheus.CounterVec
 	// Stalls counts response_stalled outcomes by liveness classification.
 	Stalls *prometheus.CounterVec
+	// SessionTurns counts the turns of requests that name their session,
+	// by outcome (SessionOutcomes): whether the turn ran where the
+	// session's last one did (session affinity), and if not why.
+	SessionTurns *prometheus.CounterVec
 	// Refusals counts what the Edge turned away at its doors, by kind
 	// (http_connections, body_memory, slow_body, tls_handshake,
 	// node_identity, registration, join): the log shows a sample of them.
@@ -103,6 +107,10 @@ func New(reg *fleet.Registry, depth func() map[string]int) *Metrics {
 		Stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iop_edge_stalls_total", Help: "response_stalled outcomes by liveness classification.",
 		}, []string{"classification"}),
+		SessionTurns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iop_edge_session_turns_total",
+			Help: "Turns of requests that name their session, by outcome: new, stuck (where the last turn ran), moved_busy, moved_gone, moved_failover.",
+		}, []string{"outcome"}),
 		Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iop_edge_refusals_total", Help: "Connections, request bodies, handshakes and registrations refused at the Edge's doors, by kind.",
 		}, []string{"kind"}),
@@ -110,7 +118,7 @@ func New(reg *fleet.Registry, depth func() map[string]int) *Metrics {
 			Name: "iop_edge_config_reloads_total", Help: "Configuration reloads (SIGHUP or POST /admin/v1/reload) by result: applied or refused.",
 		}, []string{"result"}),
 	}
-	m.reg.MustRegister(m.ConfigReloads, m.Requests, m.TimeToFirstToken, m.PromptTokens, m.CompletionTokens, m.TokensPerSecond, m.QueueWait, m.Active, m.Cancellations, m.Failovers, m.Stalls, m.Refusals,
+	m.reg.MustRegister(m.ConfigReloads, m.Requests, m.TimeToFirstToken, m.PromptTokens, m.CompletionTokens, m.TokensPerSecond, m.QueueWait, m.Active, m.Cancellations, m.Failovers, m.Stalls, m.SessionTurns, m.Refusals,
 		&nodeCollector{reg: reg, depth: depth},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The label values of closed sets start at zero, so that every series
@@ -120,6 +128,7 @@ func New(reg *fleet.Registry, depth func() map[string]int) *Metrics {
 	for vec, values := range map[*prometheus.CounterVec][]string{
 		m.Failovers:     {"before_first_byte", "node_suspect", "response_stalled"},
 		m.Stalls:        {"request_stalled", "provider_unhealthy", "health_unknown"},
+		m.SessionTurns:  SessionOutcomes,
 		m.Cancellations: {"client_gone", "idle_timeout", "deadline"},
 		m.Refusals:      {"http_connections", "body_memory", "slow_body", "tls_handshake", "node_identity", "registration", "join"},
 		m.ConfigReloads: {"applied", "refused"},
@@ -218,3 +227,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// SessionOutcomes are the outcomes of a session's turn
+// (dispatch.TurnOutcomes).
+var SessionOutcomes = []string{"new", "stuck", "moved_busy", "moved_gone", "moved_failover"}

@@ -179,13 +179,44 @@ func (s *Scheduler) pickLocked(r *Request) (c candidate, ok bool) {
 			s.tied = append(s.tied, i)
 		}
 	}
-	switch len(s.tied) {
-	case 0:
+	if len(s.tied) == 0 {
 		return candidate{}, false
-	case 1:
+	}
+	if c, ok := s.preferredLocked(r, bestFree, bestCap); ok {
+		return c, true
+	}
+	if len(s.tied) == 1 {
 		return s.cands[s.tied[0]], true
 	}
 	i := s.tied[s.rr%uint64(len(s.tied))]
 	s.rr++
 	return s.cands[i], true
+}
+
+// preferredLocked is r's preferred candidate, if it can take r and is not
+// too much busier than the least busy one, whose free slots of its
+// capacity are bestFree of bestCap.
+func (s *Scheduler) preferredLocked(r *Request, bestFree, bestCap int) (candidate, bool) {
+	p := r.Prefer
+	if p == nil {
+		return candidate{}, false
+	}
+	for i := range s.cands {
+		c := &s.cands[i]
+		if c.NodeID != p.NodeID || c.Provider != p.Provider || c.Target != p.Target {
+			continue
+		}
+		k := c.key()
+		if !r.matches(c.Candidate) || r.excludes(k) {
+			return candidate{}, false
+		}
+		free := c.Capacity - s.inflight[k]
+		if free <= 0 || s.connSlots[k.conn()] >= c.connSlots {
+			return candidate{}, false
+		}
+		busy := float64(c.Capacity-free) / float64(c.Capacity)
+		least := float64(bestCap-bestFree) / float64(bestCap)
+		return *c, busy <= least+r.PreferSlack
+	}
+	return candidate{}, false
 }

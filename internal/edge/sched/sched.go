@@ -51,6 +51,17 @@ type Request struct {
 	// when that many already wait (or it is 0), a busy request is refused
 	// with queue_full.
 	MaxQueueDepth int
+	// Prefer, if not nil, is where the request would rather run: the
+	// candidate (by Node, provider and target, in any generation of the
+	// Node) that ran the last turn of its session, whose model server
+	// holds the session's prompt in its cache. It is picked while it has a
+	// free slot and its share of capacity in use is at most PreferSlack
+	// above the least busy candidate's (bounded load: one hot session
+	// cannot pin a Node); otherwise the least busy is, as without it.
+	Prefer *Candidate
+	// PreferSlack is how much busier, as a fraction of capacity, the
+	// preferred candidate may be than the least busy one.
+	PreferSlack float64
 }
 
 // Scheduler hands out slots on candidates. It is safe for concurrent use.

@@ -196,7 +196,19 @@
       tile('streaming', phases.streaming, 'streaming'),
       tile('queued', waiting, 'waiting in queues'),
       tile('completed', done, 'completed, ' + runs.terminals.window_minutes + ' min'),
-      tile('failed', notDone, 'did not complete, ' + runs.terminals.window_minutes + ' min'));
+      tile('failed', notDone, 'did not complete, ' + runs.terminals.window_minutes + ' min'),
+      sessionTile(tile, queues.sessions));
+  }
+
+  // Session affinity: of the turns whose session had run before, how many
+  // ran where its last turn did (its server's prompt cache); the rest moved
+  // because that place was busy, gone, or failed them.
+  function sessionTile(tile, s) {
+    const t = (s && s.turns) || {};
+    const moved = (t.moved_busy || 0) + (t.moved_gone || 0) + (t.moved_failover || 0);
+    const label = 'session turns on their last server · ' + ((s && s.sessions) || 0) + ' sessions' +
+      (moved ? ' · moved: ' + (t.moved_busy || 0) + ' busy, ' + (t.moved_gone || 0) + ' gone, ' + (t.moved_failover || 0) + ' failed' : '');
+    return tile('sessions', (t.stuck || 0) + ' / ' + ((t.stuck || 0) + moved), label);
   }
 
   function setConn(state, text) {
