@@ -32,12 +32,12 @@ import (
 // Dispatcher turns resolved requests into work on Nodes. It is safe for
 // concurrent use.
 type Dispatcher struct {
-	cfg     atomic.Pointer[edgeconfig.Config]
-	slots   Slots
-	nodes   Nodes
-	metrics *edgemetrics.Metrics
-	log     *slog.Logger
-	leases  *Leases
+	cfg      atomic.Pointer[edgeconfig.Config]
+	slots    Slots
+	nodes    Nodes
+	metrics  *edgemetrics.Metrics
+	log      *slog.Logger
+	leases   *Leases
 	ids      atomic.Uint64
 	prefix   string
 	sessions *sessions
