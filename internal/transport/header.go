@@ -65,8 +65,26 @@ func (s *Stream) SendHeader(hdr *wirepb.StreamHeader, limit int, then ...proto.M
 // link, and its reader's deadline should follow its progress, not its
 // size.
 func (s *Stream) RecvHeader(limit int, progress func()) (*wirepb.StreamHeader, error) {
+	hdr, err := ReadHeader(s.Recv, limit, progress)
+	var pe *ProtocolError
+	if errors.As(err, &pe) && pe.Stream == "" {
+		// Found above the frame layer: the stream ends as Recv ends it
+		// for a bad frame.
+		s.Cancel(quicwire.StreamProtocolError)
+		pe.Stream = s.kind
+	}
+	return hdr, err
+}
+
+// ReadHeader reads a stream header with recv, a stream's frame reader
+// (Stream.Recv, FrameReader.Read), reassembling one that comes in parts
+// as RecvHeader says. A violation of the parts' rules is a *ProtocolError
+// whose Stream is "" (the caller names the stream); recv's own errors are
+// returned as they are.
+func ReadHeader(recv func(proto.Message) error, limit int, progress func()) (*wirepb.StreamHeader, error) {
+	violation := func(err error) error { return &ProtocolError{Err: err} }
 	hdr := new(wirepb.StreamHeader)
-	if err := s.Recv(hdr); err != nil {
+	if err := recv(hdr); err != nil {
 		return nil, err
 	}
 	n := hdr.GetPartsSize()
@@ -74,19 +92,22 @@ func (s *Stream) RecvHeader(limit int, progress func()) (*wirepb.StreamHeader, e
 		return hdr, nil
 	}
 	if n > uint64(limit) {
-		return nil, s.protocolError(fmt.Errorf("%w: %d bytes announced, the limit is %d", ErrHeaderTooLarge, n, limit))
+		return nil, violation(fmt.Errorf("%w: %d bytes announced, the limit is %d", ErrHeaderTooLarge, n, limit))
+	}
+	if hdr.GetKind() != nil {
+		return nil, violation(fmt.Errorf("%w: a header announcing parts carries a kind", ErrUnexpectedFrame))
 	}
 	whole := make([]byte, 0, n)
 	part := new(wirepb.HeaderPart)
 	for uint64(len(whole)) < n {
-		if err := s.Recv(part); err != nil {
+		if err := recv(part); err != nil {
 			if err == io.EOF {
-				return nil, s.protocolError(fmt.Errorf("%w: the header ended after %d of %d bytes", ErrFrameTruncated, len(whole), n))
+				return nil, violation(fmt.Errorf("%w: the header ended after %d of %d bytes", ErrFrameTruncated, len(whole), n))
 			}
 			return nil, err
 		}
 		if uint64(len(whole)+len(part.GetData())) > n {
-			return nil, s.protocolError(fmt.Errorf("%w: header parts past the %d bytes announced", ErrUnexpectedFrame, n))
+			return nil, violation(fmt.Errorf("%w: header parts past the %d bytes announced", ErrUnexpectedFrame, n))
 		}
 		whole = append(whole, part.GetData()...)
 		if progress != nil {
@@ -96,17 +117,10 @@ func (s *Stream) RecvHeader(limit int, progress func()) (*wirepb.StreamHeader, e
 	gen := hdr.GetGeneration()
 	hdr.Reset()
 	if err := proto.Unmarshal(whole, hdr); err != nil {
-		return nil, s.protocolError(fmt.Errorf("%w: the reassembled header: %v", ErrFrameGarbled, err))
+		return nil, violation(fmt.Errorf("%w: the reassembled header: %v", ErrFrameGarbled, err))
 	}
 	if hdr.GetPartsSize() != 0 || hdr.GetGeneration() != gen {
-		return nil, s.protocolError(fmt.Errorf("%w: the reassembled header announces parts again or another generation", ErrUnexpectedFrame))
+		return nil, violation(fmt.Errorf("%w: the reassembled header announces parts again or another generation", ErrUnexpectedFrame))
 	}
 	return hdr, nil
-}
-
-// protocolError ends the stream for a protocol violation found above the
-// frame layer, as Recv ends it for one in a frame.
-func (s *Stream) protocolError(err error) error {
-	s.Cancel(quicwire.StreamProtocolError)
-	return &ProtocolError{Stream: s.kind, Err: err}
 }

@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -151,4 +152,37 @@ func TestHeaderPartsThatBreakTheRules(t *testing.T) {
 	if _, err := accept().RecvHeader(1<<20, nil); !errors.Is(err, io.EOF) {
 		t.Fatalf("RecvHeader of an empty stream: %v, want io.EOF", err)
 	}
+}
+
+// FuzzReadHeader feeds arbitrary bytes from an Edge to a Node's reading of
+// a dispatched stream's header, whole or in parts. Whatever the bytes, it
+// returns a header that announces no parts, or an error: a bad header in
+// parts is a *ProtocolError, never a panic, a hang or more than the limit
+// held.
+func FuzzReadHeader(f *testing.F) {
+	whole := runHeader(200)
+	b, err := proto.Marshal(whole)
+	if err != nil {
+		f.Fatal(err)
+	}
+	lead := &wirepb.StreamHeader{Generation: 7, PartsSize: uint64(len(b))}
+	f.Add(encodeFrames(f, quicwire.MaxStreamFrameSize, whole))
+	f.Add(encodeFrames(f, quicwire.MaxStreamFrameSize, lead, &wirepb.HeaderPart{Data: b[:100]}, &wirepb.HeaderPart{Data: b[100:]}))
+	f.Add(encodeFrames(f, quicwire.MaxStreamFrameSize, lead, &wirepb.HeaderPart{Data: b[:100]}))
+	f.Add(encodeFrames(f, quicwire.MaxStreamFrameSize, &wirepb.StreamHeader{Generation: 7, PartsSize: 1 << 30}))
+	f.Add(encodeFrames(f, quicwire.MaxStreamFrameSize, &wirepb.StreamHeader{Generation: 7, PartsSize: 3}, &wirepb.HeaderPart{Data: []byte{0xff, 0xff, 0xff}}))
+	const limit = 64 << 10
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := transport.NewFrameReader(bytes.NewReader(data), quicwire.MaxStreamFrameSize, "run")
+		hdr, err := transport.ReadHeader(r.Read, limit, nil)
+		if err != nil {
+			if hdr != nil {
+				t.Fatalf("a header (%v) with an error (%v)", hdr, err)
+			}
+			return
+		}
+		if hdr.GetPartsSize() != 0 {
+			t.Fatalf("a header that announces parts: %v", hdr)
+		}
+	})
 }
