@@ -98,6 +98,8 @@ type pageView struct {
 	}
 	Recent    []struct{ ID, Reason string }
 	Terminals map[string]int
+	// Tiles are the tiles' figures by tile.
+	Tiles map[string]string
 }
 
 const readPage = `(() => {
@@ -117,6 +119,7 @@ const readPage = `(() => {
     })),
     Recent: rows('#recent tbody tr[data-id]').map((tr) => ({ID: tr.dataset.id, Reason: tr.dataset.reason})),
     Terminals: Object.fromEntries(rows('#terminals tbody tr[data-reason]').map((tr) => [tr.dataset.reason, Number(tr.dataset.total)])),
+    Tiles: Object.fromEntries(rows('#tiles .tile').map((t) => [t.dataset.tile, t.querySelector('.n').innerText])),
   };
 })()`
 
@@ -281,11 +284,11 @@ providers:
 
 // streamChat runs a streamed chat with the official OpenAI client and
 // returns the answer's text.
-func streamChat(ctx context.Context, base, model string) (string, error) {
+func streamChat(ctx context.Context, base, model string, opts ...option.RequestOption) (string, error) {
 	c := openai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey("unused-on-loopback"), option.WithMaxRetries(0))
 	s := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
 		Model: model, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Think it over, then answer.")},
-	})
+	}, opts...)
 	var b strings.Builder
 	for s.Next() {
 		for _, ch := range s.Current().Choices {
@@ -319,9 +322,10 @@ func TestStatusPageInARealBrowser(t *testing.T) {
 	page.shot("at-rest")
 
 	// Some history for the terminals: answers that completed, one that
-	// failed.
+	// failed. The completed ones are turns of one session (issue 21): the
+	// first is new, the next two stick to its Node.
 	for _, m := range []string{"quick", "quick", "quick", "broken"} {
-		text, err := streamChat(t.Context(), base, m)
+		text, err := streamChat(t.Context(), base, m, option.WithJSONSet("prompt_cache_key", "status-session"))
 		if (m == "broken") != (err != nil) || m == "quick" && text == "" {
 			t.Errorf("the %s chat: %q, %v", m, text, err)
 		}
@@ -335,6 +339,10 @@ func TestStatusPageInARealBrowser(t *testing.T) {
 		}
 		return v.Terminals["completed"] == 3 && failed == 1 && len(v.Recent) == 4
 	})
+	// The failed one never ran: its turn is not counted.
+	if got := v.Tiles["sessions"]; got != "2 / 2" {
+		t.Errorf("the sessions tile shows %q, want 2 / 2 (two turns on their session's last server, none moved)", got)
+	}
 
 	// Under load: three chats stream while one run sits in its prefill.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

@@ -16,9 +16,11 @@ import (
 // header, prompt_cache_key...) prefers the candidate that ran the
 // session's last turn, within bounded load (sched.Request.Prefer).
 //
-// Sessions are keyed by principal and name together, hashed: one
-// principal's key never steers another's work, and the table keeps no
-// client-chosen string. It is bounded in size (the least recently used
+// Sessions are keyed by principal, name and model together, hashed: one
+// principal's key never steers another's work, a session's turns on
+// another model (an agent's small model for side tasks) keep their own
+// place and leave the main model's alone (a prompt cache is a model's),
+// and the table keeps no client-chosen string. It is bounded in size (the least recently used
 // session is forgotten first) and in time (a session idle past
 // SessionIdle is forgotten).
 
@@ -54,11 +56,12 @@ var TurnOutcomes = []string{TurnNew, TurnStuck, TurnMovedBusy, TurnMovedGone, Tu
 // sessionID is a session's key in the table.
 type sessionID [sha256.Size]byte
 
-func sessionOf(principal, session string) sessionID {
+func sessionOf(principal, session, model string) sessionID {
 	h := sha256.New()
-	h.Write([]byte(principal))
-	h.Write([]byte{0})
-	h.Write([]byte(session))
+	for _, s := range []string{principal, session, model} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
 	var id sessionID
 	h.Sum(id[:0])
 	return id

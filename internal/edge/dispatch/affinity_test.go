@@ -95,11 +95,11 @@ func TestTheSessionTableIsBounded(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	s := newSessions(func() time.Time { return now })
 	c := sched.Candidate{NodeID: "n", Provider: "p", Target: "m"}
-	first := sessionOf("alice", "first")
+	first := sessionOf("alice", "first", "m")
 	s.ran(first, c, TurnNew)
 	for i := range MaxSessions {
 		now = now.Add(time.Microsecond)
-		s.ran(sessionOf("alice", strconv.Itoa(i)), c, TurnNew)
+		s.ran(sessionOf("alice", strconv.Itoa(i), "m"), c, TurnNew)
 	}
 	if got := s.stats().Sessions; got != MaxSessions {
 		t.Errorf("%d sessions, want the bound %d", got, MaxSessions)
@@ -107,7 +107,10 @@ func TestTheSessionTableIsBounded(t *testing.T) {
 	if _, ok := s.last(first); ok {
 		t.Error("the least recently used session is still remembered past the bound")
 	}
-	if sessionOf("alice", "s") == sessionOf("bob", "s") || sessionOf("a", "bs") == sessionOf("ab", "s") {
+	if sessionOf("alice", "s", "m") == sessionOf("bob", "s", "m") || sessionOf("a", "bs", "m") == sessionOf("ab", "s", "m") {
 		t.Error("sessions of different principals share a key")
+	}
+	if sessionOf("alice", "s", "big") == sessionOf("alice", "s", "small") {
+		t.Error("a session's turns on two models share a place")
 	}
 }

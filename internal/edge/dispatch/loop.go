@@ -139,7 +139,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string, plan Plan, deadlin
 	var session sessionID
 	var last *sched.Candidate // where the session's last turn ran
 	if plan.Session != "" {
-		session = sessionOf(plan.Principal.Name, plan.Session)
+		session = sessionOf(plan.Principal.Name, plan.Session, plan.Model)
 		last, _ = d.sessions.last(session)
 	}
 	for n := 0; n < MaxAttempts; n++ {
