@@ -93,8 +93,8 @@ func (tool forcedTool) conforms(args []byte) string {
 	return ""
 }
 
-// sameJSON says whether a and b are the same JSON value.
-func sameJSON(t *testing.T, a json.RawMessage, b any) bool {
+// sdkSameJSON says whether a and b are the same JSON value.
+func sdkSameJSON(t *testing.T, a json.RawMessage, b any) bool {
 	t.Helper()
 	var av, bv any
 	bb, err := json.Marshal(b)
@@ -116,7 +116,7 @@ func sameJSON(t *testing.T, a json.RawMessage, b any) bool {
 // its schema, and the fake Ollama got format = that tool's parameters
 // schema (the union of every tool's calls for required/any) and no tools.
 func TestForcedToolCallOnOllamaThroughEveryChatAPI(t *testing.T) {
-	b := ollamaAgentBackend(t, fakeollama.Model{Name: "llama3.2:latest", Text: "I would rather chat."})
+	b := ollamaSDKBackend(t, fakeollama.Model{Name: "llama3.2:latest", Text: "I would rather chat."})
 	oc, ac := responsesClient(b.base), anthropicClient(b.base)
 	question := "What is the weather in Seoul, and the time there?"
 
@@ -250,7 +250,7 @@ func TestForcedToolCallOnOllamaThroughEveryChatAPI(t *testing.T) {
 			if tt.forced != "" {
 				want = forcedTools[i].schema
 			}
-			if !sameJSON(t, chat.Format, want) || len(chat.Tools) != 0 {
+			if !sdkSameJSON(t, chat.Format, want) || len(chat.Tools) != 0 {
 				t.Errorf("the fake Ollama got format %s and tools %q; want format %v and no tools", chat.Format, chat.toolNames(), want)
 			}
 		})

@@ -43,11 +43,11 @@ func newBigImage() bigImage {
 	return bigImage{url: bigImagePrefix + b64, size: size, b64sum: sha256.Sum256([]byte(b64))}
 }
 
-// imageSent returns the base64 text of the first image in an Ollama chat
+// sdkImageSent returns the base64 text of the first image in an Ollama chat
 // request body, found by its place rather than by decoding the body: a
 // race-instrumented decode of 24 MiB of JSON takes seconds, and the
 // adapter writes compact JSON whose base64 needs no escapes.
-func imageSent(body []byte) ([]byte, bool) {
+func sdkImageSent(body []byte) ([]byte, bool) {
 	const key = `"images":["`
 	i := bytes.Index(body, []byte(key))
 	if i < 0 {
@@ -108,7 +108,7 @@ func TestA24MiBImageRequestAnsweredAndOnePastTheLimitRefused(t *testing.T) {
 	var sent [][]byte
 	for _, r := range s.fake.Requests() {
 		if r.Path == "/api/chat" && strings.HasPrefix(r.Model, "llava") {
-			if b64, ok := imageSent(r.Body); ok {
+			if b64, ok := sdkImageSent(r.Body); ok {
 				sent = append(sent, b64)
 			}
 		}

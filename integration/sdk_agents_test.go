@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,13 +27,13 @@ import (
 // Headers the Edge answers with (frontend.TokenCountHeader,
 // frontend.DroppedToolsHeader), spelled out: these tests read the wire.
 const (
-	tokenCountHeader   = "X-IOP-Token-Count"
-	droppedToolsHeader = "X-IOP-Dropped-Tools"
+	sdkTokenCountHeader   = "X-IOP-Token-Count"
+	sdkDroppedToolsHeader = "X-IOP-Dropped-Tools"
 )
 
-// agentBackend is an Edge in front of one fake model server, through one
+// sdkBackend is an Edge in front of one fake model server, through one
 // adapter, as the tests of this file see it.
-type agentBackend struct {
+type sdkBackend struct {
 	base  string
 	model string // as clients name it
 	// chats are the bodies of the chat requests the model server got,
@@ -45,10 +46,10 @@ type agentBackend struct {
 	promptTokens func() int
 }
 
-// ollamaAgentBackend is the fake Ollama through the ollama adapter.
-func ollamaAgentBackend(t *testing.T, m fakeollama.Model) agentBackend {
+// ollamaSDKBackend is the fake Ollama through the ollama adapter.
+func ollamaSDKBackend(t *testing.T, m fakeollama.Model) sdkBackend {
 	s := startStack(t, m)
-	return agentBackend{
+	return sdkBackend{
 		base: s.base, model: strings.TrimSuffix(m.Name, ":latest"),
 		chats: func() [][]byte {
 			var out [][]byte
@@ -78,13 +79,13 @@ func ollamaAgentBackend(t *testing.T, m fakeollama.Model) agentBackend {
 	}
 }
 
-// openAIAgentBackend is the fake OpenAI-compatible server (model
+// openAISDKBackend is the fake OpenAI-compatible server (model
 // qwen3-8b) through the openai adapter.
-func openAIAgentBackend(t *testing.T, cfg fakeopenai.Config) agentBackend {
+func openAISDKBackend(t *testing.T, cfg fakeopenai.Config) sdkBackend {
 	fake := fakeopenai.Start(cfg)
 	t.Cleanup(fake.Close)
 	base := openAIStack(t, fake, "api: {allow_anonymous: true}\n")
-	return agentBackend{
+	return sdkBackend{
 		base: base, model: "qwen3-8b",
 		chats: func() [][]byte {
 			var out [][]byte
@@ -116,22 +117,22 @@ func openAIAgentBackend(t *testing.T, cfg fakeopenai.Config) agentBackend {
 
 // lastChat is the last chat request the model server got, decoded in the
 // shape Ollama's and OpenAI's chat requests share.
-func (b agentBackend) lastChat(t *testing.T) serverChat {
+func (b sdkBackend) lastChat(t *testing.T) sdkServerChat {
 	t.Helper()
 	chats := b.chats()
 	if len(chats) == 0 {
 		t.Fatal("the model server got no chat request")
 	}
-	var c serverChat
+	var c sdkServerChat
 	if err := json.Unmarshal(chats[len(chats)-1], &c); err != nil {
 		t.Fatalf("decode the model server's chat request: %v", err)
 	}
 	return c
 }
 
-// serverChat is a chat request as a model server got it: Ollama's
+// sdkServerChat is a chat request as a model server got it: Ollama's
 // /api/chat and OpenAI's /v1/chat/completions agree on these fields.
-type serverChat struct {
+type sdkServerChat struct {
 	Messages []struct {
 		Role    string          `json:"role"`
 		Content json.RawMessage `json:"content"`
@@ -148,7 +149,7 @@ type serverChat struct {
 
 // turns are the chat's messages as "role: text" (a content of parts
 // gives its texts).
-func (c serverChat) turns(t *testing.T) []string {
+func (c sdkServerChat) turns(t *testing.T) []string {
 	t.Helper()
 	var out []string
 	for _, m := range c.Messages {
@@ -167,7 +168,7 @@ func (c serverChat) turns(t *testing.T) []string {
 	return out
 }
 
-func (c serverChat) toolNames() []string {
+func (c sdkServerChat) toolNames() []string {
 	var out []string
 	for _, tool := range c.Tools {
 		out = append(out, tool.Function.Name)
@@ -175,12 +176,12 @@ func (c serverChat) toolNames() []string {
 	return out
 }
 
-// backends are the adapters the tests of this file run over, each with
+// sdkBackends are the adapters the tests of this file run over, each with
 // a model that answers as mOllama and mOpenAI say.
-func agentBackends(mOllama fakeollama.Model, cfg fakeopenai.Config) map[string]func(*testing.T) agentBackend {
-	return map[string]func(*testing.T) agentBackend{
-		"ollama adapter": func(t *testing.T) agentBackend { return ollamaAgentBackend(t, mOllama) },
-		"openai adapter": func(t *testing.T) agentBackend { return openAIAgentBackend(t, cfg) },
+func sdkBackends(mOllama fakeollama.Model, cfg fakeopenai.Config) map[string]func(*testing.T) sdkBackend {
+	return map[string]func(*testing.T) sdkBackend{
+		"ollama adapter": func(t *testing.T) sdkBackend { return ollamaSDKBackend(t, mOllama) },
+		"openai adapter": func(t *testing.T) sdkBackend { return openAISDKBackend(t, cfg) },
 	}
 }
 
@@ -194,7 +195,7 @@ func agentBackends(mOllama fakeollama.Model, cfg fakeopenai.Config) map[string]f
 // plain text wrapped in <system-reminder> at the start of the user turn
 // after it; the leading system prompt stays first.
 func TestAnthropicSDKSystemTurnInsideMessagesIsFoldedWhereItStood(t *testing.T) {
-	for name, backend := range agentBackends(
+	for name, backend := range sdkBackends(
 		fakeollama.Model{Name: "llama3.2:latest", Text: "Build fixed."},
 		fakeopenai.Config{Models: []fakeopenai.Model{{Name: "qwen3-8b", Tokens: []string{"Build", " fixed."}}}},
 	) {
@@ -235,24 +236,24 @@ func TestAnthropicSDKSystemTurnInsideMessagesIsFoldedWhereItStood(t *testing.T) 
 	}
 }
 
-// countTexts are the texts of countConversation, in order.
-var countTexts = []string{
+// sdkCountTexts are the texts of sdkCountConversation, in order.
+var sdkCountTexts = []string{
 	"Why does the build fail on the second run of make?",
 	"<env>cwd: /src os: linux</env>",
 	"A generated header is stale.",
 	"Then regenerate it before the build starts, please.",
 }
 
-// countConversation is one conversation asked of the Anthropic API and
+// sdkCountConversation is one conversation asked of the Anthropic API and
 // counted, with a system turn inside it (counted as it is folded).
-var countConversation = []anthropic.MessageParam{
-	anthropic.NewUserMessage(anthropic.NewTextBlock(countTexts[0])),
-	{OfSystem: &anthropic.SystemMessageParam{Content: []anthropic.TextBlockParam{{Text: countTexts[1]}}}},
-	anthropic.NewAssistantMessage(anthropic.NewTextBlock(countTexts[2])),
-	anthropic.NewUserMessage(anthropic.NewTextBlock(countTexts[3])),
+var sdkCountConversation = []anthropic.MessageParam{
+	anthropic.NewUserMessage(anthropic.NewTextBlock(sdkCountTexts[0])),
+	{OfSystem: &anthropic.SystemMessageParam{Content: []anthropic.TextBlockParam{{Text: sdkCountTexts[1]}}}},
+	anthropic.NewAssistantMessage(anthropic.NewTextBlock(sdkCountTexts[2])),
+	anthropic.NewUserMessage(anthropic.NewTextBlock(sdkCountTexts[3])),
 }
 
-const countSystem = "You are a careful coding agent working in a terminal."
+const sdkCountSystem = "You are a careful coding agent working in a terminal."
 
 // Issue 21, P2: POST /v1/messages/count_tokens through the SDK's
 // CountTokens, and POST /v1/responses/input_tokens through openai-go's
@@ -264,8 +265,8 @@ const countSystem = "You are a careful coding agent working in a terminal."
 func TestSDKTokenCountsExactOrEstimated(t *testing.T) {
 	countParams := func(model string) anthropic.MessageCountTokensParams {
 		return anthropic.MessageCountTokensParams{Model: anthropic.Model(model),
-			System:   anthropic.MessageCountTokensParamsSystemUnion{OfTextBlockArray: []anthropic.TextBlockParam{{Text: countSystem}}},
-			Messages: countConversation}
+			System:   anthropic.MessageCountTokensParamsSystemUnion{OfTextBlockArray: []anthropic.TextBlockParam{{Text: sdkCountSystem}}},
+			Messages: sdkCountConversation}
 	}
 	respInput := responses.ResponseInputParam{
 		responses.ResponseInputItemParamOfMessage("List the files changed by the last commit.", responses.EasyInputMessageRoleUser),
@@ -275,7 +276,7 @@ func TestSDKTokenCountsExactOrEstimated(t *testing.T) {
 	const respInstructions = "Answer from the repository only."
 
 	t.Run("openai adapter, vLLM tokenize: exact", func(t *testing.T) {
-		b := openAIAgentBackend(t, fakeopenai.Config{Tokenize: fakeopenai.TokenizeVLLM,
+		b := openAISDKBackend(t, fakeopenai.Config{Tokenize: fakeopenai.TokenizeVLLM,
 			Models: []fakeopenai.Model{{Name: "qwen3-8b", Tokens: []string{"Regenerated."}}}})
 		ac := anthropicClient(b.base)
 		var resp *http.Response
@@ -283,14 +284,14 @@ func TestSDKTokenCountsExactOrEstimated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h := resp.Header.Get(tokenCountHeader); h != "exact" || n.InputTokens <= 0 {
-			t.Fatalf("count %d, %s %q; want an exact count", n.InputTokens, tokenCountHeader, h)
+		if h := resp.Header.Get(sdkTokenCountHeader); h != "exact" || n.InputTokens <= 0 {
+			t.Fatalf("count %d, %s %q; want an exact count", n.InputTokens, sdkTokenCountHeader, h)
 		}
-		if !contains(b.paths(), "/tokenize") || len(b.chats()) != 0 {
+		if !slices.Contains(b.paths(), "/tokenize") || len(b.chats()) != 0 {
 			t.Errorf("the server got %q: want a /tokenize and no chat", b.paths())
 		}
 		msg, err := ac.Messages.New(t.Context(), anthropic.MessageNewParams{Model: anthropic.Model(b.model), MaxTokens: 64,
-			System: []anthropic.TextBlockParam{{Text: countSystem}}, Messages: countConversation})
+			System: []anthropic.TextBlockParam{{Text: sdkCountSystem}}, Messages: sdkCountConversation})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,8 +307,8 @@ func TestSDKTokenCountsExactOrEstimated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h := resp.Header.Get(tokenCountHeader); h != "exact" || count.InputTokens <= 0 || count.Object != "response.input_tokens" {
-			t.Fatalf("input_tokens %s, %s %q; want an exact count", count.RawJSON(), tokenCountHeader, h)
+		if h := resp.Header.Get(sdkTokenCountHeader); h != "exact" || count.InputTokens <= 0 || count.Object != "response.input_tokens" {
+			t.Fatalf("input_tokens %s, %s %q; want an exact count", count.RawJSON(), sdkTokenCountHeader, h)
 		}
 		r, err := oc.Responses.New(t.Context(), responses.ResponseNewParams{Model: b.model, Instructions: openai.String(respInstructions),
 			Input: responses.ResponseNewParamsInputUnion{OfInputItemList: respInput}})
@@ -320,9 +321,9 @@ func TestSDKTokenCountsExactOrEstimated(t *testing.T) {
 	})
 
 	t.Run("ollama adapter: estimate", func(t *testing.T) {
-		b := ollamaAgentBackend(t, fakeollama.Model{Name: "llama3.2:latest", Text: "Regenerated."})
-		chars := len(countSystem)
-		for _, text := range countTexts {
+		b := ollamaSDKBackend(t, fakeollama.Model{Name: "llama3.2:latest", Text: "Regenerated."})
+		chars := len(sdkCountSystem)
+		for _, text := range sdkCountTexts {
 			chars += len(text)
 		}
 		var resp *http.Response
@@ -334,8 +335,8 @@ func TestSDKTokenCountsExactOrEstimated(t *testing.T) {
 		// About four characters a token: a plausible count of this text
 		// lies between one token in eight characters and one in two, with
 		// a few tokens of framing for each message.
-		if h := resp.Header.Get(tokenCountHeader); h != "estimate" || n.InputTokens < int64(chars/8) || n.InputTokens > int64(chars/2+10*5) {
-			t.Errorf("count %d of %d characters, %s %q; want a plausible estimate", n.InputTokens, chars, tokenCountHeader, h)
+		if h := resp.Header.Get(sdkTokenCountHeader); h != "estimate" || n.InputTokens < int64(chars/8) || n.InputTokens > int64(chars/2+10*5) {
+			t.Errorf("count %d of %d characters, %s %q; want a plausible estimate", n.InputTokens, chars, sdkTokenCountHeader, h)
 		}
 
 		oc := responsesClient(b.base)
@@ -346,8 +347,8 @@ func TestSDKTokenCountsExactOrEstimated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h := resp.Header.Get(tokenCountHeader); h != "estimate" || count.InputTokens <= 0 {
-			t.Errorf("input_tokens %s, %s %q; want an estimate", count.RawJSON(), tokenCountHeader, h)
+		if h := resp.Header.Get(sdkTokenCountHeader); h != "estimate" || count.InputTokens <= 0 {
+			t.Errorf("input_tokens %s, %s %q; want an estimate", count.RawJSON(), sdkTokenCountHeader, h)
 		}
 		if len(b.chats()) != 0 {
 			t.Errorf("a count ran the model: %q", b.paths())
@@ -355,17 +356,8 @@ func TestSDKTokenCountsExactOrEstimated(t *testing.T) {
 	})
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
-// terminal is a namespace of functions, as Codex groups its shell tools.
-var terminal = responses.ToolUnionParam{OfNamespace: &responses.NamespaceToolParam{
+// sdkTerminalNamespace is a namespace of functions, as Codex groups its shell tools.
+var sdkTerminalNamespace = responses.ToolUnionParam{OfNamespace: &responses.NamespaceToolParam{
 	Name: "terminal", Description: "Run commands in the user's terminal.",
 	Tools: []responses.NamespaceToolToolUnionParam{
 		{OfFunction: &responses.NamespaceToolToolFunctionParam{Name: "exec_command", Description: openai.String("Run a command."),
@@ -377,8 +369,8 @@ var terminal = responses.ToolUnionParam{OfNamespace: &responses.NamespaceToolPar
 	},
 }}
 
-// webSearch is OpenAI's hosted web search tool, which Codex declares.
-var webSearch = responses.ToolUnionParam{OfWebSearch: &responses.WebSearchToolParam{Type: responses.WebSearchToolTypeWebSearch}}
+// sdkWebSearch is OpenAI's hosted web search tool, which Codex declares.
+var sdkWebSearch = responses.ToolUnionParam{OfWebSearch: &responses.WebSearchToolParam{Type: responses.WebSearchToolTypeWebSearch}}
 
 // Issue 21, P2, P7: Codex's tools through openai-go's Responses API: a
 // namespace of functions and the hosted web_search. The model (the fakes'
@@ -389,7 +381,7 @@ var webSearch = responses.ToolUnionParam{OfWebSearch: &responses.WebSearchToolPa
 // next turn, streamed) reaches the model as a tool result, and the model
 // answers.
 func TestResponsesSDKNamespaceToolAndHostedWebSearch(t *testing.T) {
-	for name, backend := range agentBackends(
+	for name, backend := range sdkBackends(
 		fakeollama.Model{Name: "llama3.2:latest", Agent: &fakeollama.Agent{}},
 		fakeopenai.Config{Models: []fakeopenai.Model{{Name: "qwen3-8b", Agent: &fakeopenai.Agent{}}}},
 	) {
@@ -399,7 +391,7 @@ func TestResponsesSDKNamespaceToolAndHostedWebSearch(t *testing.T) {
 			question := responses.ResponseInputItemParamOfMessage("Is the build green?", responses.EasyInputMessageRoleUser)
 			params := responses.ResponseNewParams{Model: b.model, Instructions: openai.String("You are Codex."),
 				Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{question}},
-				Tools: []responses.ToolUnionParam{terminal, webSearch}, Store: openai.Bool(false),
+				Tools: []responses.ToolUnionParam{sdkTerminalNamespace, sdkWebSearch}, Store: openai.Bool(false),
 				PromptCacheKey: openai.String("session-21"), ParallelToolCalls: openai.Bool(false),
 				Include: []responses.ResponseIncludable{responses.ResponseIncludableReasoningEncryptedContent}}
 			var resp *http.Response
@@ -407,8 +399,8 @@ func TestResponsesSDKNamespaceToolAndHostedWebSearch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if h := resp.Header.Get(droppedToolsHeader); h != "web_search" {
-				t.Errorf("%s = %q, want web_search", droppedToolsHeader, h)
+			if h := resp.Header.Get(sdkDroppedToolsHeader); h != "web_search" {
+				t.Errorf("%s = %q, want web_search", sdkDroppedToolsHeader, h)
 			}
 			var call responses.ResponseFunctionToolCall
 			for _, item := range first.Output {
@@ -445,8 +437,8 @@ func TestResponsesSDKNamespaceToolAndHostedWebSearch(t *testing.T) {
 			if final.Status != responses.ResponseStatusCompleted || final.OutputText() != "The command printed: iop-agent-ok" {
 				t.Errorf("the answer to the call's output: %s", final.RawJSON())
 			}
-			if h := resp.Header.Get(droppedToolsHeader); h != "web_search" {
-				t.Errorf("streamed: %s = %q, want web_search", droppedToolsHeader, h)
+			if h := resp.Header.Get(sdkDroppedToolsHeader); h != "web_search" {
+				t.Errorf("streamed: %s = %q, want web_search", sdkDroppedToolsHeader, h)
 			}
 			turns := b.lastChat(t).turns(t)
 			if len(turns) != 4 || turns[3] != "tool: iop-agent-ok" {
