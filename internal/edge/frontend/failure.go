@@ -195,7 +195,7 @@ func BodyFailure(err error) *Failure {
 	}
 	switch be.Status {
 	case http.StatusRequestEntityTooLarge:
-		return tooLarge("the request body is larger than the limit of %d bytes", be.Limit)
+		return tooLarge("the request body is larger than the limit of %d bytes (limits.max_request_mib)", be.Limit)
 	case http.StatusServiceUnavailable:
 		f := fail("server_busy", "the Edge is holding as many request bodies as it may; retry shortly")
 		f.RetryAfter = be.RetryAfter

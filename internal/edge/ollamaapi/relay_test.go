@@ -292,7 +292,7 @@ func TestRequestsRefusedBeforeTheTunnel(t *testing.T) {
 		{"no model", req(http.MethodPost, "/api/chat", `{"messages":[]}`), 400, "model is required"},
 		{"empty body", req(http.MethodPost, "/api/embed", ``), 400, "missing request body"},
 		{"not JSON", req(http.MethodPost, "/api/embed", `{"model":`), 400, "unexpected end of JSON input"},
-		{"too large", req(http.MethodPost, "/api/generate", big), 413, "the request body is larger than the limit of 33554432 bytes"},
+		{"too large", req(http.MethodPost, "/api/generate", big), 413, "the request body is larger than the limit of 33554432 bytes (limits.max_request_mib)"},
 		{"no key", httptest.NewRequest(http.MethodPost, "/api/chat", strings.NewReader(chatBody)), 401,
 			`missing API key: send it as "Authorization: Bearer KEY" or "x-api-key: KEY"`},
 		{"forbidden model", req(http.MethodPost, "/api/chat", `{"model":"secret"}`), 404, `model 'secret' not found`},
