@@ -170,16 +170,29 @@ func agentVersion(t *testing.T, h *agentHome, path string) string {
 // status the Edge answered.
 type doorRequest struct {
 	Method, Path, Query string
-	Status              int    // 0 while the Edge answers
-	Body                []byte // up to doorBodyLimit bytes
-	Answer              []byte // the start of an error answer's body
+	// Done says the door has finished with the request; Status is the
+	// status the agent got (0: none, it hung up first), and Gone says it
+	// had hung up by the time the door was done (Codex hangs up once it has
+	// read response.completed, which may be before the stream's end).
+	Done   bool
+	Status int
+	Gone   bool
+	Body   []byte // up to doorBodyLimit bytes
+	Answer []byte // the start of an error answer's body
 	// Dropped is the answer's X-IOP-Dropped-Tools: the hosted tools the
 	// Edge left out.
 	Dropped string
 }
 
 func (r doorRequest) String() string {
-	return fmt.Sprintf("%s %s?%s → %d", r.Method, r.Path, r.Query, r.Status)
+	s := fmt.Sprintf("%s %s?%s → %d", r.Method, r.Path, r.Query, r.Status)
+	switch {
+	case !r.Done:
+		s += " (unfinished)"
+	case r.Gone:
+		s += " (the agent had hung up when the door was done)"
+	}
+	return s
 }
 
 // shape says what a JSON request carried, for the test log: its
@@ -232,6 +245,12 @@ func newAgentDoor(t *testing.T, edge string) *agentDoor {
 	proxy := &httputil.ReverseProxy{
 		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target); r.Out.Host = r.In.Host },
 		FlushInterval: -1, // server-sent events go through as they come
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the agent hung up first: nobody to answer
+			}
+			http.Error(w, "agent door: no answer from the Edge: "+err.Error(), http.StatusBadGateway)
+		},
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -245,11 +264,18 @@ func newAgentDoor(t *testing.T, edge string) *agentDoor {
 		d.log = append(d.log, doorRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: kept})
 		d.mu.Unlock()
 		rec := &statusRecorder{ResponseWriter: w}
+		// Deferred: when the agent hangs up before the answer's end (Codex
+		// does, once it has read response.completed), the proxy aborts the
+		// handler with a panic (http.ErrAbortHandler).
+		defer func() {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			e := &d.log[i]
+			e.Done, e.Status, e.Answer = true, rec.code, rec.answer.Bytes()
+			e.Dropped = w.Header().Get("X-IOP-Dropped-Tools")
+			e.Gone = r.Context().Err() != nil
+		}()
 		proxy.ServeHTTP(rec, r)
-		d.mu.Lock()
-		d.log[i].Status, d.log[i].Answer = rec.status(), rec.answer.Bytes()
-		d.log[i].Dropped = w.Header().Get("X-IOP-Dropped-Tools")
-		d.mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)
 	d.url = srv.URL
@@ -265,7 +291,7 @@ func (d *agentDoor) requests(t *testing.T) []doorRequest {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		log = append(log[:0], d.log...)
-		return !slices.ContainsFunc(log, func(r doorRequest) bool { return r.Status == 0 })
+		return !slices.ContainsFunc(log, func(r doorRequest) bool { return !r.Done })
 	})
 	return log
 }
@@ -280,7 +306,7 @@ func (d *agentDoor) report(t *testing.T) {
 	var b strings.Builder
 	for _, r := range d.log {
 		fmt.Fprintf(&b, "%s\n", r)
-		if r.Status >= 400 || r.Status == 0 {
+		if r.Status >= 400 || !r.Done {
 			fmt.Fprintf(&b, "  answer: %s\n  request: %s\n", r.Answer, clip(string(r.Body), 8000))
 		}
 	}
@@ -310,13 +336,6 @@ func (s *statusRecorder) Write(p []byte) (int, error) {
 		s.answer.Write(p[:min(len(p), 4096-s.answer.Len())])
 	}
 	return s.ResponseWriter.Write(p)
-}
-
-func (s *statusRecorder) status() int {
-	if s.code == 0 {
-		return http.StatusOK
-	}
-	return s.code
 }
 
 // Unwrap lets the proxy flush through the recorder.

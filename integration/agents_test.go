@@ -299,8 +299,11 @@ func runAgentSession(t *testing.T, agent codingAgent, adapter agentAdapter, bin 
 	reqs := door.requests(t)
 	turns := 0
 	for _, r := range reqs {
-		if r.Status >= 400 {
+		switch {
+		case r.Status >= 400:
 			t.Errorf("the Edge answered the agent's %s: %s", r, r.Answer)
+		case r.Status == 0:
+			t.Errorf("the agent gave up on %s before the Edge answered", r)
 		}
 		if r.Method == "POST" && r.Path == agent.path && r.Status == 200 {
 			turns++
