@@ -94,8 +94,9 @@ var extras = []option.RequestOption{
 
 // P2: fields the Edge does not interpret, sent with the official OpenAI SDK,
 // reach the model server: as they were sent for an OpenAI-compatible
-// server, with tool_choice in OpenAI's form; top_k in options for Ollama,
-// with what Ollama has no use for left out.
+// server, with tool_choice in OpenAI's form; for Ollama, top_k in options
+// and the rest at the top level of its request (issue 21: Ollama ignores
+// what it does not know, servers that speak its API read it).
 func TestUninterpretedFieldsReachTheModelServer(t *testing.T) {
 	s := startPassThroughStack(t)
 	c := s.openAIClient
@@ -136,18 +137,23 @@ func TestUninterpretedFieldsReachTheModelServer(t *testing.T) {
 	if got := recordedFields(t, []byte(body["options"]))["top_k"]; got != `20` {
 		t.Errorf("Ollama received options %s, want top_k 20 in them", body["options"])
 	}
-	for _, k := range []string{"top_k", "chat_template_kwargs", "x_vendor_trace", "tools", "tool_choice"} {
+	for k, want := range map[string]string{"chat_template_kwargs": `{"enable_thinking":false}`, "x_vendor_trace": `"abc"`} {
+		if got := body[k]; got != want {
+			t.Errorf("Ollama received %s = %s, want %s at the top level", k, got, want)
+		}
+	}
+	for _, k := range []string{"top_k", "tools", "tool_choice"} {
 		if v, ok := body[k]; ok {
-			t.Errorf("Ollama received %s = %s; it has no use for it (tool_choice none withholds the tools)", k, v)
+			t.Errorf("Ollama received %s = %s at the top level (top_k goes in options; tool_choice none withholds the tools)", k, v)
 		}
 	}
 }
 
-// P2: a tool choice that a provider cannot honour is a clear 400 that the
-// SDK reports, not a call the model was free to skip: Ollama cannot force
-// a tool call; a function that is not among the tools is refused by the
-// Edge before any provider is asked.
-func TestUnhonourableToolChoiceIsA400(t *testing.T) {
+// P2: a tool choice naming a function that is not among the tools is a
+// clear 400 that the SDK reports, refused by the Edge before any provider
+// is asked. (A forced choice on Ollama, which cannot force a call, is
+// constrained to the tool's schema: sdk_agents_forced_test.go.)
+func TestAToolChoiceOfNoToolIsA400(t *testing.T) {
 	s := startPassThroughStack(t)
 	c := s.openAIClient
 	for _, tt := range []struct {
@@ -157,12 +163,10 @@ func TestUnhonourableToolChoiceIsA400(t *testing.T) {
 		param  string // the param the 400 names: the Edge's own refusals name it
 		says   string
 	}{
-		{"required on Ollama", s.ollamaModel, openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
-			"", "cannot force a tool call"},
-		{"a named function on Ollama", s.ollamaModel,
-			openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"}),
-			"", "cannot force a tool call"},
 		{"a function not among the tools", s.openAIModel,
+			openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "send_mail"}),
+			"tool_choice", "not among tools"},
+		{"a function not among the tools, on Ollama", s.ollamaModel,
 			openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "send_mail"}),
 			"tool_choice", "not among tools"},
 	} {
