@@ -148,3 +148,34 @@ func TestReplaceSwapsTheSnapshotAndRefusesABadOne(t *testing.T) {
 		t.Errorf("carol after a refused reload = %+v, %v", p, err)
 	}
 }
+
+// Issue 24, gap 9: a trusted IPv6 network that embeds the whole IPv4 internet (NAT64's
+// 64:ff9b::/96, through which every IPv4 client of a SIIT or NAT64 translator arrives) never
+// lets a request in: New refuses it. A narrow one matches only the addresses it embeds.
+func TestNAT64PrefixNeverTrustsTheIPv4Internet(t *testing.T) {
+	c := trustedConfig()
+	c.API.TrustedNetworks = []edgeconfig.TrustedNetwork{{CIDR: "64:ff9b::/96", Principal: "lan"}}
+	if a, err := New(c); err == nil {
+		r := httptest.NewRequest("GET", "/v1/models", nil)
+		r.RemoteAddr = "[64:ff9b::808:808]:443" // 8.8.8.8, translated
+		p, err := a.Authenticate(r)
+		t.Fatalf("New accepted 64:ff9b::/96; 8.8.8.8 through NAT64 is %q, %v", p.Name, err)
+	} else if !strings.Contains(err.Error(), "trusted_networks[0]") || !strings.Contains(err.Error(), "NAT64") {
+		t.Errorf("New = %v; want the NAT64 prefix of api.trusted_networks[0] refused", err)
+	}
+
+	c.API.TrustedNetworks[0].CIDR = "64:ff9b::c0a8:100/120" // 192.168.1.0/24, translated
+	a := mustNew(t, c)
+	for remote, want := range map[string]error{
+		"[64:ff9b::c0a8:105]:443": nil,
+		"[64:ff9b::808:808]:443":  ErrMissingKey,
+		"[64:ff9b::c0a8:205]:443": ErrMissingKey,
+		"192.168.1.5:443":         ErrMissingKey, // the IPv4 network itself is not what was trusted
+	} {
+		r := httptest.NewRequest("GET", "/v1/models", nil)
+		r.RemoteAddr = remote
+		if p, err := a.Authenticate(r); !errors.Is(err, want) || (want == nil && p.Name != "lan") {
+			t.Errorf("from %s: %q, %v; want %v", remote, p.Name, err, want)
+		}
+	}
+}

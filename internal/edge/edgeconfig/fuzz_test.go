@@ -59,6 +59,9 @@ func FuzzParse(f *testing.F) {
 		strings.Replace(trustFile, "192.168.1.0/24", "0.0.0.0/0", 1),
 		strings.Replace(trustFile, "192.168.1.0/24", "::ffff:10.0.0.0/104", 1),
 		strings.Replace(trustFile, "127.0.0.2/32", "fd00::1/128", 1),
+		strings.Replace(trustFile, "192.168.1.0/24", "64:ff9b::/96", 1),
+		strings.Replace(trustFile, "192.168.1.0/24", "64:ff9b::c0a8:100/120", 1),
+		strings.Replace(trustFile, "192.168.1.0/24", "2001:0:cb00:7101::/64", 1),
 		loopbackFile + "api: {tls: {cert_file: a}, trusted_networks: [{cidr: 10.0.0.1/8}]}\n",
 	} {
 		f.Add([]byte(s))

@@ -81,6 +81,70 @@ func TestCheckTrustedCIDR(t *testing.T) {
 	}
 }
 
+// Issue 24, gap 9: an IPv6 prefix whose addresses carry IPv4 addresses (NAT64, 6to4, Teredo,
+// IPv4-compatible) trusts the IPv4 addresses it embeds, so it may be no wider, in IPv4 terms,
+// than the IPv4 rule allows: 64:ff9b::/96 is the whole IPv4 internet. A prefix that contains
+// such a range is refused too. ::ffff: (IPv4-mapped) prefixes are written as IPv4 (auth unmaps
+// mapped peers before matching).
+func TestCheckTrustedCIDRRefusesIPv6ThatEmbedsWideIPv4(t *testing.T) {
+	tests := []struct {
+		cidr   string
+		reason string // "" when accepted
+	}{
+		{"64:ff9b::/96", "NAT64 64:ff9b::/96"},
+		{"64:ff9b::/97", "0.0.0.0/1"},
+		{"64:ff9b::cb00:0/112", "203.0.0.0/16"},
+		{"64:ff9b::/64", "contains 64:ff9b::/96 (NAT64"},
+		{"64:ff9b::/48", "contains 64:ff9b::/96 (NAT64"},
+		{"64:ff9b:1::/48", "local-use NAT64 64:ff9b:1::/48"},
+		{"64:ff9b:1::/64", "local-use NAT64 64:ff9b:1::/48"},
+		{"64:ff9b:1:ffff::/96", "0.0.0.0/0"},
+		{"2002::/16", "6to4 2002::/16"},
+		{"2002:cb00::/24", "6to4 2002::/16"},
+		{"2002:cb00::/32", "203.0.0.0/16"},
+		{"2002:cb00:7100::/40", "wider than /48"}, // embeds 203.0.113.0/24, but is wider than one IPv6 site
+		{"2001::/32", "Teredo 2001::/32"},
+		{"2001:0:cb00:7101::/64", "Teredo 2001::/32"}, // one Teredo server: every client behind it
+		{"::/96", "IPv4-compatible ::/96"},
+		{"::/64", "contains ::/96 (IPv4-compatible"},
+		{"::/80", "contains ::/96 (IPv4-compatible"},
+		{"::ffff:0.0.0.0/96", "write it as IPv4"},
+		{"::fffe:0:0/95", "contains ::ffff:0.0.0.0/96 (IPv4-mapped"},
+		// Narrow enough: what each embeds is one public /24 or less, or a private network.
+		{"64:ff9b::cb00:7100/120", ""}, // 203.0.113.0/24
+		{"64:ff9b::cb00:7107/128", ""}, // 203.0.113.7
+		{"64:ff9b::a00:0/104", ""},     // 10.0.0.0/8: private
+		{"64:ff9b:1::c0a8:100/120", ""},
+		{"2002:cb00:7107::/48", ""},            // 203.0.113.7's 6to4 site
+		{"2001:0:cb00:7101::34ff:8ef8/128", ""}, // one Teredo client
+		{"::1/128", ""},                         // loopback stays trusted
+		{"2001:db8:1::/48", ""},                 // documentation space: embeds nothing
+		{"64:ff9a::/48", ""},                    // the /48 before NAT64's: embeds nothing
+	}
+	for _, tt := range tests {
+		_, err := CheckTrustedCIDR(tt.cidr)
+		switch {
+		case tt.reason == "" && err != nil:
+			t.Errorf("%q refused: %v", tt.cidr, err)
+		case tt.reason != "" && (err == nil || !strings.Contains(err.Error(), tt.reason)):
+			t.Errorf("%q: %v; want refused with %q", tt.cidr, err, tt.reason)
+		}
+	}
+}
+
+// The refusal of a NAT64 prefix says what it embeds and what to write instead.
+func TestNAT64RefusalSaysToWriteTheIPv4Network(t *testing.T) {
+	_, err := CheckTrustedCIDR("64:ff9b::/96")
+	if err == nil {
+		t.Fatal("64:ff9b::/96 accepted: it trusts every IPv4 address")
+	}
+	for _, want := range []string{"0.0.0.0/0", "write the IPv4 network", "/24"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
 func TestValidateTrustedNetworksAndTLS(t *testing.T) {
 	base := func() *Config {
 		c := accessConfig()
