@@ -115,7 +115,7 @@ func TestCheckTrustedCIDRRefusesIPv6ThatEmbedsWideIPv4(t *testing.T) {
 		{"64:ff9b::cb00:7107/128", ""}, // 203.0.113.7
 		{"64:ff9b::a00:0/104", ""},     // 10.0.0.0/8: private
 		{"64:ff9b:1::c0a8:100/120", ""},
-		{"2002:cb00:7107::/48", ""},            // 203.0.113.7's 6to4 site
+		{"2002:cb00:7107::/48", ""},             // 203.0.113.7's 6to4 site
 		{"2001:0:cb00:7101::34ff:8ef8/128", ""}, // one Teredo client
 		{"::1/128", ""},                         // loopback stays trusted
 		{"2001:db8:1::/48", ""},                 // documentation space: embeds nothing
