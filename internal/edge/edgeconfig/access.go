@@ -5,6 +5,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
 
 	"github.com/iop-dev/iop/internal/yamlconf"
 )
@@ -41,6 +45,21 @@ type API struct {
 	// network as a named principal with that principal's routes (see trust.go). Empty by
 	// default. A request with a key is decided by its key.
 	TrustedNetworks []TrustedNetwork `yaml:"trusted_networks,omitempty"`
+	// AllowedHosts are the names, besides IP addresses, localhost and names under .localhost,
+	// that a request let in without a key (from a trusted network, as anonymous, or to the
+	// admin reads and /metrics when they are open) may carry in its Host header. A web page
+	// that points its own DNS name at this Edge's address (DNS rebinding) sends that name as
+	// Host, so refusing names nobody listed keeps the page from using the Edge and reading its
+	// answers. List the names clients use to reach the Edge without a key (edge.lan,
+	// gpu-box.local): exact DNS names, any case, without a port or wildcards. Empty by
+	// default. Requests with a valid key are not checked.
+	AllowedHosts []string `yaml:"allowed_hosts,omitempty"`
+	// AllowedOrigins are the web origins (scheme://host[:port], as a browser sends them in the
+	// Origin header) whose pages may call this Edge from a browser: only they get CORS answers,
+	// and only their cross-site requests are served without a key. Empty by default: no page
+	// of another site can use the Edge without a key, and none can read its answers. "*" is
+	// refused.
+	AllowedOrigins []string `yaml:"allowed_origins,omitempty"`
 	// TLS makes the client listener serve HTTPS (see trust.go).
 	TLS TLS `yaml:"tls,omitempty"`
 }
@@ -149,6 +168,8 @@ func (c *Config) validateAccess(httpValid bool) yamlconf.Errors {
 		es.Append(checkRouteNames(path+".routes", p.Routes, routes)...)
 	}
 	es.Append(c.validateTrusted(principals)...)
+	es.Append(checkAllowedHosts("api.allowed_hosts", c.API.AllowedHosts)...)
+	es.Append(checkAllowedOrigins("api.allowed_origins", c.API.AllowedOrigins)...)
 
 	digests := make(map[[sha256.Size]byte]string, len(c.API.Keys)) // digest → path of its first entry
 	for i, k := range c.API.Keys {
@@ -197,4 +218,125 @@ func checkRouteNames(path string, names []string, routes map[string]bool) yamlco
 		seen[name] = true
 	}
 	return es
+}
+
+// checkAllowedHosts checks api.allowed_hosts: each entry a DNS name that is not always
+// accepted anyway, written as a Host header carries it, without a port; none twice (names are
+// compared in any case).
+func checkAllowedHosts(path string, hosts []string) yamlconf.Errors {
+	var es yamlconf.Errors
+	seen := make(map[string]string, len(hosts)) // lower-case name → path of its first entry
+	for i, h := range hosts {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		lower := strings.ToLower(h)
+		switch {
+		case h == "":
+			es.Add(p, "required: a host name such as edge.lan")
+		case strings.Contains(h, "*"):
+			es.Add(p, "wildcards are not supported: list each name clients use (a wildcard would let a rebinding page's own name in), got %q", h)
+		case isIPLiteral(h):
+			es.Add(p, "%q is an IP address, and a Host that is an IP address is always accepted: leave it out", h)
+		case lower == "localhost" || strings.HasSuffix(lower, ".localhost"):
+			es.Add(p, "%q is always accepted (localhost and names under .localhost resolve to this machine only): leave it out", h)
+		case strings.Contains(h, ":") || strings.Contains(h, "/"):
+			es.Add(p, "write the name without a port or scheme (the port is not compared), such as edge.lan, got %q", h)
+		case strings.HasSuffix(h, ".") && isDNSName(strings.TrimSuffix(h, ".")):
+			es.Add(p, "write it as %q: the trailing dot is ignored in a Host header", strings.TrimSuffix(h, "."))
+		case !isDNSName(h):
+			es.Add(p, "must be a DNS name such as edge.lan (letters, digits, hyphens and underscores in dot-separated labels of at most 63; an international name in its xn-- form), got %q", h)
+		case seen[lower] != "":
+			es.Add(p, "the same name as %s", seen[lower])
+		default:
+			seen[lower] = p
+		}
+	}
+	return es
+}
+
+// checkAllowedOrigins checks api.allowed_origins: each entry an origin as a browser
+// serializes it (scheme://host[:port], no default port, no path), none twice (compared in any
+// case). A wildcard and the opaque origin "null" are refused: either would let any page in.
+func checkAllowedOrigins(path string, origins []string) yamlconf.Errors {
+	var es yamlconf.Errors
+	seen := make(map[string]string, len(origins)) // lower-case origin → path of its first entry
+	for i, o := range origins {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		lower := strings.ToLower(o)
+		switch {
+		case o == "":
+			es.Add(p, "required: an origin such as https://chat.example")
+		case strings.Contains(o, "*"):
+			es.Add(p, "a wildcard would let every web page use this Edge without a key and read its answers; list each origin as scheme://host[:port], got %q", o)
+		case lower == "null":
+			es.Add(p, "the origin null is sent by sandboxed frames and local files, which any page can make; it cannot be allowed")
+		default:
+			if msg := checkOrigin(o); msg != "" {
+				es.Add(p, "%s", msg)
+			} else if first := seen[lower]; first != "" {
+				es.Add(p, "the same origin as %s", first)
+			} else {
+				seen[lower] = p
+			}
+		}
+	}
+	return es
+}
+
+// checkOrigin returns what is wrong with o as an origin, "" when nothing is.
+func checkOrigin(o string) string {
+	u, err := url.Parse(o)
+	if err != nil || u.Scheme == "" || u.Host == "" || u.Opaque != "" {
+		return fmt.Sprintf("must be an origin as scheme://host[:port], such as https://chat.example, got %q", o)
+	}
+	origin := u.Scheme + "://" + u.Host
+	if u.Path != "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.User != nil {
+		return fmt.Sprintf("an origin is scheme://host[:port] only, without user, path, query or fragment: write %q, got %q", origin, o)
+	}
+	host, port := u.Hostname(), u.Port()
+	if !isDNSName(host) && !isIPLiteral(host) {
+		return fmt.Sprintf("must be an origin as scheme://host[:port] whose host is a DNS name or an IP address, got %q", o)
+	}
+	if strings.HasSuffix(u.Host, ":") {
+		return fmt.Sprintf("the port after %q is missing: write %q", u.Host, strings.TrimSuffix(origin, ":"))
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Sprintf("the port must be from 1 to 65535, got %q", port)
+		}
+		if def := map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]; def == port {
+			return fmt.Sprintf("browsers leave the default port out of an origin, so this one would never match; leave the default port out: write %q", strings.TrimSuffix(origin, ":"+port))
+		}
+	}
+	return ""
+}
+
+// isIPLiteral reports whether h is an IP address, bracketed or not (the Host header brackets
+// an IPv6 address).
+func isIPLiteral(h string) bool {
+	_, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"))
+	return err == nil
+}
+
+// isDNSName reports whether h is a host name as a Host header carries it: dot-separated labels
+// of 1 to 63 letters, digits, hyphens and underscores (service names such as my_service are
+// in use), at most 253 bytes. An international name must be in its ASCII (xn--) form, which is
+// what browsers send.
+func isDNSName(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, r := range label {
+			switch {
+			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			default:
+				return false
+			}
+		}
+	}
+	return true
 }

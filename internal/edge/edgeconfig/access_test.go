@@ -353,3 +353,80 @@ func TestParseReportsAFieldLeftOutAtItsListItem(t *testing.T) {
 		t.Errorf("Parse = %v, want profiles[1].name (line 21): required", err)
 	}
 }
+
+// Issue 24, gap 1: api.allowed_hosts and api.allowed_origins are read from the file and
+// applied by a reload, like the rest of who may call.
+func TestParseReadsAllowedHostsAndOrigins(t *testing.T) {
+	c := mustParse(t, strings.Replace(accessFile, "  allow_anonymous: true\n",
+		"  allow_anonymous: true\n  allowed_hosts: [edge.lan, GPU-Box.local]\n  allowed_origins: ['https://chat.example', 'http://127.0.0.1:3000']\n", 1))
+	if want := []string{"edge.lan", "GPU-Box.local"}; !reflect.DeepEqual(c.API.AllowedHosts, want) {
+		t.Errorf("allowed_hosts = %q, want %q", c.API.AllowedHosts, want)
+	}
+	if want := []string{"https://chat.example", "http://127.0.0.1:3000"}; !reflect.DeepEqual(c.API.AllowedOrigins, want) {
+		t.Errorf("allowed_origins = %q, want %q", c.API.AllowedOrigins, want)
+	}
+	if d := Default(); len(d.API.AllowedHosts) != 0 || len(d.API.AllowedOrigins) != 0 {
+		t.Error("hosts or origins allowed by default")
+	}
+	for _, path := range []string{"api.allowed_hosts", "api.allowed_origins"} {
+		if !Reloadable(path) {
+			t.Errorf("%s is not reloadable", path)
+		}
+	}
+}
+
+func TestValidateAllowedHostsAndOrigins(t *testing.T) {
+	tests := []struct {
+		name   string
+		hosts  []string
+		origs  []string
+		path   string
+		reason string
+	}{
+		{"empty host", []string{""}, nil, "api.allowed_hosts[0]", "required"},
+		{"wildcard host", []string{"*"}, nil, "api.allowed_hosts[0]", "wildcards are not supported"},
+		{"wildcard subdomain", []string{"*.example.lan"}, nil, "api.allowed_hosts[0]", "wildcards are not supported"},
+		{"host with a port", []string{"edge.lan:8080"}, nil, "api.allowed_hosts[0]", "without a port"},
+		{"host as a URL", []string{"http://edge.lan"}, nil, "api.allowed_hosts[0]", "without a port"},
+		{"host with a trailing dot", []string{"edge.lan."}, nil, "api.allowed_hosts[0]", `write it as "edge.lan"`},
+		{"IP address", []string{"192.168.1.5"}, nil, "api.allowed_hosts[0]", "always accepted"},
+		{"IPv6 address", []string{"[fd00::1]"}, nil, "api.allowed_hosts[0]", "always accepted"},
+		{"localhost", []string{"localhost"}, nil, "api.allowed_hosts[0]", "always accepted"},
+		{"under localhost", []string{"app.localhost"}, nil, "api.allowed_hosts[0]", "always accepted"},
+		{"not a name", []string{"edge lan"}, nil, "api.allowed_hosts[0]", "must be a DNS name"},
+		{"unicode name", []string{"bücher.lan"}, nil, "api.allowed_hosts[0]", "xn--"},
+		{"label too long", []string{strings.Repeat("a", 64) + ".lan"}, nil, "api.allowed_hosts[0]", "must be a DNS name"},
+		{"empty label", []string{"edge..lan"}, nil, "api.allowed_hosts[0]", "must be a DNS name"},
+		{"host twice", []string{"edge.lan", "EDGE.lan"}, nil, "api.allowed_hosts[1]", "the same name as api.allowed_hosts[0]"},
+		{"empty origin", nil, []string{""}, "api.allowed_origins[0]", "required"},
+		{"wildcard origin", nil, []string{"*"}, "api.allowed_origins[0]", "would let every web page"},
+		{"wildcard in an origin", nil, []string{"https://*.example"}, "api.allowed_origins[0]", "would let every web page"},
+		{"null origin", nil, []string{"null"}, "api.allowed_origins[0]", "sandboxed"},
+		{"origin without scheme", nil, []string{"chat.example"}, "api.allowed_origins[0]", "scheme://host[:port]"},
+		{"origin with a path", nil, []string{"https://chat.example/app"}, "api.allowed_origins[0]", `write "https://chat.example"`},
+		{"origin with a slash", nil, []string{"https://chat.example/"}, "api.allowed_origins[0]", `write "https://chat.example"`},
+		{"origin with a query", nil, []string{"https://chat.example?x=1"}, "api.allowed_origins[0]", `write "https://chat.example"`},
+		{"origin with credentials", nil, []string{"https://u:p@chat.example"}, "api.allowed_origins[0]", `write "https://chat.example"`},
+		{"origin with the default port", nil, []string{"https://chat.example:443"}, "api.allowed_origins[0]", `leave the default port out: write "https://chat.example"`},
+		{"origin with a bad port", nil, []string{"http://chat.example:70000"}, "api.allowed_origins[0]", "port"},
+		{"origin with a bad host", nil, []string{"https://chat example"}, "api.allowed_origins[0]", "scheme://host[:port]"},
+		{"origin twice", nil, []string{"https://chat.example", "HTTPS://Chat.Example"}, "api.allowed_origins[1]", "the same origin as api.allowed_origins[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := accessConfig()
+			c.API.AllowedHosts, c.API.AllowedOrigins = tt.hosts, tt.origs
+			wantOneProblem(t, c.Validate(), tt.path, tt.reason)
+		})
+	}
+}
+
+func TestValidateAcceptsAllowedHostsAndOrigins(t *testing.T) {
+	c := accessConfig()
+	c.API.AllowedHosts = []string{"edge.lan", "GPU-Box.local", "edge_1.internal", "xn--bcher-kva.lan", "ollama", "edge.tail1234.ts.net"}
+	c.API.AllowedOrigins = []string{"https://chat.example", "http://localhost:3000", "http://127.0.0.1:8080", "http://[::1]:5173",
+		"chrome-extension://abcdefghijklmnopabcdefghijklmnop", "app://open-webui"}
+	if err := c.Validate(); err != nil {
+		t.Error(err)
+	}
+}

@@ -62,6 +62,8 @@ func FuzzParse(f *testing.F) {
 		strings.Replace(trustFile, "192.168.1.0/24", "64:ff9b::/96", 1),
 		strings.Replace(trustFile, "192.168.1.0/24", "64:ff9b::c0a8:100/120", 1),
 		strings.Replace(trustFile, "192.168.1.0/24", "2001:0:cb00:7101::/64", 1),
+		strings.Replace(accessFile, "  allow_anonymous: true\n", "  allowed_hosts: [edge.lan, GPU-Box.local]\n  allowed_origins: ['https://chat.example', 'http://[::1]:5173']\n", 1),
+		strings.Replace(accessFile, "  allow_anonymous: true\n", "  allowed_hosts: ['*', 'edge.lan:80', '', 127.0.0.1]\n  allowed_origins: ['*', 'null', 'https://a.example:443/', 'x']\n", 1),
 		loopbackFile + "api: {tls: {cert_file: a}, trusted_networks: [{cidr: 10.0.0.1/8}]}\n",
 	} {
 		f.Add([]byte(s))
