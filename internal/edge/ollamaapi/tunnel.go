@@ -28,12 +28,20 @@ type relay struct {
 	rename *renamer   // gives the answer the client's name back; nil unless target is set
 	lines  *lineWatch // the stream's last line, when it must be final; else nil
 	last   byte       // the last byte passed on: an error line must start a line
+	// refusedType is the provider's content type that Head replaced
+	// (headers.go), for the log; "" when it passed.
+	refusedType string
 }
 
 var _ frontend.TunnelWriter = (*relay)(nil)
 
-// Head prepares for the answer of head.
+// Head filters head's headers to what reaches the client (headers.go) and
+// prepares for the answer. It replaces head.Headers in place: the front
+// end sets the client's headers from them when the answer is committed,
+// at its first byte, which comes after Head.
 func (r *relay) Head(head *wirepb.TunnelResponseHead) {
+	f := filterHead(head.GetHeaders())
+	head.Headers, r.refusedType = f.headers, f.refusedType
 	if r.target != "" {
 		r.rename = newRenamer(r.target, r.model)
 	}
@@ -106,10 +114,15 @@ func (r *relay) Fail(f *frontend.Failure) []byte {
 	return line
 }
 
-// LogAttrs names the alias's target in the request's log line.
+// LogAttrs names the alias's target in the request's log line, and the
+// provider's content type when it was not passed on.
 func (r *relay) LogAttrs() []slog.Attr {
-	if r.target == "" {
-		return nil
+	var attrs []slog.Attr
+	if r.target != "" {
+		attrs = append(attrs, slog.String("target", r.target))
 	}
-	return []slog.Attr{slog.String("target", r.target)}
+	if r.refusedType != "" {
+		attrs = append(attrs, slog.String("provider_content_type_refused", r.refusedType))
+	}
+	return attrs
 }
