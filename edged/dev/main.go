@@ -132,7 +132,7 @@ IOP dev is running on this machine.
   Providers      sim (the simulator adapter, model sim-small)%[4]s
 
 Try:
-  curl -s %[1]s/v1/chat/completions -d '{"model":"sim-small","messages":[{"role":"user","content":"hi"}]}'
+  curl -s %[1]s/v1/chat/completions -H 'Content-Type: application/json' -d '{"model":"sim-small","messages":[{"role":"user","content":"hi"}]}'
   curl -s %[1]s/v1/models
   curl -s %[1]s/admin/v1/nodes     # the Node, its generation, state and heartbeat
   OLLAMA_HOST=%[1]s ollama run sim-small hello
