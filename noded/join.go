@@ -18,15 +18,21 @@ type joinFlags struct {
 	nodejoin.Options
 	start      bool
 	healthAddr string
+	// retryFor is how long to keep trying while the Edge is busy or
+	// unreachable (retry.go); 0 tries once.
+	retryFor time.Duration
 }
 
-// join runs `noded join`: redeem the token, write the files, and with
+// join runs `noded join`: redeem the token (trying again while the Edge is
+// busy or unreachable, for up to --retry-for), write the files, and with
 // --start run the Node from them.
 func join(out io.Writer, flags joinFlags) error {
 	flags.Version = version
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := nodejoin.Join(ctx, flags.Options)
+	res, err := retrying(ctx, out, joinRetry(flags.retryFor), func(ctx context.Context) (*nodejoin.Result, error) {
+		return nodejoin.Join(ctx, flags.Options)
+	})
 	if err != nil {
 		return fmt.Errorf("join %s: %w", flags.EdgeAddr, err)
 	}

@@ -42,6 +42,8 @@ func main() {
 	joinCmd.Flag("ollama-url", "The Ollama server the written configuration serves.").Default("http://127.0.0.1:11434").StringVar(&joinFlags.OllamaURL)
 	joinCmd.Flag("start", "Run the Node right after joining.").BoolVar(&joinFlags.start)
 	joinCmd.Flag("health-addr", "With --start: serve /healthz, /readyz and /metrics on this address.").StringVar(&joinFlags.healthAddr)
+	joinCmd.Flag("retry-for", "Keep trying this long while the Edge is busy or unreachable, waiting longer each time (1s, 2s, 4s, ... up to 30s); 0 tries once. A refused token is never retried.").
+		Default(defaultRetryFor.String()).DurationVar(&joinFlags.retryFor)
 
 	check := app.Command("config", "Configuration tools.").Command("check", "Validate a configuration file and exit.")
 	checkPath := check.Arg("file", "Node configuration file.").Required().String()

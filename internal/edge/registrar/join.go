@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -14,10 +18,34 @@ import (
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
-// maxJoins bounds the join exchanges served at once: they come from
-// unauthenticated peers, so each is also bounded in size
-// (wireenroll.MaxJoinFrameSize) and time (wireenroll.JoinTimeout).
-const maxJoins = 16
+// Join slots. A join connection comes from anyone who reaches the Edge's
+// UDP port (the join ALPN asks for no certificate), so what it may hold is
+// bounded three ways, and none of them lets strangers keep a real Node out
+// for long (issue 24 gap 6):
+//
+//   - maxJoins exchanges at once in all, each bounded in size
+//     (wireenroll.MaxJoinFrameSize) and time (wireenroll.JoinTimeout);
+//   - maxJoinsPerSource of them from one source (an IPv4 address, or an
+//     IPv6 /64: one host or site holds a whole /64), so that one stranger
+//     cannot take every slot;
+//   - joinRequestTimeout for the whole request to arrive once the
+//     handshake is done: a Node sends it at once (about 2 KiB), so a
+//     connection that stays silent gives its slot back in seconds, not at
+//     the end of the exchange's 15 s.
+//
+// A slot is given back as soon as the answer is written; the connection
+// then lingers at most answerLinger for the Node to read it and close.
+//
+// On a join connection the Edge closes with quicwire.CloseRefused only to
+// say "not now" (slots taken, or no request in time), always with a
+// detail that ends "try again": `noded join` tries again on it. Every
+// refusal of the token is a JoinResponse, never a close.
+const (
+	maxJoins           = 16
+	maxJoinsPerSource  = 2
+	joinRequestTimeout = 3 * time.Second
+	answerLinger       = 5 * time.Second
+)
 
 // refusal is a join refused with a code the Node understands.
 type refusal struct {
@@ -32,43 +60,150 @@ func (r *refusal) Error() string { return r.code.String() + ": " + r.detail }
 // connection is closed. It returns when the connection is closed.
 func (s *Service) ServeJoin(ctx context.Context, qc *quic.Conn) {
 	remote := qc.RemoteAddr().String()
+	src := joinSource(qc.RemoteAddr())
+	if !sources.take(s, src) {
+		s.refuse("join refused: too many at once from one address", "remote", remote, "source", src.String(), "limit", maxJoinsPerSource)
+		quicwire.CloseRefused.Close(qc, "too many joins at once from this address; try again")
+		return
+	}
 	select {
 	case s.joins <- struct{}{}:
-		defer func() { <-s.joins }()
 	default:
-		s.refuse("join refused: too many at once", "remote", remote)
+		sources.release(s, src)
+		s.refuse("join refused: too many at once", "remote", remote, "limit", maxJoins)
 		quicwire.CloseRefused.Close(qc, "too many joins at once; try again")
 		return
 	}
+	release := sync.OnceFunc(func() {
+		<-s.joins
+		sources.release(s, src)
+	})
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, wireenroll.JoinTimeout)
 	defer cancel()
 	defer quicwire.CloseNormal.Close(qc, "")
-	st, err := qc.AcceptStream(ctx)
-	if err != nil {
-		s.refuse("join: no request", "remote", remote, "err", err)
+
+	req, ok := s.readJoinRequest(ctx, qc, remote)
+	if !ok {
 		return
 	}
+	resp := s.join(req.msg, remote)
 	deadline, _ := ctx.Deadline()
-	_ = st.SetDeadline(deadline)
-	req := new(wirepb.JoinRequest)
-	if err := transport.NewFrameReader(st, wireenroll.MaxJoinFrameSize, "join").Read(req); err != nil {
-		s.refuse("join: unreadable request", "remote", remote, "err", err)
-		st.CancelRead(quic.StreamErrorCode(quicwire.StreamProtocolError))
-		st.CancelWrite(quic.StreamErrorCode(quicwire.StreamProtocolError))
-		return
-	}
-	resp := s.join(req, remote)
-	if err := transport.NewFrameWriter(st, wireenroll.MaxJoinFrameSize).Write(resp); err != nil {
+	_ = req.st.SetWriteDeadline(deadline)
+	if err := transport.NewFrameWriter(req.st, wireenroll.MaxJoinFrameSize).Write(resp); err != nil {
 		s.log.Warn("join: could not answer", "remote", remote, "err", err)
 		return
 	}
-	_ = st.Close()
+	_ = req.st.Close()
+	release()
 	// The Node closes the connection once it has read the answer; do not
-	// cut the answer short by closing first.
+	// cut the answer short by closing first, but do not wait long either.
+	linger, stop := context.WithTimeout(ctx, answerLinger)
+	defer stop()
 	select {
 	case <-qc.Context().Done():
-	case <-ctx.Done():
+	case <-linger.Done():
 	}
+}
+
+// joinRequest is a join connection's request and the stream it came on.
+type joinRequest struct {
+	st  *quic.Stream
+	msg *wirepb.JoinRequest
+}
+
+// readJoinRequest reads the connection's one request, which must arrive
+// whole within joinRequestTimeout. It reports false, having closed what
+// needs closing and recorded the refusal, when none came.
+func (s *Service) readJoinRequest(ctx context.Context, qc *quic.Conn, remote string) (joinRequest, bool) {
+	rctx, cancel := context.WithTimeout(ctx, joinRequestTimeout)
+	defer cancel()
+	late := func(err error) {
+		s.refuse("join refused: no request in time", "remote", remote, "within", joinRequestTimeout, "err", err)
+		quicwire.CloseRefused.Close(qc, fmt.Sprintf("no join request within %s; try again", joinRequestTimeout))
+	}
+	st, err := qc.AcceptStream(rctx)
+	if err != nil {
+		if rctx.Err() != nil && ctx.Err() == nil {
+			late(err)
+			return joinRequest{}, false
+		}
+		s.refuse("join: no request", "remote", remote, "err", err)
+		return joinRequest{}, false
+	}
+	deadline, _ := rctx.Deadline()
+	_ = st.SetReadDeadline(deadline)
+	req := new(wirepb.JoinRequest)
+	if err := transport.NewFrameReader(st, wireenroll.MaxJoinFrameSize, "join").Read(req); err != nil {
+		st.CancelRead(quic.StreamErrorCode(quicwire.StreamProtocolError))
+		st.CancelWrite(quic.StreamErrorCode(quicwire.StreamProtocolError))
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			late(err)
+			return joinRequest{}, false
+		}
+		s.refuse("join: unreadable request", "remote", remote, "err", err)
+		return joinRequest{}, false
+	}
+	return joinRequest{st: st, msg: req}, true
+}
+
+// joinSource is the source a join slot is counted against: the peer's
+// IPv4 address, or the /64 of its IPv6 one. An address that does not
+// parse counts as the zero prefix, one source for all such.
+func joinSource(a net.Addr) netip.Prefix {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return netip.Prefix{}
+	}
+	ip := ap.Addr().Unmap().WithZone("")
+	bits := 32
+	if ip.Is6() {
+		bits = 64
+	}
+	p, _ := ip.Prefix(bits)
+	return p
+}
+
+// sources counts the join exchanges in progress per source, for every
+// Service (keyed by it, so that Services in one process, as in tests, keep
+// apart). It sits here, beside the rest of the join slots' logic; an entry
+// is deleted when its count falls to zero, so it holds only the sources
+// joining now.
+var sources = joinSources{n: map[sourceKey]int{}}
+
+type sourceKey struct {
+	s   *Service
+	src netip.Prefix
+}
+
+type joinSources struct {
+	mu sync.Mutex
+	n  map[sourceKey]int
+}
+
+// take counts one more exchange from src, unless src has
+// maxJoinsPerSource already.
+func (j *joinSources) take(s *Service, src netip.Prefix) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	k := sourceKey{s, src}
+	if j.n[k] >= maxJoinsPerSource {
+		return false
+	}
+	j.n[k]++
+	return true
+}
+
+// release counts one exchange from src less.
+func (j *joinSources) release(s *Service, src netip.Prefix) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	k := sourceKey{s, src}
+	if j.n[k] <= 1 {
+		delete(j.n, k)
+		return
+	}
+	j.n[k]--
 }
 
 // join decides one join request. A refusal issues nothing and leaves the
