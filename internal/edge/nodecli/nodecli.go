@@ -1,6 +1,7 @@
 // Package nodecli adds the `edged node` commands: add (a join token and the
 // `noded join` command to run on the Node), remove (revoke a Node's
-// certificates and fence it) and list. They talk to the running Edge
+// certificates and fence it), restore (lift a removal, so the Node may
+// join again) and list. They talk to the running Edge
 // through its admin socket in data_dir (internal/edge/registrar), so a removal
 // takes effect at once; with no Edge running they open its store directly.
 package nodecli
@@ -41,7 +42,7 @@ type cli struct {
 	asJSON     bool
 }
 
-// Register adds `node add`, `node remove` and `node list` to app; their
+// Register adds `node add`, `node remove`, `node restore` and `node list` to app; their
 // reports go to out. The returned Run runs the command app.Parse chose if it
 // is one of them (a failure is an error of the command, not of its usage,
 // so it is not a kingpin action).
@@ -59,6 +60,10 @@ func Register(app *kingpin.Application, out io.Writer) (Run func(cmd string) (ok
 	remove.Arg("node-id", "The Node's id.").Required().StringVar(&c.nodeID)
 	remove.Flag("config", "Edge configuration file (YAML).").Short('c').Required().StringVar(&c.configPath)
 
+	restore := node.Command("restore", "Lift a Node's removal so that it may join again (with a new token from `edged node add`). Its revoked certificates stay refused.")
+	restore.Arg("node-id", "The Node's id.").Required().StringVar(&c.nodeID)
+	restore.Flag("config", "Edge configuration file (YAML).").Short('c').Required().StringVar(&c.configPath)
+
 	list := node.Command("list", "Show enrolled Nodes: identity, certificate serial and expiry, last seen.")
 	list.Flag("config", "Edge configuration file (YAML).").Short('c').Required().StringVar(&c.configPath)
 	list.Flag("json", "Print JSON.").BoolVar(&c.asJSON)
@@ -68,6 +73,8 @@ func Register(app *kingpin.Application, out io.Writer) (Run func(cmd string) (ok
 			return true, c.add()
 		case remove.FullCommand():
 			return true, c.remove()
+		case restore.FullCommand():
+			return true, c.restore()
 		case list.FullCommand():
 			return true, c.list()
 		}
@@ -207,7 +214,32 @@ func (c *cli) remove() error {
 	default:
 		fmt.Fprintf(c.out, "==> It was not connected; the Edge refuses it from now on.\n")
 	}
-	fmt.Fprintf(c.out, "To bring it back: edged node add %s, then noded join on it.\n", res.NodeID)
+	fmt.Fprintf(c.out, "The removal stays until you lift it: to bring the node back, edged node restore %s,\n", res.NodeID)
+	fmt.Fprintf(c.out, "then edged node add %s and noded join on it.\n", res.NodeID)
+	return nil
+}
+
+func (c *cli) restore() error {
+	e, err := c.open()
+	if err != nil {
+		return err
+	}
+	var res registrar.RestoreResult
+	online := func() (err error) { res, err = e.client.Restore(c.nodeID); return err }
+	err = online()
+	if errors.Is(err, registrar.ErrNoEdge) {
+		err = e.offline(online, func(s *registrar.Service) (err error) {
+			res.NodeID = c.nodeID
+			res.Removed, err = s.Restore(c.nodeID)
+			return err
+		})
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "==> Lifted the removal of node %s (removed at %s).\n", res.NodeID, res.Removed.UTC().Format(time.RFC3339))
+	fmt.Fprintf(c.out, "    The certificates it held before stay revoked, and certificates made by hand before the removal stay refused.\n")
+	fmt.Fprintf(c.out, "==> To bring it back: edged node add %s, then noded join on it.\n", res.NodeID)
 	return nil
 }
 

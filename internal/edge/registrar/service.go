@@ -6,7 +6,11 @@
 package registrar
 
 import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
@@ -38,8 +42,75 @@ const maxBackdate = time.Minute
 // enrollment.ca_key_file.
 var ErrDisabled = errors.New("this Edge does not issue Node certificates: set enrollment.ca_key_file (and data_dir) in its configuration")
 
-// ErrUnknownNode is `node remove` of a Node the store does not know.
+// ErrUnknownNode is `node remove` or `node restore` of a Node the store
+// does not know.
 var ErrUnknownNode = errors.New("no such node in the enrollment store")
+
+// ErrNodeRemoved is why a removed Node gets no token, no renewal and no
+// admission, until `edged node restore` lifts the removal.
+var ErrNodeRemoved = errors.New("the node was removed")
+
+// ErrNotRemoved is `node restore` of a Node that is not removed.
+var ErrNotRemoved = errors.New("not removed, nothing to restore")
+
+// removedErr is ErrNodeRemoved for one Node, saying what to do next.
+type removedErr struct {
+	nodeID string
+	at     time.Time
+	next   string
+}
+
+// removedError is the refusal of a removed Node's certificate or renewal.
+func removedError(nodeID string, at time.Time) error {
+	return &removedErr{nodeID, at, fmt.Sprintf("its certificates are refused; to bring it back, `edged node restore %s`, then join it again (edged node add %s)", nodeID, nodeID)}
+}
+
+func (e *removedErr) Error() string {
+	return fmt.Sprintf("node %s was removed at %s (edged node remove): %s", e.nodeID, e.at.UTC().Format(time.RFC3339), e.next)
+}
+
+func (e *removedErr) Is(target error) bool { return target == ErrNodeRemoved }
+
+// Renewal spacing: the Edge issues a Node at most one certificate per
+// maxRenewSpacing, or per a tenth of the lifetime if that is shorter (a
+// Node renews at two thirds of it, so a Node whose renewal was lost can
+// try again well before its certificate ends). Without it one Node could
+// make the Edge sign and fsync hundreds of records a second.
+const maxRenewSpacing = 10 * time.Minute
+
+// renewSpacing is the least time between two certificates issued to one
+// Node, for certificates valid for lifetime.
+func renewSpacing(lifetime time.Duration) time.Duration {
+	return min(maxRenewSpacing, lifetime/10)
+}
+
+// ErrRenewTooSoon is why a renewal is refused for coming too soon after
+// the Node's last certificate (RenewLaterError says when to retry).
+var ErrRenewTooSoon = errors.New("the node was issued a certificate too recently")
+
+// RenewLaterError is a renewal refused for coming within the renewal
+// spacing of the Node's last certificate. It says nothing against the
+// Node's identity: the Node's current certificate stays valid, and the
+// Node retries at RetryAt.
+type RenewLaterError struct {
+	NodeID string
+	// Issued is when the Node's last certificate was issued.
+	Issued time.Time
+	// RetryAt is when a renewal is taken again.
+	RetryAt time.Time
+}
+
+func (e *RenewLaterError) Error() string {
+	return fmt.Sprintf("node %s was issued a certificate at %s, and the Edge issues a node at most one per %s: retry at %s",
+		e.NodeID, e.Issued.UTC().Format(time.RFC3339), e.RetryAt.Sub(e.Issued), e.RetryAt.UTC().Format(time.RFC3339))
+}
+
+// Is matches ErrRenewTooSoon.
+func (e *RenewLaterError) Is(target error) bool { return target == ErrRenewTooSoon }
+
+// RetryTime is when to renew again: what the Node's connection handler
+// tells the Node, without depending on this type.
+func (e *RenewLaterError) RetryTime() time.Time { return e.RetryAt }
 
 // Options configure a Service.
 type Options struct {
@@ -109,7 +180,9 @@ func (s *Service) CACert() *x509.Certificate { return s.opts.CACert }
 func (s *Service) Renews() bool { return s.opts.CA != nil }
 
 // NewToken makes a single-use join token for nodeID, valid for ttl, and
-// records it (its secret only as a hash).
+// records it (its secret only as a hash). A removed Node gets none
+// (ErrNodeRemoved) until `edged node restore` lifts its removal: a token
+// must not undo a removal by the way.
 func (s *Service) NewToken(nodeID string, ttl time.Duration) (wireenroll.Token, time.Time, error) {
 	if err := quicwire.ValidateID(nodeID); err != nil {
 		return wireenroll.Token{}, time.Time{}, fmt.Errorf("node id: %w", err)
@@ -147,7 +220,7 @@ func (s *Service) sign(nodeID string, csr *x509.CertificateRequest, via string) 
 	if err != nil {
 		return nil, CertRecord{}, err
 	}
-	return cert, CertRecord{Serial: Serial(cert), NodeID: nodeID, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter, Via: via}, nil
+	return cert, CertRecord{Serial: Serial(cert), NodeID: nodeID, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter, Via: via, Issued: now}, nil
 }
 
 // Serial is how the store and `edged node list` spell a certificate's
@@ -161,35 +234,78 @@ func parseCSR(der []byte) (*x509.CertificateRequest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certificate request: %w", err)
 	}
+	if err := checkKey(csr.PublicKey); err != nil {
+		return nil, fmt.Errorf("certificate request: %w", err)
+	}
 	if err := csr.CheckSignature(); err != nil {
 		return nil, fmt.Errorf("certificate request: %w", err)
 	}
 	return csr, nil
 }
 
+// ErrWeakKey is why a certificate request is refused for its key.
+var ErrWeakKey = errors.New("the node's key is too weak")
+
+// minRSABits is the smallest RSA key the Edge certifies (NIST SP 800-131A
+// has disallowed RSA-1024 signatures since 2013).
+const minRSABits = 2048
+
+// keysTaken says what checkKey takes.
+const keysTaken = "the Edge takes RSA-2048 or larger, ECDSA P-256, P-384 or P-521, or Ed25519 (noded join makes an ECDSA P-256 key)"
+
+// checkKey refuses a key weaker than RSA-2048 or ECDSA P-256: a
+// certificate lasts, and whoever factors its key is the Node.
+func checkKey(pub any) error {
+	switch k := pub.(type) {
+	case *rsa.PublicKey:
+		if bits := k.N.BitLen(); bits < minRSABits {
+			return fmt.Errorf("%w: RSA-%d; %s", ErrWeakKey, bits, keysTaken)
+		}
+		return nil
+	case *ecdsa.PublicKey:
+		switch k.Curve {
+		case elliptic.P256(), elliptic.P384(), elliptic.P521():
+			return nil
+		}
+		return fmt.Errorf("%w: ECDSA %s; %s", ErrWeakKey, k.Curve.Params().Name, keysTaken)
+	case ed25519.PublicKey:
+		return nil
+	}
+	return fmt.Errorf("%w: a %T key; %s", ErrWeakKey, pub, keysTaken)
+}
+
 // Renew issues a new certificate to the Node of a verified, admitted
 // connection (nodeID is its identity), for the key of csrDER. It returns
-// the chain: the certificate, then the CA.
+// the chain: the certificate, then the CA. A removed Node is refused
+// (ErrNodeRemoved), and so is a renewal within the renewal spacing of the
+// Node's last certificate (a *RenewLaterError, ErrRenewTooSoon): the
+// decision and the record are one transaction (Store.Renew).
 func (s *Service) Renew(nodeID string, csrDER []byte) ([][]byte, error) {
 	if s.opts.CA == nil {
 		return nil, ErrDisabled
-	}
-	st, err := s.store.Standing(nodeID, "")
-	if err != nil {
-		return nil, err
-	}
-	if !st.NodeRemoved.IsZero() {
-		return nil, fmt.Errorf("node %s was removed", nodeID)
 	}
 	csr, err := parseCSR(csrDER)
 	if err != nil {
 		return nil, err
 	}
-	cert, rec, err := s.sign(nodeID, csr, "renew")
-	if err != nil {
-		return nil, err
+	now := s.opts.Now()
+	spacing := renewSpacing(s.opts.Lifetime)
+	check := func(n NodeRecord) error {
+		if !n.Removed.IsZero() {
+			return removedError(nodeID, n.Removed)
+		}
+		if retry := n.Issued.Add(spacing); !n.Issued.IsZero() && now.Before(retry) {
+			return &RenewLaterError{NodeID: nodeID, Issued: n.Issued, RetryAt: retry}
+		}
+		return nil
 	}
-	if err := s.store.AddCert(rec); err != nil {
+	var cert *x509.Certificate
+	issue := func() (rec CertRecord, err error) {
+		cert, rec, err = s.sign(nodeID, csr, "renew")
+		return rec, err
+	}
+	rec, err := s.store.Renew(nodeID, check, issue, now)
+	if err != nil {
 		return nil, err
 	}
 	s.log.Info("node certificate renewed", "node", nodeID, "serial", rec.Serial, "not_after", rec.NotAfter.UTC().Format(time.RFC3339))
@@ -212,7 +328,10 @@ func (s *Service) Admit(nodeID string, leaf *x509.Certificate) error {
 
 // Check is Admit without recording the sighting: the Edge checks again
 // once the connection is registered, so that a removal that landed
-// between Admit and the registration still fences it.
+// between Admit and the registration still fences it. While the Node is
+// removed every certificate of it is refused, whatever its serial; once
+// the removal is lifted, the ones it revoked stay refused, and so does one
+// the store does not know (made by hand) that starts before the removal.
 func (s *Service) Check(nodeID string, leaf *x509.Certificate) error {
 	serial := Serial(leaf)
 	st, err := s.store.Standing(nodeID, serial)
@@ -221,16 +340,37 @@ func (s *Service) Check(nodeID string, leaf *x509.Certificate) error {
 	}
 	switch {
 	case !st.NodeRemoved.IsZero():
-		return fmt.Errorf("node %s was removed at %s (edged node remove); join it again with a new token", nodeID, st.NodeRemoved.UTC().Format(time.RFC3339))
+		return removedError(nodeID, st.NodeRemoved)
 	case !st.CertRevoked.IsZero():
-		return fmt.Errorf("certificate %s of node %s was revoked at %s", serial, nodeID, st.CertRevoked.UTC().Format(time.RFC3339))
+		return fmt.Errorf("certificate %s of node %s was revoked at %s (edged node remove); join the node again for a new one", serial, nodeID, st.CertRevoked.UTC().Format(time.RFC3339))
+	case !st.CertKnown && leaf.NotBefore.Before(st.RevokedBefore):
+		return fmt.Errorf("certificate %s of node %s starts at %s, before the node's removal at %s, and this Edge did not issue it: "+
+			"once a removal is lifted, only certificates that start after it are admitted (edged tls cert create starts one a minute back); "+
+			"join the node again (edged node add %s, then noded join)",
+			serial, nodeID, leaf.NotBefore.UTC().Format(time.RFC3339), st.RevokedBefore.UTC().Format(time.RFC3339), nodeID)
 	}
 	return nil
 }
 
+// Restore lifts the removal of nodeID and returns when it was removed. It
+// lets nothing in by itself: the certificates the removal revoked stay
+// refused, and so do hand-made ones from before it. What it allows is a
+// new token (`edged node add`), so the Node can join again.
+func (s *Service) Restore(nodeID string) (removedAt time.Time, err error) {
+	if err := quicwire.ValidateID(nodeID); err != nil {
+		return time.Time{}, fmt.Errorf("node id: %w", err)
+	}
+	removedAt, err = s.store.Restore(nodeID, s.opts.Now())
+	if err != nil {
+		return time.Time{}, err
+	}
+	s.log.Info("node removal lifted", "node", nodeID, "removed", removedAt.UTC().Format(time.RFC3339))
+	return removedAt, nil
+}
+
 // Remove revokes every certificate issued to nodeID, refuses the Node from
-// now on (until it joins again with a new token), drops its pending tokens,
-// and fences its live connection at once.
+// now on (until `edged node restore` lifts the removal and it joins again),
+// drops its pending tokens, and fences its live connection at once.
 func (s *Service) Remove(nodeID string) (revoked []string, fenced bool, err error) {
 	var conn *fleet.Conn
 	if reg := s.opts.Registry; reg != nil {
@@ -312,7 +452,7 @@ func List(store *Store, trustDomain string, reg *fleet.Registry, now time.Time) 
 	}
 	out := make([]NodeStatus, 0, len(byID))
 	for _, n := range byID {
-		slices.SortFunc(n.Certificates, func(a, b CertRecord) int { return a.NotBefore.Compare(b.NotBefore) })
+		slices.SortFunc(n.Certificates, func(a, b CertRecord) int { return a.issuedAt().Compare(b.issuedAt()) })
 		if reg != nil {
 			if conn, ok := reg.Current(n.ID); ok {
 				n.Connected = string(conn.State())

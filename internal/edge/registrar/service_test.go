@@ -189,7 +189,11 @@ func TestTokensAndRevocationsSurviveARestart(t *testing.T) {
 	if _, _, err := f.svc.Remove("nobody"); !errors.Is(err, ErrUnknownNode) {
 		t.Errorf("remove unknown: %v", err)
 	}
-	// Joining again with a new token lifts the removal.
+	// Lifting the removal (edged node restore) lets it join again with a
+	// new token.
+	if _, err := f.svc.Restore("gpu-1"); err != nil {
+		t.Fatal(err)
+	}
 	tok2, _, _ := f.svc.NewToken("gpu-1", time.Hour)
 	resp = f.join(tok2)
 	leaf2, _ := x509.ParseCertificate(resp.GetChain()[0])

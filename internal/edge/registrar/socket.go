@@ -1,6 +1,7 @@
 package registrar
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -36,6 +38,13 @@ type RemoveResult struct {
 	Offline bool `json:"offline,omitempty"`
 }
 
+// RestoreResult is what `node restore` gets.
+type RestoreResult struct {
+	NodeID string `json:"node_id"`
+	// Removed is when the removal now lifted was made.
+	Removed time.Time `json:"removed"`
+}
+
 // AddToken makes a token for nodeID valid for ttl.
 func (s *Service) AddToken(nodeID string, ttl time.Duration) (TokenResult, error) {
 	tok, exp, err := s.NewToken(nodeID, ttl)
@@ -45,19 +54,43 @@ func (s *Service) AddToken(nodeID string, ttl time.Duration) (TokenResult, error
 	return TokenResult{NodeID: nodeID, Token: tok.String(), Expires: exp, CAHash: tok.CAHashString()}, nil
 }
 
+// socketErrors are the errors that keep their identity across the
+// socket: the Edge names the sentinel an error matches ("is"), and the
+// client's error matches it again (remoteError), so `errors.Is` works in
+// the CLI as in the Edge.
+var socketErrors = []struct {
+	name string
+	err  error
+	code int
+}{
+	{"unknown_node", ErrUnknownNode, http.StatusNotFound},
+	{"node_removed", ErrNodeRemoved, http.StatusConflict},
+	{"not_removed", ErrNotRemoved, http.StatusConflict},
+}
+
+// socketError is an error as the socket carries it.
+type socketError struct {
+	Error string `json:"error"`
+	Is    string `json:"is,omitempty"`
+}
+
 // Handler is the admin socket's API: POST /nodes/{id}/tokens?ttl=D,
-// DELETE /nodes/{id}, GET /nodes.
+// DELETE /nodes/{id}, POST /nodes/{id}/restore, GET /nodes. An error is
+// a socketError with a status of 400, 404 or 409.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	reply := func(w http.ResponseWriter, v any, err error) {
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
-			code := http.StatusBadRequest
-			if errors.Is(err, ErrUnknownNode) {
-				code = http.StatusNotFound
+			code, e := http.StatusBadRequest, socketError{Error: err.Error()}
+			for _, se := range socketErrors {
+				if errors.Is(err, se.err) {
+					code, e.Is = se.code, se.name
+					break
+				}
 			}
 			w.WriteHeader(code)
-			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+			_ = json.NewEncoder(w).Encode(e)
 			return
 		}
 		_ = json.NewEncoder(w).Encode(v)
@@ -80,16 +113,45 @@ func (s *Service) Handler() http.Handler {
 		revoked, fenced, err := s.Remove(r.PathValue("id"))
 		reply(w, RemoveResult{NodeID: r.PathValue("id"), Revoked: revoked, Fenced: fenced}, err)
 	})
+	mux.HandleFunc("POST /nodes/{id}/restore", func(w http.ResponseWriter, r *http.Request) {
+		removed, err := s.Restore(r.PathValue("id"))
+		reply(w, RestoreResult{NodeID: r.PathValue("id"), Removed: removed}, err)
+	})
 	mux.HandleFunc("GET /nodes", func(w http.ResponseWriter, r *http.Request) {
 		list, err := s.List()
-		reply(w, list, err)
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		// A JSON array written a Node at a time, as long as the store is:
+		// the client reads it as a stream (SocketClient.List), so no
+		// fleet is too large to list.
+		w.Header().Set("Content-Type", "application/json")
+		bw := bufio.NewWriter(w)
+		enc := json.NewEncoder(bw)
+		bw.WriteString("[")
+		for i := range list {
+			if i > 0 {
+				bw.WriteString(",")
+			}
+			if enc.Encode(&list[i]) != nil {
+				return
+			}
+		}
+		bw.WriteString("]\n")
+		_ = bw.Flush()
 	})
 	return http.MaxBytesHandler(mux, maxSocketBody)
 }
 
-// ServeSocket serves Handler on ln until ctx ends.
+// ServeSocket serves Handler on ln until ctx ends. It also prunes the store
+// every pruneEvery meanwhile: the socket is served for as long as the Edge
+// runs with a store, which is as long as the store needs pruning.
 func (s *Service) ServeSocket(ctx context.Context, ln net.Listener, log *slog.Logger) {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second}
+	var pruning sync.WaitGroup
+	defer pruning.Wait()
+	pruning.Go(func() { s.keepPruned(ctx, pruneEvery) })
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: time.Minute}
 	defer context.AfterFunc(ctx, func() { _ = srv.Close() })()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Error("admin socket failed", "err", err)
@@ -104,29 +166,50 @@ type SocketClient struct {
 	hc *http.Client
 }
 
-func (c *SocketClient) call(method, path string, out any) error {
+// maxSocketAnswer bounds an answer on the admin socket, but for the list
+// of Nodes, which is read as a stream.
+const maxSocketAnswer = 1 << 20
+
+// do sends a request and returns the answer of an Edge that took it, or the
+// Edge's error (a remoteError when it names a sentinel).
+func (c *SocketClient) do(method, path string) (*http.Response, error) {
 	req, err := http.NewRequest(method, "http://edged"+path, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-			return ErrNoEdge
+			return nil, ErrNoEdge
 		}
-		return fmt.Errorf("admin socket: %w", err)
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			if resp.StatusCode == http.StatusNotFound {
-				return &remoteError{msg: e.Error, is: ErrUnknownNode}
-			}
-			return errors.New(e.Error)
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxSocketAnswer))
+	var e socketError
+	if json.Unmarshal(body, &e) != nil || e.Error == "" {
+		return nil, fmt.Errorf("admin socket: %s", resp.Status)
+	}
+	for _, se := range socketErrors {
+		if e.Is == se.name || (e.Is == "" && resp.StatusCode == http.StatusNotFound && se.err == ErrUnknownNode) {
+			return nil, &remoteError{msg: e.Error, is: se.err}
 		}
-		return fmt.Errorf("admin socket: %s", resp.Status)
+	}
+	return nil, errors.New(e.Error)
+}
+
+func (c *SocketClient) call(method, path string, out any) error {
+	resp, err := c.do(method, path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxSocketAnswer))
+	if err != nil {
+		return fmt.Errorf("admin socket: %w", err)
 	}
 	return json.Unmarshal(body, out)
 }
@@ -155,9 +238,36 @@ func (c *SocketClient) Remove(nodeID string) (RemoveResult, error) {
 	return r, err
 }
 
-// List asks the running Edge for its Nodes.
-func (c *SocketClient) List() ([]NodeStatus, error) {
-	var r []NodeStatus
-	err := c.call(http.MethodGet, "/nodes", &r)
+// Restore asks the running Edge to lift the removal of nodeID.
+func (c *SocketClient) Restore(nodeID string) (RestoreResult, error) {
+	var r RestoreResult
+	err := c.call(http.MethodPost, "/nodes/"+url.PathEscape(nodeID)+"/restore", &r)
 	return r, err
+}
+
+// List asks the running Edge for its Nodes. The answer is as long as the
+// store: it is decoded as a stream, a Node at a time, with no bound but
+// the http.Client's timeout.
+func (c *SocketClient) List() ([]NodeStatus, error) {
+	resp, err := c.do(http.MethodGet, "/nodes")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, fmt.Errorf("admin socket: the list of nodes is not a JSON array (%v)", err)
+	}
+	var list []NodeStatus
+	for dec.More() {
+		var n NodeStatus
+		if err := dec.Decode(&n); err != nil {
+			return nil, fmt.Errorf("admin socket: node %d of the list: %w", len(list)+1, err)
+		}
+		list = append(list, n)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("admin socket: the list of nodes ends early: %w", err)
+	}
+	return list, nil
 }

@@ -3,12 +3,15 @@ package registrar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	wireenroll "github.com/iop-dev/iop/quicwire/enroll"
 )
@@ -95,5 +98,40 @@ func TestNoEdgeOnTheSocketIsSaidSo(t *testing.T) {
 	// A live one is not taken over.
 	if _, err := ListenSocket(dir); err == nil || !strings.Contains(err.Error(), "another edged") {
 		t.Errorf("second listener: %v", err)
+	}
+}
+
+// Issue 24 gap 7: `edged node list` works whatever the store holds: 10,000
+// certificate records of 500 Nodes (two weeks of a fleet's renewals, past
+// what one answer of the old admin socket could carry) all reach the
+// client.
+func TestTheAdminSocketListsTenThousandRecords(t *testing.T) {
+	f := newFixture(t)
+	const nodes, perNode = 500, 20
+	err := f.st.db.Update(func(tx *bolt.Tx) error {
+		for i := range nodes * perNode {
+			id := fmt.Sprintf("gpu-%03d", i%nodes)
+			nb := f.now.Add(time.Duration(i) * time.Second)
+			c := CertRecord{Serial: fmt.Sprintf("%032x", i+1), NodeID: id, NotBefore: nb, NotAfter: nb.Add(24 * time.Hour), Via: "renew"}
+			if err := put(tx, bucketCerts, c.Serial, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := serveSocket(t, f)
+	list, err := c.List()
+	if err != nil {
+		t.Fatalf("list of %d records: %v", nodes*perNode, err)
+	}
+	certs := 0
+	for _, n := range list {
+		certs += len(n.Certificates)
+	}
+	if len(list) != nodes || certs != nodes*perNode {
+		t.Errorf("listed %d nodes, %d certificates; want %d, %d", len(list), certs, nodes, nodes*perNode)
 	}
 }

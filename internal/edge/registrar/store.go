@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -29,9 +28,9 @@ var (
 	bucketNodes  = []byte("nodes")  // node id → NodeRecord
 )
 
-// keepAfterExpiry is how long a used or expired token and an expired
-// certificate stay in the store (so `node list` and refusals can still name
-// them) before Open prunes them.
+// keepAfterExpiry is how long a token and a Node's newest certificate stay
+// in the store after they end (so `node list` and refusals can still name
+// them) before they are pruned (prune.go).
 const keepAfterExpiry = 7 * 24 * time.Hour
 
 // TokenRecord is a join token as the Edge keeps it: never the secret, only
@@ -54,6 +53,9 @@ type CertRecord struct {
 	NotAfter  time.Time `json:"not_after"`
 	// Via is how it was issued: "join" or "renew".
 	Via string `json:"via"`
+	// Issued is when it was issued (NotBefore is backdated, and has
+	// seconds only); zero in records older than the field.
+	Issued time.Time `json:"issued,omitzero"`
 	// Revoked is when `node remove` revoked it; zero while valid.
 	Revoked time.Time `json:"revoked,omitzero"`
 }
@@ -62,9 +64,22 @@ type CertRecord struct {
 type NodeRecord struct {
 	ID string `json:"id"`
 	// Removed is when `node remove` removed it: every certificate naming
-	// it is refused (also ones issued by hand with `edged tls`) until it
-	// joins again with a new token.
+	// it is refused (also ones issued by hand with `edged tls`), and no
+	// token is made for it, until `node restore` lifts the removal. Zero
+	// while not removed.
 	Removed time.Time `json:"removed,omitzero"`
+	// RevokedBefore is the time of the last removal lifted by `node
+	// restore`: a certificate of the Node that the store has no record of
+	// (made by hand, or pruned) and that starts before it is refused, so
+	// that lifting a removal lets in only what was made after it. The
+	// certificates the Edge issued before are refused by their records,
+	// which the removal revoked.
+	RevokedBefore time.Time `json:"revoked_before,omitzero"`
+	// Restored is when the last removal was lifted.
+	Restored time.Time `json:"restored,omitzero"`
+	// Issued is when the Edge last issued the Node a certificate (join or
+	// renewal): renewals are spaced from it (renewSpacing).
+	Issued time.Time `json:"issued,omitzero"`
 	// LastSeen is when a connection of the Node was last admitted.
 	LastSeen       time.Time `json:"last_seen,omitzero"`
 	LastSeenSerial string    `json:"last_seen_serial,omitempty"`
@@ -118,43 +133,6 @@ func OpenStore(dir string, lockWait time.Duration, now time.Time) (*Store, error
 // Close closes the store.
 func (s *Store) Close() error { return s.db.Close() }
 
-// prune deletes tokens that expired and certificates that ended before
-// cutoff.
-func prune(tx *bolt.Tx, cutoff time.Time) error {
-	var tokens, certs [][]byte
-	err := tx.Bucket(bucketTokens).ForEach(func(k, v []byte) error {
-		var t TokenRecord
-		if json.Unmarshal(v, &t) != nil || t.Expires.Before(cutoff) {
-			tokens = append(tokens, slices.Clone(k))
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	err = tx.Bucket(bucketCerts).ForEach(func(k, v []byte) error {
-		var c CertRecord
-		if json.Unmarshal(v, &c) != nil || c.NotAfter.Before(cutoff) {
-			certs = append(certs, slices.Clone(k))
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, k := range tokens {
-		if err := tx.Bucket(bucketTokens).Delete(k); err != nil {
-			return err
-		}
-	}
-	for _, k := range certs {
-		if err := tx.Bucket(bucketCerts).Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func get[T any](tx *bolt.Tx, bucket []byte, key string) (T, bool, error) {
 	var v T
 	b := tx.Bucket(bucket).Get([]byte(key))
@@ -188,22 +166,34 @@ func all[T any](tx *bolt.Tx, bucket []byte) ([]T, error) {
 	return out, err
 }
 
-// AddToken records a new pending token.
+// AddToken records a new pending token, unless its Node is removed: then
+// it refuses with ErrNodeRemoved. One transaction with the check, so a
+// token racing a removal is either deleted by it or refused.
 func (s *Store) AddToken(t TokenRecord) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketTokens).Get([]byte(t.ID)) != nil {
 			return fmt.Errorf("enrollment store: token %s exists", t.ID)
+		}
+		n, _, err := get[NodeRecord](tx, bucketNodes, t.NodeID)
+		if err != nil {
+			return err
+		}
+		if !n.Removed.IsZero() {
+			return &removedErr{t.NodeID, n.Removed, fmt.Sprintf("lift the removal with `edged node restore %s` first, then make its token", t.NodeID)}
 		}
 		return put(tx, bucketTokens, t.ID, t)
 	})
 }
 
 // Redeem checks token id against secret and now and, in the same
-// transaction, calls issue for its node and records the certificate, marks
-// the token used and lifts any removal of the node. Either all of it is
-// durable when Redeem returns, or none of it: a refused or failed join uses
-// no token and issues nothing. check refuses a token (unknown, used,
-// expired, wrong secret) with an error of its own.
+// transaction, calls issue for its node and records the certificate and
+// marks the token used. Either all of it is durable when Redeem returns, or
+// none of it: a refused or failed join uses no token and issues nothing.
+// check refuses a token (unknown, used, expired, wrong secret) with an
+// error of its own. A join never lifts a removal (Restore does): the token
+// of a removed Node is refused with ErrNodeRemoved. Remove deletes a Node's
+// pending tokens and NewToken makes none for a removed Node, so only a
+// store changed by hand gets there.
 func (s *Store) Redeem(id string, check func(TokenRecord, bool) error, issue func(nodeID string) (CertRecord, error), now time.Time) (CertRecord, error) {
 	var issued CertRecord
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -213,6 +203,13 @@ func (s *Store) Redeem(id string, check func(TokenRecord, bool) error, issue fun
 		}
 		if err := check(t, ok); err != nil {
 			return err
+		}
+		n, _, err := get[NodeRecord](tx, bucketNodes, t.NodeID)
+		if err != nil {
+			return err
+		}
+		if !n.Removed.IsZero() {
+			return removedError(t.NodeID, n.Removed)
 		}
 		if issued, err = issue(t.NodeID); err != nil {
 			return err
@@ -224,28 +221,64 @@ func (s *Store) Redeem(id string, check func(TokenRecord, bool) error, issue fun
 		if err := put(tx, bucketCerts, issued.Serial, issued); err != nil {
 			return err
 		}
-		n, _, err := get[NodeRecord](tx, bucketNodes, t.NodeID)
-		if err != nil {
-			return err
-		}
-		n.ID, n.Removed = t.NodeID, time.Time{}
+		n.ID, n.Issued = t.NodeID, now
 		return put(tx, bucketNodes, t.NodeID, n)
 	})
 	return issued, err
 }
 
-// AddCert records a certificate issued by renewal.
-func (s *Store) AddCert(c CertRecord) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return put(tx, bucketCerts, c.Serial, c) })
+// Renew decides and records a renewal of nodeID in one transaction: check
+// sees the Node's record (a removed Node, one renewed too recently) and
+// may refuse; then issue signs, and the certificate is recorded. A
+// removal is a transaction too, so a renewal racing one either commits
+// first, and the removal revokes the certificate it issued, or sees the
+// removal and is refused: no certificate of a removed Node stays
+// unrevoked.
+func (s *Store) Renew(nodeID string, check func(NodeRecord) error, issue func() (CertRecord, error), now time.Time) (CertRecord, error) {
+	var issued CertRecord
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		n, _, err := get[NodeRecord](tx, bucketNodes, nodeID)
+		if err != nil {
+			return err
+		}
+		if err := check(n); err != nil {
+			return err
+		}
+		if issued, err = issue(); err != nil {
+			return err
+		}
+		if err := put(tx, bucketCerts, issued.Serial, issued); err != nil {
+			return err
+		}
+		n.ID, n.Issued = nodeID, now
+		return put(tx, bucketNodes, nodeID, n)
+	})
+	return issued, err
+}
+
+// issuedAt orders a Node's certificates, oldest first: by issue time,
+// from NotBefore for records without one (issued before NotBefore+backdate,
+// so before any record that has one).
+func (c CertRecord) issuedAt() time.Time {
+	if c.Issued.IsZero() {
+		return c.NotBefore
+	}
+	return c.Issued
 }
 
 // Standing is what the store says of a Node's certificate.
 type Standing struct {
 	// NodeRemoved: the node was removed at this time (zero: not removed).
 	NodeRemoved time.Time
+	// CertKnown: the store has a record of this serial (the Edge issued
+	// it, and it is not pruned).
+	CertKnown bool
 	// CertRevoked: this serial was revoked at this time (zero: not revoked,
 	// or unknown to the store).
 	CertRevoked time.Time
+	// RevokedBefore: NodeRecord.RevokedBefore, for a certificate the store
+	// does not know.
+	RevokedBefore time.Time
 }
 
 // Standing reads the standing of nodeID's certificate serial.
@@ -256,11 +289,16 @@ func (s *Store) Standing(nodeID, serial string) (Standing, error) {
 		if err != nil {
 			return err
 		}
-		c, _, err := get[CertRecord](tx, bucketCerts, serial)
+		c, known, err := get[CertRecord](tx, bucketCerts, serial)
 		if err != nil {
 			return err
 		}
-		st = Standing{NodeRemoved: n.Removed, CertRevoked: c.Revoked}
+		// A record of another Node's serial is not this certificate's.
+		known = known && c.NodeID == nodeID
+		st = Standing{NodeRemoved: n.Removed, RevokedBefore: n.RevokedBefore}
+		if known {
+			st.CertKnown, st.CertRevoked = true, c.Revoked
+		}
 		return nil
 	})
 	return st, err
@@ -331,6 +369,33 @@ func (s *Store) Remove(nodeID string, now time.Time, mark bool) (known bool, rev
 		return put(tx, bucketNodes, nodeID, n)
 	})
 	return known, revoked, err
+}
+
+// Restore lifts the removal of nodeID and returns when it was removed. The
+// certificates the removal revoked stay revoked, and a certificate the
+// store does not know that starts before the removal is refused
+// (RevokedBefore): what lifting lets in is a new join, or a certificate
+// made after the removal. ErrUnknownNode if the store does not know the
+// Node, ErrNotRemoved if it is not removed.
+func (s *Store) Restore(nodeID string, now time.Time) (removedAt time.Time, err error) {
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		n, ok, err := get[NodeRecord](tx, bucketNodes, nodeID)
+		switch {
+		case err != nil:
+			return err
+		case !ok:
+			return fmt.Errorf("%w: %s", ErrUnknownNode, nodeID)
+		case n.Removed.IsZero():
+			return fmt.Errorf("%w: node %s", ErrNotRemoved, nodeID)
+		}
+		removedAt = n.Removed
+		if n.Removed.After(n.RevokedBefore) {
+			n.RevokedBefore = n.Removed
+		}
+		n.Removed, n.Restored = time.Time{}, now
+		return put(tx, bucketNodes, nodeID, n)
+	})
+	return removedAt, err
 }
 
 // Contents is everything in the store, for `edged node list`.
