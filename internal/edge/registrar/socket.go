@@ -194,6 +194,8 @@ func (c *SocketClient) do(method, path string) (*http.Response, error) {
 		return nil, fmt.Errorf("admin socket: %s", resp.Status)
 	}
 	for _, se := range socketErrors {
+		// An Edge from before the "is" field said an unknown node by 404
+		// alone.
 		if e.Is == se.name || (e.Is == "" && resp.StatusCode == http.StatusNotFound && se.err == ErrUnknownNode) {
 			return nil, &remoteError{msg: e.Error, is: se.err}
 		}

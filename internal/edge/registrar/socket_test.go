@@ -135,3 +135,33 @@ func TestTheAdminSocketListsTenThousandRecords(t *testing.T) {
 		t.Errorf("listed %d nodes, %d certificates; want %d, %d", len(list), certs, nodes, nodes*perNode)
 	}
 }
+
+// S3, issue 24 gap 3: the removal's errors keep their identity across the
+// socket, so `edged node add` of a removed Node and `edged node restore`
+// of one that is not removed fail as the Edge decided.
+func TestTheAdminSocketRefusesATokenForARemovedNodeUntilRestored(t *testing.T) {
+	f := newFixture(t)
+	c := serveSocket(t, f)
+	if _, err := c.AddToken("gpu-1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Remove("gpu-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AddToken("gpu-1", time.Hour); !errors.Is(err, ErrNodeRemoved) || !strings.Contains(err.Error(), "edged node restore gpu-1") {
+		t.Errorf("token for a removed node: %v", err)
+	}
+	res, err := c.Restore("gpu-1")
+	if err != nil || res.NodeID != "gpu-1" || !res.Removed.Equal(f.now) {
+		t.Fatalf("restore: %+v %v, want removed at %s", res, err, f.now)
+	}
+	if _, err := c.Restore("gpu-1"); !errors.Is(err, ErrNotRemoved) {
+		t.Errorf("restore again: %v, want ErrNotRemoved", err)
+	}
+	if _, err := c.Restore("nobody"); !errors.Is(err, ErrUnknownNode) {
+		t.Errorf("restore of an unknown node: %v, want ErrUnknownNode", err)
+	}
+	if _, err := c.AddToken("gpu-1", time.Hour); err != nil {
+		t.Errorf("token after the restore: %v", err)
+	}
+}
