@@ -191,6 +191,11 @@ func newQUICListener(lc fx.Lifecycle, cfg *edgeconfig.Config, liveness quicwire.
 	if cfg.Identity.Mode == yamlconf.ModeMTLS && len(tlsConf.Certificates) > 0 {
 		identityKey = tlsConf.Certificates[0].PrivateKey
 	}
+	if cfg.DataDir != "" {
+		if err := prepareDataDir(cfg.DataDir); err != nil { // enroll.go
+			return nil, err
+		}
+	}
 	key, source, err := resetkey.Load(cfg.DataDir, identityKey)
 	if err != nil {
 		return nil, err
@@ -388,6 +393,15 @@ type HTTPServer struct {
 // the status page. The admin reads and /metrics follow api.admin_reads;
 // the status page holds no data (its data are the admin reads), so it is
 // served to anyone.
+//
+// The whole listener is behind auth.Boundary, so no handler can forget it:
+// a request let in without a key (trusted network, anonymous, open admin
+// reads) must name the Edge by address, localhost or api.allowed_hosts,
+// must not come from another site's page unless api.allowed_origins lists
+// it, and must declare a JSON body. What reveals nothing is left open to
+// anyone: health, readiness, the status page's files and the Ollama
+// root's "Ollama is running" (so that the ollama CLI's probe passes and
+// its next request shows the Edge's reason).
 func newHTTPServer(cfg *edgeconfig.Config, reg *fleet.Registry, s *sched.Scheduler, m *edgemetrics.Metrics, door *frontdoor.Door,
 	d *dispatch.Dispatcher, front *frontend.Front, authn *auth.Authenticator, store *credentials.Store, runs *inflight.Tracker, reloader *reload.Reloader,
 	certs *frontdoor.CertFiles, log *slog.Logger) *HTTPServer {
@@ -422,7 +436,14 @@ func newHTTPServer(cfg *edgeconfig.Config, reg *fleet.Registry, s *sched.Schedul
 	ollama := ollamaapi.Handler(front)
 	mux.Handle("/api/", ollama)
 	mux.Handle("/{$}", ollama)
-	h.srv = door.Server(mux, log)
+	guarded := authn.Boundary(mux, auth.BoundaryOptions{
+		Public: []string{"GET /healthz", "GET /readyz", "GET /{$}", "GET " + statuspage.Path, "GET " + statuspage.Path + "/"},
+		Reads:  []string{"GET /admin/", "GET /metrics"},
+		// Counted into the same iop_edge_refusals_total; its kinds are its own, so
+		// a log of its own rate-limits nothing of the door's.
+		Refuse: frontdoor.NewRefusals(log, m.Refusals).Refuse,
+	})
+	h.srv = door.Server(guarded, log)
 	if certs != nil {
 		h.srv.TLSConfig = certs.TLSConfig()
 	}

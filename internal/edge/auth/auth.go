@@ -3,6 +3,11 @@
 // key belongs to, with the routes that principal may use; a request without a key from a trusted
 // network (api.trusted_networks) acts as that network's principal.
 //
+// Access without a key is for programs, not web pages: Boundary (browser.go), around the whole
+// HTTP listener, refuses a request let in without a key when it names the Edge by a name nobody
+// listed (DNS rebinding), comes from another site's page, or carries a body a page can send
+// anywhere without asking (text/plain, form, multipart).
+//
 // Keys are never stored, logged or put in an error; only their SHA-256 is held, and it is compared
 // in constant time against every configured hash.
 package auth
@@ -74,6 +79,9 @@ type state struct {
 	anonymous bool  // requests without a key act as the anonymous principal
 	trusted   []network
 	readsOpen bool
+	// hosts and origins are api.allowed_hosts and api.allowed_origins, in lower case (see
+	// Boundary).
+	hosts, origins map[string]bool
 }
 
 // key is one configured API key: the SHA-256 of the key and the principal it authenticates.
@@ -91,7 +99,8 @@ type network struct {
 // New returns an Authenticator for the api and principals sections of cfg. It refuses the key
 // problems edgeconfig.Validate refuses (a hash that is not 64 hex digits, a key naming an unknown
 // principal, one key listed twice, a trusted network that is not a valid one or whose principal
-// is unknown or an admin), so a config built in code cannot slip past those checks.
+// is unknown or an admin, an allowed host or origin that is not valid), so a config built in
+// code cannot slip past those checks.
 func New(cfg *edgeconfig.Config) (*Authenticator, error) {
 	st, err := build(cfg)
 	if err != nil {
@@ -125,7 +134,11 @@ func build(cfg *edgeconfig.Config) (*state, error) {
 	for _, p := range cfg.Principals {
 		principals[p.Name] = Principal{Name: p.Name, Routes: slices.Clone(p.Routes), Admin: p.Admin, Config: cfg}
 	}
-	st := &state{cfg: cfg, anonymous: cfg.AnonymousAllowed(), readsOpen: cfg.AdminReadsOpen()}
+	st := &state{cfg: cfg, anonymous: cfg.AnonymousAllowed(), readsOpen: cfg.AdminReadsOpen(),
+		hosts: lowerSet(cfg.API.AllowedHosts), origins: lowerSet(cfg.API.AllowedOrigins)}
+	if err := cfg.API.CheckAllowed(); err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
 	seen := make(map[[sha256.Size]byte]bool, len(cfg.API.Keys))
 	for i, k := range cfg.API.Keys {
 		d, ok := k.Digest()
@@ -179,30 +192,47 @@ func (a *Authenticator) AdminReadsOpen() bool { return a.state.Load().readsOpen 
 // cannot match, and r is treated as if it had none (served as its trusted network's principal,
 // or as anonymous when that is allowed; ErrInvalidKey otherwise), because OpenAI clients insist
 // on sending some key even to a local server.
+//
+// Behind Boundary, r is authenticated under the configuration Boundary decided with, so that a
+// reload landing in between cannot let through a request Boundary did not check.
 func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
-	st := a.state.Load()
+	p, _, err := a.snapshot(r).authenticate(r)
+	return p, err
+}
+
+// via is how a request was let in: by its key, or without one.
+type via int
+
+const (
+	viaKey       via = iota // a configured key matched
+	viaNetwork              // no key (or no keys configured); a trusted network holds its address
+	viaAnonymous            // no key (or no keys configured); anonymous access is allowed
+)
+
+// authenticate is Authenticate under st, also saying how the request was let in.
+func (st *state) authenticate(r *http.Request) (Principal, via, error) {
 	k, err := keyOf(r.Header)
 	switch {
 	case err != nil:
-		return Principal{}, err
+		return Principal{}, viaKey, err
 	case k == "" || len(st.keys) == 0:
 		if p, ok := st.fromNetwork(r.RemoteAddr); ok {
-			return p, nil
+			return p, viaNetwork, nil
 		}
 		switch {
 		case st.anonymous:
-			return Principal{Name: edgeconfig.AnonymousPrincipal, Routes: anonymousRoutes, Config: st.cfg}, nil
+			return Principal{Name: edgeconfig.AnonymousPrincipal, Routes: anonymousRoutes, Config: st.cfg}, viaAnonymous, nil
 		case k != "":
-			return Principal{}, ErrInvalidKey
+			return Principal{}, viaKey, ErrInvalidKey
 		}
-		return Principal{}, ErrMissingKey
+		return Principal{}, viaKey, ErrMissingKey
 	case len(k) > maxKeyLen:
-		return Principal{}, ErrInvalidKey
+		return Principal{}, viaKey, ErrInvalidKey
 	}
 	if p, ok := st.lookup(sha256.Sum256([]byte(k))); ok {
-		return p, nil
+		return p, viaKey, nil
 	}
-	return Principal{}, ErrInvalidKey
+	return Principal{}, viaKey, ErrInvalidKey
 }
 
 // fromNetwork returns the principal of the first trusted network holding the host of
@@ -269,6 +299,15 @@ func keyOf(h http.Header) (string, error) {
 		}
 	}
 	return k, nil
+}
+
+// lowerSet is the set of vs in lower case.
+func lowerSet(vs []string) map[string]bool {
+	set := make(map[string]bool, len(vs))
+	for _, v := range vs {
+		set[strings.ToLower(v)] = true
+	}
+	return set
 }
 
 // HashKey returns the hex SHA-256 of key, as api.keys[].sha256 holds it.
