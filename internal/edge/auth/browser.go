@@ -266,6 +266,11 @@ func preflight(w http.ResponseWriter, r *http.Request) {
 	h.Set("Access-Control-Allow-Methods", corsMethods)
 	h.Set("Access-Control-Allow-Headers", allowed)
 	h.Set("Access-Control-Max-Age", corsMaxAge)
+	// Chromium asks before a page of a public site reaches a private or loopback address
+	// (Private Network Access); the origin is listed, so the answer is yes.
+	if r.Header.Get("Access-Control-Request-Private-Network") == "true" {
+		h.Set("Access-Control-Allow-Private-Network", "true")
+	}
 	h.Add("Vary", "Access-Control-Request-Method")
 	h.Add("Vary", "Access-Control-Request-Headers")
 	w.WriteHeader(http.StatusNoContent)

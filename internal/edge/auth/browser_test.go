@@ -341,7 +341,7 @@ func TestBoundaryAnswersCORSForListedOriginsOnly(t *testing.T) {
 	preflight := func(origin string) *httptest.ResponseRecorder {
 		return browserRequest{method: "OPTIONS", path: "/v1/chat/completions", header: map[string]string{
 			"Origin": origin, "Sec-Fetch-Site": "cross-site", "Access-Control-Request-Method": "POST",
-			"Access-Control-Request-Headers": "authorization,content-type,x-stainless-os",
+			"Access-Control-Request-Headers": "authorization,content-type,x-stainless-os", "Access-Control-Request-Private-Network": "true",
 		}}.serve(h)
 	}
 	w := preflight("https://chat.example")
@@ -357,6 +357,9 @@ func TestBoundaryAnswersCORSForListedOriginsOnly(t *testing.T) {
 		if !strings.Contains(allowed, want) {
 			t.Errorf("Allow-Headers %q lacks %s", allowed, want)
 		}
+	}
+	if hd.Get("Access-Control-Allow-Private-Network") != "true" {
+		t.Errorf("Allow-Private-Network %q: a public page of a listed origin may reach a loopback Edge", hd.Get("Access-Control-Allow-Private-Network"))
 	}
 	if m := hd.Get("Access-Control-Allow-Methods"); !strings.Contains(m, "POST") || !strings.Contains(m, "GET") {
 		t.Errorf("Allow-Methods %q", m)
