@@ -11,10 +11,12 @@ import (
 
 	"go.uber.org/fx"
 
+	"github.com/iop-dev/iop/internal/edge/datadir"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/registrar"
+	"github.com/iop-dev/iop/internal/edge/resetkey"
 	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/quicwire"
 	wireenroll "github.com/iop-dev/iop/quicwire/enroll"
@@ -64,6 +66,9 @@ func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *fleet.Registry,
 		if ca.TrustDomain != cfg.Identity.TrustDomain {
 			return nil, fmt.Errorf("enrollment: the CA %s is for trust domain %q, identity.trust_domain is %q", cfg.Identity.CAFile, ca.TrustDomain, cfg.Identity.TrustDomain)
 		}
+	}
+	if err := prepareDataDir(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	store, err := registrar.OpenStore(cfg.DataDir, time.Second, time.Now())
 	if err != nil {
@@ -177,9 +182,19 @@ func (s *selfIssued) get() (*tls.Certificate, error) {
 	return s.cur, nil
 }
 
+// dataDirFiles are the files the Edge keeps in data_dir: like data_dir
+// itself, each must be changeable by the Edge's user (or root) alone.
+var dataDirFiles = []string{registrar.StoreFile, registrar.StoreIDFile, registrar.SocketFile, resetkey.FileName}
+
+// prepareDataDir makes data_dir (0700) if it is missing, and refuses it
+// when anyone but the Edge's user or root can change it or a file the Edge
+// keeps there: whoever can holds the Node enrollment (issue 24).
+func prepareDataDir(dir string) error { return datadir.Prepare(dir, dataDirFiles...) }
+
 // serveAdminSocket serves `edged node` commands on data_dir/admin.sock from
-// start to stop.
-func serveAdminSocket(lc fx.Lifecycle, cfg *edgeconfig.Config, svc *registrar.Service, log *slog.Logger) {
+// start to stop. Callers of another user than the Edge's and root are
+// refused, and counted as refusals of kind admin_socket.
+func serveAdminSocket(lc fx.Lifecycle, cfg *edgeconfig.Config, svc *registrar.Service, refused *frontdoor.Refusals, log *slog.Logger) {
 	if svc == nil {
 		return
 	}
@@ -190,6 +205,9 @@ func serveAdminSocket(lc fx.Lifecycle, cfg *edgeconfig.Config, svc *registrar.Se
 			ln, err := registrar.ListenSocket(cfg.DataDir)
 			if err != nil {
 				return err
+			}
+			ln.Refused = func(uid int) {
+				refused.Refuse("admin_socket", "refused a caller of another user on the admin socket", "uid", uid)
 			}
 			go func() { defer close(done); svc.ServeSocket(ctx, ln, log) }()
 			return nil

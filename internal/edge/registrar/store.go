@@ -96,9 +96,11 @@ type Store struct {
 var ErrStoreLocked = errors.New("the enrollment store is in use by another process (a running edged)")
 
 // OpenStore opens (creating if needed) the store in dir, made mode 0700 if
-// missing; the file is mode 0600. It waits at most lockWait for another
-// process's lock. Tokens and certificates that ended more than
-// keepAfterExpiry before now are pruned.
+// missing; the file is mode 0600. A store that dir had and lost, or that
+// another replaced, is refused (ErrStoreMissing, ErrStoreReplaced; see
+// storeid.go). It waits at most lockWait for another process's lock.
+// Tokens and certificates that ended more than keepAfterExpiry before now
+// are pruned.
 func OpenStore(dir string, lockWait time.Duration, now time.Time) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("enrollment store: no data_dir configured")
@@ -107,6 +109,10 @@ func OpenStore(dir string, lockWait time.Duration, now time.Time) (*Store, error
 		return nil, fmt.Errorf("enrollment store: %w", err)
 	}
 	path := filepath.Join(dir, StoreFile)
+	recorded, err := recordedStoreID(dir) // storeid.go: a store that went missing is no fresh start
+	if err != nil {
+		return nil, err
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("%w: %s", ErrStoreLocked, path)
@@ -115,7 +121,11 @@ func OpenStore(dir string, lockWait time.Duration, now time.Time) (*Store, error
 		return nil, fmt.Errorf("enrollment store %s: %w", path, err)
 	}
 	s := &Store{db: db}
-	err = db.Update(func(tx *bolt.Tx) error {
+	var id string
+	err = db.Update(func(tx *bolt.Tx) (err error) {
+		if id, err = bindStoreID(tx, dir, recorded); err != nil {
+			return err
+		}
 		for _, b := range [][]byte{bucketTokens, bucketCerts, bucketNodes} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
@@ -123,9 +133,17 @@ func OpenStore(dir string, lockWait time.Duration, now time.Time) (*Store, error
 		}
 		return prune(tx, now.Add(-keepAfterExpiry))
 	})
+	if errors.Is(err, ErrStoreReplaced) {
+		db.Close()
+		return nil, err // it names the store
+	}
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("enrollment store %s: %w", path, err)
+	}
+	if err := recordStoreID(dir, id, recorded); err != nil {
+		db.Close()
+		return nil, err
 	}
 	return s, nil
 }
