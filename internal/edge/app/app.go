@@ -196,11 +196,6 @@ func newQUICListener(lc fx.Lifecycle, cfg *edgeconfig.Config, liveness quicwire.
 			return nil, err
 		}
 	}
-	if cfg.DataDir != "" {
-		if err := prepareDataDir(cfg.DataDir); err != nil { // enroll.go
-			return nil, err
-		}
-	}
 	key, source, err := resetkey.Load(cfg.DataDir, identityKey)
 	if err != nil {
 		return nil, err
