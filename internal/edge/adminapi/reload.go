@@ -16,8 +16,9 @@ import (
 // without a valid key, 403 for anyone else. Then 200 with a reload.Result when the reload was
 // applied (its restart_required lists what the file changes that only a restart applies, not
 // applied); 422 with the Result and its error when the file, or a credential it names, was
-// refused, and the running configuration stays; 409 when the Edge has no file to read. Without
-// Options.Reloader it answers 404.
+// refused, and the running configuration stays (this includes a file that would leave no admin
+// key, edgeconfig.ErrLastAdminKey: the caller would lock itself out); 409 when the Edge has no
+// file to read. Without Options.Reloader it answers 404.
 
 func (h *handler) reloadRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /admin/v1/reload", h.reload)

@@ -101,3 +101,36 @@ func TestReloadEndpointIsForAdminsAndAnswersWhatHappened(t *testing.T) {
 func fmtFile(ops, viewer string) string {
 	return fmt.Sprintf(reloadFile, auth.HashKey(ops), auth.HashKey(viewer))
 }
+
+// Issue 24: a reload by the admin that would leave no admin key is refused with 422, saying
+// why and that a restart applies it; the admin's key keeps working, so the admin can fix the
+// file and reload again.
+func TestReloadEndpointRefusesToDropTheLastAdminKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	if err := os.WriteFile(path, []byte(fmtFile(opsKey, viewerKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := edgeconfig.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := auth.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := adminapi.Handler(fleet.New(fleet.Options{}), func() error { return nil },
+		adminapi.Options{Authenticator: authn, ReadsOpen: authn.AdminReadsOpen, Reloader: reload.New(cfg, reload.Options{Path: path, Auth: authn})})
+
+	// ops stays a principal, but is no admin any more.
+	if err := os.WriteFile(path, []byte(strings.Replace(fmtFile(opsKey, viewerKey), "admin: true", "admin: false", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec, body := do(t, h, "POST", "/admin/v1/reload", opsKey)
+	msg, _ := body["error"].(string)
+	if rec.Code != http.StatusUnprocessableEntity || body["applied"] != false || !strings.Contains(msg, "admin: true") || !strings.Contains(msg, "restart") {
+		t.Fatalf("reload dropping the last admin: %d %v; want 422 saying why and what to do", rec.Code, body)
+	}
+	if rec, _ := do(t, h, "POST", "/admin/v1/reload", opsKey); rec.Code != http.StatusUnprocessableEntity {
+		t.Errorf("ops after the refused reload: %d, want still an admin (422 again, not 403)", rec.Code)
+	}
+}

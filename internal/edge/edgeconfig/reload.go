@@ -1,6 +1,7 @@
 package edgeconfig
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -46,6 +47,40 @@ func (c *Config) ForReload(next *Config) (*Config, []string, error) {
 		return nil, restart, err
 	}
 	return &merged, restart, nil
+}
+
+// ErrLastAdminKey is a reload refused because it would take away the last API key of an admin
+// principal while the running configuration has one: after it, nobody could call the admin
+// endpoints that change state, POST /admin/v1/reload among them, to undo it.
+var ErrLastAdminKey = errors.New("the file leaves no API key of an admin principal (admin: true)")
+
+// AdminKeys is how many of c's api.keys authenticate a principal with admin: true. Only a key
+// makes an admin: neither a trusted network nor anonymous access ever does.
+func (c *Config) AdminKeys() int {
+	admin := make(map[string]bool, len(c.Principals))
+	for _, p := range c.Principals {
+		admin[p.Name] = p.Admin
+	}
+	n := 0
+	for _, k := range c.API.Keys {
+		if admin[k.Principal] {
+			n++
+		}
+	}
+	return n
+}
+
+// KeepsAdmin checks that next, applied by a reload over c, leaves an admin key when c has one
+// (ErrLastAdminKey otherwise). A restart applies such a file: whoever restarts the Edge controls
+// it without the admin API; a reload is often asked for through that API, and would lock its
+// caller out. A configuration without an admin key may reload to another without one.
+func (c *Config) KeepsAdmin(next *Config) error {
+	if n := c.AdminKeys(); n > 0 && next.AdminKeys() == 0 {
+		return fmt.Errorf("api.keys: %w, and the running configuration has %d; applied, it would leave nobody able to "+
+			"call the admin endpoints, this reload among them. Keep a key whose principal has admin: true (or give admin: true "+
+			"to the principal of a key you keep), or restart the Edge to run without one", ErrLastAdminKey, n)
+	}
+	return nil
 }
 
 // walkFields calls fn with the yaml path and index of every top-level field of t, and of every

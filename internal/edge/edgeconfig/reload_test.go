@@ -1,6 +1,7 @@
 package edgeconfig
 
 import (
+	"errors"
 	"reflect"
 	"slices"
 	"strings"
@@ -110,5 +111,44 @@ func TestReloadableNamesRealFields(t *testing.T) {
 		if !slices.Contains(all, restart) {
 			t.Errorf("%q is not a field of Config", restart)
 		}
+	}
+}
+
+// Issue 24: a reload may not take away the last admin key while the running configuration has
+// one (nobody could call the admin endpoints, reload included, afterwards); it may replace it,
+// and a configuration that has none may stay without.
+func TestKeepsAdminRefusesTheLossOfTheLastAdminKey(t *testing.T) {
+	running := credentialConfig() // alice is an admin, with one key
+	if n := running.AdminKeys(); n != 1 {
+		t.Fatalf("AdminKeys = %d, want 1", n)
+	}
+	for _, tt := range []struct {
+		name string
+		edit func(c *Config)
+		ok   bool
+	}{
+		{"unchanged", func(*Config) {}, true},
+		{"the admin key rotated", func(c *Config) { c.API.Keys[0].SHA256 = hashOf("alice-2") }, true},
+		{"another principal made the admin", func(c *Config) { c.Principals[0].Admin, c.Principals[1].Admin = false, true }, true},
+		{"the admin key removed", func(c *Config) { c.API.Keys = c.API.Keys[1:] }, false},
+		{"every key removed", func(c *Config) { c.API.Keys = nil }, false},
+		{"admin taken from the principal", func(c *Config) { c.Principals[0].Admin = false }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			next := credentialConfig()
+			tt.edit(next)
+			err := running.KeepsAdmin(next)
+			if (err == nil) != tt.ok {
+				t.Fatalf("KeepsAdmin = %v, want ok %t", err, tt.ok)
+			}
+			if err != nil && (!errors.Is(err, ErrLastAdminKey) || !strings.Contains(err.Error(), "restart")) {
+				t.Errorf("error %q: want ErrLastAdminKey, saying a restart applies it", err)
+			}
+		})
+	}
+	none := credentialConfig()
+	none.Principals[0].Admin = false
+	if err := none.KeepsAdmin(none); err != nil {
+		t.Errorf("a configuration without an admin key reloaded as it is: %v", err)
 	}
 }

@@ -12,6 +12,16 @@
 // behind an atomic pointer, a request reads it once when it is authenticated, and its principal
 // carries it to the dispatcher, which resolves the route and profile in it (auth.Principal.Config).
 // Work in flight keeps the profile it resolved; the next request gets the new snapshot.
+//
+// So a key that a reload removes, or a principal whose routes it narrows, refuses every request
+// from then on, and the requests it authenticated before run to their end, bounded by their
+// profile's deadline, as a route changed under a stream does. This is deliberate: a reload that
+// rotates keys cuts no answer short. To end a leaked key's work at once, restart the Edge.
+//
+// Two reloads are refused although the file is valid: one whose merged configuration is valid
+// only with a value that needs a restart, and one that would leave no admin key while the
+// running configuration has one (edgeconfig.ErrLastAdminKey): the admin endpoints, this reload
+// among them, would have nobody left to call them. A restart applies such a file.
 package reload
 
 import (
@@ -139,6 +149,9 @@ func (r *Reloader) reload() (Result, error) {
 	case err != nil && len(restart) > 0:
 		return res, fmt.Errorf("with the running %s (a restart would take the file's): %w", strings.Join(restart, ", "), err)
 	case err != nil:
+		return res, err
+	}
+	if err := r.running.KeepsAdmin(merged); err != nil {
 		return res, err
 	}
 	// Check everything that can fail before replacing anything: the authenticator's own checks,

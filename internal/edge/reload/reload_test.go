@@ -195,3 +195,66 @@ func TestReloadWithoutAFile(t *testing.T) {
 		t.Errorf("Reload = %v, want ErrNoFile", err)
 	}
 }
+
+// Issue 24: a reload that would leave no admin key while the running configuration has one is
+// refused, whoever asks (SIGHUP too): nothing changes and the admin key keeps working.
+func TestReloadRefusesToDropTheLastAdminKey(t *testing.T) {
+	f := newFixture(t)
+	before := f.r.Running()
+	f.write(t, 8080, key("bob", "sk-bob")) // alice, the admin, has no key any more
+	res, err := f.r.Reload("SIGHUP")
+	if !errors.Is(err, edgeconfig.ErrLastAdminKey) || res.Applied || !strings.Contains(res.Error, "admin") {
+		t.Fatalf("Reload = %+v, %v; want refused with ErrLastAdminKey", res, err)
+	}
+	if f.r.Running() != before || f.authn.Config() != before || f.gw.cfg != nil || len(f.creds.applied) != 0 {
+		t.Error("a refused reload changed something")
+	}
+	if f.who("sk-alice") != "alice" || f.who("sk-bob") == "bob" {
+		t.Errorf("after the refused reload: alice is %q, bob %q", f.who("sk-alice"), f.who("sk-bob"))
+	}
+	if f.counts[reload.ResultRefused] != 1 {
+		t.Errorf("counts %v", f.counts)
+	}
+
+	// Rotating the admin key is a reload like any other.
+	f.write(t, 8080, key("alice", "sk-alice-2"), key("bob", "sk-bob"))
+	if _, err := f.r.Reload("test"); err != nil {
+		t.Fatalf("rotating the admin key: %v", err)
+	}
+	if f.who("sk-alice-2") != "alice" || f.who("sk-alice") == "alice" {
+		t.Error("the rotated admin key was not applied")
+	}
+}
+
+// Issue 24, decided: a key removed by a reload refuses every request from then on, and a request
+// it authenticated before keeps running to its end. The request holds the principal it was
+// authenticated as, and with it the configuration of that moment (auth.Principal.Config), so its
+// route and profile, and the profile's deadline that bounds it, stay what they were.
+func TestAKeyRemovedByReloadKeepsTheRequestsItStarted(t *testing.T) {
+	f := newFixture(t)
+	f.write(t, 8080, key("alice", "sk-alice"), key("bob", "sk-bob"))
+	if _, err := f.r.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("POST", "/v1/chat/completions", nil)
+	r.Header.Set("Authorization", "Bearer sk-bob")
+	running, err := f.authn.Authenticate(r) // a request of bob's, in flight
+	if err != nil {
+		t.Fatal(err)
+	}
+	under := f.r.Running()
+
+	f.write(t, 8080, key("alice", "sk-alice")) // bob's key removed
+	if _, err := f.r.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.who("sk-bob"); got != auth.ErrInvalidKey.Error() {
+		t.Errorf("bob's next request: %s, want %v", got, auth.ErrInvalidKey)
+	}
+	if running.Name != "bob" || running.Config != under || !running.MayUse("llama") {
+		t.Errorf("the request in flight lost what it was authenticated under: %+v", running)
+	}
+	if len(under.API.Keys) != 2 {
+		t.Error("the reload modified the configuration a request in flight holds")
+	}
+}
