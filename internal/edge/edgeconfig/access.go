@@ -220,6 +220,14 @@ func checkRouteNames(path string, names []string, routes map[string]bool) yamlco
 	return es
 }
 
+// CheckAllowed is Validate's check of api.allowed_hosts and api.allowed_origins alone, for a
+// configuration built in code (auth.New refuses what it refuses).
+func (a API) CheckAllowed() error {
+	es := checkAllowedHosts("api.allowed_hosts", a.AllowedHosts)
+	es.Append(checkAllowedOrigins("api.allowed_origins", a.AllowedOrigins)...)
+	return es.Err()
+}
+
 // checkAllowedHosts checks api.allowed_hosts: each entry a DNS name that is not always
 // accepted anyway, written as a Host header carries it, without a port; none twice (names are
 // compared in any case).
