@@ -3650,7 +3650,10 @@ type CertificateResponse struct {
 	// DER certificates, leaf first, then the CA.
 	Chain [][]byte `protobuf:"bytes,1,rep,name=chain,proto3" json:"chain,omitempty"`
 	// Why no certificate was issued; empty when chain is set.
-	Refusal       string `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	Refusal string `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	// With a refusal: how long the Node should wait before it asks again
+	// (renewals are rate-limited per Node). 0: the Node's own retry rule.
+	RetryAfterMs  uint64 `protobuf:"varint,3,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3697,6 +3700,13 @@ func (x *CertificateResponse) GetRefusal() string {
 		return x.Refusal
 	}
 	return ""
+}
+
+func (x *CertificateResponse) GetRetryAfterMs() uint64 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
 }
 
 // JoinRequest is a new Node's only frame on a join connection.
@@ -4147,10 +4157,11 @@ const file_wire_proto_rawDesc = "" +
 	"\x16health_observation_seq\x18\x05 \x01(\x04R\x14healthObservationSeq\x12*\n" +
 	"\x11connected_unix_ms\x18\x06 \x01(\x03R\x0fconnectedUnixMs\"&\n" +
 	"\x12CertificateRequest\x12\x10\n" +
-	"\x03csr\x18\x01 \x01(\fR\x03csr\"E\n" +
+	"\x03csr\x18\x01 \x01(\fR\x03csr\"k\n" +
 	"\x13CertificateResponse\x12\x14\n" +
 	"\x05chain\x18\x01 \x03(\fR\x05chain\x12\x18\n" +
-	"\arefusal\x18\x02 \x01(\tR\arefusal\"u\n" +
+	"\arefusal\x18\x02 \x01(\tR\arefusal\x12$\n" +
+	"\x0eretry_after_ms\x18\x03 \x01(\x04R\fretryAfterMs\"u\n" +
 	"\vJoinRequest\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\tR\atokenId\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\fR\x06secret\x12\x10\n" +

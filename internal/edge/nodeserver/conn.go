@@ -53,6 +53,9 @@ type nodeConn struct {
 	// Register returns; the Link methods never read it.
 	gen *fleet.Conn
 	log *slog.Logger
+	// renewLog spaces the log lines of refused renewals; only the control
+	// loop, which answers them, uses it.
+	renewLog logEvery
 }
 
 // The registry reaches a Node's connection through its Link.
@@ -273,8 +276,35 @@ func (c *nodeConn) renew(csr []byte) *wirepb.CertificateResponse {
 	}
 	chain, err := e.Renew(c.gen.NodeID(), csr)
 	if err != nil {
-		c.log.Warn("certificate renewal refused", "err", err)
-		return &wirepb.CertificateResponse{Refusal: err.Error()}
+		resp := &wirepb.CertificateResponse{Refusal: err.Error()}
+		var later interface{ RetryTime() time.Time }
+		if errors.As(err, &later) {
+			resp.RetryAfterMs = uint64(max(time.Until(later.RetryTime()), 0).Milliseconds())
+		}
+		// A Node that asks again and again is told each time, and logged
+		// at most once a minute per connection.
+		if n, ok := c.renewLog.Allow(time.Now()); ok {
+			c.log.Warn("certificate renewal refused", "err", err, "refused_since_last_log", n)
+		}
+		return resp
 	}
 	return &wirepb.CertificateResponse{Chain: chain}
+}
+
+// logEvery lets one log line through per minute, and counts the ones it
+// held back in between. Not safe for concurrent use.
+type logEvery struct {
+	last    time.Time
+	skipped int
+}
+
+// Allow reports whether a line may be logged at now, and how many were held
+// back since the last one.
+func (l *logEvery) Allow(now time.Time) (skipped int, ok bool) {
+	if !l.last.IsZero() && now.Sub(l.last) < time.Minute {
+		l.skipped++
+		return 0, false
+	}
+	skipped, l.last, l.skipped = l.skipped, now, 0
+	return skipped, true
 }

@@ -28,6 +28,8 @@ const (
 	renewAnswerWait = 30 * time.Second
 	minRenewRetry   = time.Second
 	maxRenewRetry   = 5 * time.Minute
+	// maxRenewWait bounds the wait an Edge may ask for.
+	maxRenewWait = 24 * time.Hour
 )
 
 // renewAt is when a certificate valid from nb to na is renewed.
@@ -36,6 +38,18 @@ func renewAt(nb, na time.Time) time.Time { return nb.Add(na.Sub(nb) * 2 / 3) }
 // renewRetry is how long to wait after a failed renewal.
 func renewRetry(na, now time.Time) time.Duration {
 	return min(max(na.Sub(now)/10, minRenewRetry), maxRenewRetry)
+}
+
+// retryWait is how long to wait after a failed renewal of a certificate
+// that expires at na: the wait the Edge asked for when it deferred the
+// renewal (it rate-limits renewals per Node, and asking before then is
+// refused again), never past the expiry; the Node's own rule otherwise.
+func retryWait(err error, na, now time.Time) (wait time.Duration, deferred bool) {
+	var refused renewErr
+	if errors.As(err, &refused) && refused.retryAfter > 0 {
+		return min(refused.retryAfter, max(na.Sub(now), minRenewRetry)), true
+	}
+	return renewRetry(na, now), false
 }
 
 // renew renews the Node's certificate on conn's control stream whenever it
@@ -65,7 +79,12 @@ func (c *Client) renew(ctx context.Context, conn *connection, log *slog.Logger) 
 			if ctx.Err() != nil {
 				return
 			}
-			wait = renewRetry(na, time.Now())
+			var deferred bool
+			wait, deferred = retryWait(err, na, time.Now())
+			if deferred {
+				log.Info("certificate renewal deferred by the Edge", "err", err, "retry_in", wait, "expires", na.UTC().Format(time.RFC3339))
+				continue
+			}
 			log.Warn("certificate renewal failed; retrying", "err", err, "retry_in", wait, "expires", na.UTC().Format(time.RFC3339))
 			continue
 		}
@@ -77,10 +96,14 @@ func (c *Client) renew(ctx context.Context, conn *connection, log *slog.Logger) 
 // errNoRenewAnswer: the Edge did not answer a certificate request.
 var errNoRenewAnswer = errors.New("no answer to the certificate request")
 
-// renewErr is the Edge's refusal of a renewal.
-type renewErr string
+// renewErr is the Edge's refusal of a renewal, with how long it asks the
+// Node to wait before the next request (0: the Node's own rule).
+type renewErr struct {
+	reason     string
+	retryAfter time.Duration
+}
 
-func (e renewErr) Error() string { return "edge refused: " + string(e) }
+func (e renewErr) Error() string { return "edge refused: " + e.reason }
 
 func (c *Client) renewOnce(ctx context.Context, conn *connection) error {
 	csr, err := c.opts.Certificates.Request()
@@ -101,7 +124,7 @@ func (c *Client) renewOnce(ctx context.Context, conn *connection) error {
 		return &transport.ProtocolError{Stream: "control", Err: errNoRenewAnswer}
 	case resp := <-conn.certAnswers:
 		if r := resp.GetRefusal(); r != "" {
-			return renewErr(r)
+			return renewErr{reason: r, retryAfter: time.Duration(min(resp.GetRetryAfterMs(), uint64(maxRenewWait/time.Millisecond))) * time.Millisecond}
 		}
 		return c.opts.Certificates.Install(resp.GetChain())
 	}
