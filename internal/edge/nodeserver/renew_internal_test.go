@@ -29,7 +29,7 @@ func (r renewLater) Renews() bool { return true }
 func (r renewLater) Renew(string, []byte) ([][]byte, error) {
 	return nil, tooSoon{r.retryAt}
 }
-func (r renewLater) ServeJoin(context.Context, *quic.Conn)  {}
+func (r renewLater) ServeJoin(context.Context, *quic.Conn) {}
 func (r renewLater) Admit(string, *x509.Certificate) error { return nil }
 
 // A renewal refused as too soon tells the Node when to ask again, so that
