@@ -57,7 +57,7 @@ func refusedBusy(qc *quic.Conn) bool {
 	return cc != nil && cc.Remote && cc.Code == quicwire.CloseRefused && strings.Contains(cc.Detail, "too many joins")
 }
 
-// S3, issue 24 gap 6: sixteen silent join connections from one address
+// P3, P5, issue 24 gap 6: sixteen silent join connections from one address
 // take at most two join slots; the rest are refused at once, and a real
 // `noded join` from another address joins at its first try.
 func TestJoinSlotsAreSharedOutPerSourceAddress(t *testing.T) {
@@ -105,7 +105,7 @@ func TestJoinSlotsAreSharedOutPerSourceAddress(t *testing.T) {
 	e.proc.waitOutput(regexp.MustCompile(`join refused: too many at once from one address`))
 }
 
-// S3, issue 24 gap 6: silent join connections from sixteen addresses fill
+// P3, P5, issue 24 gap 6: silent join connections from sixteen addresses fill
 // every join slot, but each is closed once it has not sent its request
 // within the first-request deadline (not held for the whole 15 s
 // exchange), and `noded join` refused meanwhile says the Edge is busy and

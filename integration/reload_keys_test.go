@@ -18,7 +18,7 @@ import (
 	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 )
 
-// Issue 24, the two reload rules, on the real daemons: a key removed by a
+// P5, issue 24: the two reload rules, on the real daemons: a key removed by a
 // reload refuses every new request at once, and the stream it started
 // before runs to its end (decided: a reload that rotates keys cuts no
 // answer short; the profile's deadline bounds what runs on); a reload

@@ -60,7 +60,7 @@ func newHostileOllama(t *testing.T, models ...fakeollama.Model) *hostileOllama {
 	return h
 }
 
-// S1–S6, issue 24 gap 8: through real edged and noded, a hostile model
+// R3, issue 24 gap 8: through real edged and noded, a hostile model
 // server's answers reach a client on the Edge's origin as data, never as
 // the Edge's policy: its HTML page comes as application/octet-stream with
 // nosniff and the Edge's CSP, its bytes unchanged; its cookie, CORS, CSP,

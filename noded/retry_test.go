@@ -54,7 +54,7 @@ func (s *script) try(context.Context) (string, error) {
 
 func noJitter(d time.Duration) time.Duration { return d }
 
-// Issue 24 gap 6: an Edge that is busy twice is tried again after 1 s,
+// P5, issue 24 gap 6: an Edge that is busy twice is tried again after 1 s,
 // then 2 s, saying so each time, and the third attempt joins.
 func TestJoinRetriesABusyEdgeWithBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -102,7 +102,7 @@ func fmtFile(ops, viewer string) string {
 	return fmt.Sprintf(reloadFile, auth.HashKey(ops), auth.HashKey(viewer))
 }
 
-// Issue 24: a reload by the admin that would leave no admin key is refused with 422, saying
+// P5, issue 24: a reload by the admin that would leave no admin key is refused with 422, saying
 // why and that a restart applies it; the admin's key keeps working, so the admin can fix the
 // file and reload again.
 func TestReloadEndpointRefusesToDropTheLastAdminKey(t *testing.T) {

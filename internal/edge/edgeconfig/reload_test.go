@@ -114,7 +114,7 @@ func TestReloadableNamesRealFields(t *testing.T) {
 	}
 }
 
-// Issue 24: a reload may not take away the last admin key while the running configuration has
+// P5, issue 24: a reload may not take away the last admin key while the running configuration has
 // one (nobody could call the admin endpoints, reload included, afterwards); it may replace it,
 // and a configuration that has none may stay without.
 func TestKeepsAdminRefusesTheLossOfTheLastAdminKey(t *testing.T) {

@@ -72,7 +72,7 @@ func hostileHead(contentType ...string) *wirepb.TunnelResponseHead {
 	return h
 }
 
-// S1–S6, issue 24 gap 8: of a hostile head only content passes: the
+// R3, issue 24 gap 8: of a hostile head only content passes: the
 // request id, the rate limit, Retry-After, and the Edge's own Content-Type
 // (octet-stream for HTML), nosniff and CSP.
 func TestFilterHeadPassesContentNotPolicy(t *testing.T) {

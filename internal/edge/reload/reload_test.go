@@ -196,7 +196,7 @@ func TestReloadWithoutAFile(t *testing.T) {
 	}
 }
 
-// Issue 24: a reload that would leave no admin key while the running configuration has one is
+// P5, issue 24: a reload that would leave no admin key while the running configuration has one is
 // refused, whoever asks (SIGHUP too): nothing changes and the admin key keeps working.
 func TestReloadRefusesToDropTheLastAdminKey(t *testing.T) {
 	f := newFixture(t)
@@ -226,7 +226,7 @@ func TestReloadRefusesToDropTheLastAdminKey(t *testing.T) {
 	}
 }
 
-// Issue 24, decided: a key removed by a reload refuses every request from then on, and a request
+// P5, issue 24, decided: a key removed by a reload refuses every request from then on, and a request
 // it authenticated before keeps running to its end. The request holds the principal it was
 // authenticated as, and with it the configuration of that moment (auth.Principal.Config), so its
 // route and profile, and the profile's deadline that bounds it, stay what they were.
