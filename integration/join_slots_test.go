@@ -59,7 +59,8 @@ func refusedBusy(qc *quic.Conn) bool {
 
 // P3, P5, issue 24 gap 6: sixteen silent join connections from one address
 // take at most two join slots; the rest are refused at once, and a real
-// `noded join` from another address joins at its first try.
+// `noded join` from another address joins at its first try. A request
+// begun and never finished is closed at the first-request deadline.
 func TestJoinSlotsAreSharedOutPerSourceAddress(t *testing.T) {
 	fake := fakeollama.New(fakeollama.Model{Name: "tiny:latest", Text: "hello"})
 	t.Cleanup(fake.Close)
@@ -103,6 +104,33 @@ func TestJoinSlotsAreSharedOutPerSourceAddress(t *testing.T) {
 		t.Errorf("noded join took %s", d)
 	}
 	e.proc.waitOutput(regexp.MustCompile(`join refused: too many at once from one address`))
+
+	// A request begun and never finished is as silent: closed once the
+	// first-request deadline has passed, saying so.
+	qc, err := stranger(t, "127.0.0.3", e.quic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := qc.OpenStreamSync(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write([]byte{0x80}); err != nil { // the first byte of a length prefix
+		t.Fatal(err)
+	}
+	dialed := time.Now()
+	select {
+	case <-qc.Context().Done():
+		cc := quicwire.ConnCause(qc)
+		if cc == nil || !cc.Remote || cc.Code != quicwire.CloseRefused || !strings.Contains(cc.Detail, "no join request within") {
+			t.Errorf("a request begun and not finished: closed with %v; want refused, no join request in time", cc)
+		}
+		if d := time.Since(dialed); d > 10*time.Second {
+			t.Errorf("a request begun and not finished held its slot %s", d)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("a request begun and not finished held its slot 20 s")
+	}
 }
 
 // P3, P5, issue 24 gap 6: silent join connections from sixteen addresses fill
