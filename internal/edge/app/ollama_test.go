@@ -46,7 +46,7 @@ func TestHTTPServerMountsOllamaAPI(t *testing.T) {
 	}
 	for _, tt := range tests {
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(tt.method, tt.path, nil))
+		h.ServeHTTP(w, httptest.NewRequest(tt.method, "http://127.0.0.1:8080"+tt.path, nil))
 		if w.Code != tt.status || (tt.body != "" && w.Body.String() != tt.body) {
 			t.Errorf("%s %s: %d %q", tt.method, tt.path, w.Code, w.Body)
 		}

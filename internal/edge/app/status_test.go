@@ -43,7 +43,7 @@ func TestStatusPageIsServedAndItsDataAreGuardedLikeTheAdminReads(t *testing.T) {
 		d := newDispatcher(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), m, nil, log)
 		h := newHTTPServer(cfg, reg, s, m, door, d, newFront(d, a, door, m, runs, log), a, nil, runs, nil, nil, log).srv.Handler
 		do := func(path, key string) *httptest.ResponseRecorder {
-			r := httptest.NewRequest(http.MethodGet, path, nil)
+			r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:8080"+path, nil)
 			if key != "" {
 				r.Header.Set("Authorization", "Bearer "+key)
 			}
