@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/iop-dev/iop/internal/edge/datadir"
@@ -58,7 +59,13 @@ type SocketListener struct {
 	// another user (its uid) that the listener refused.
 	Refused func(uid int)
 
+	// The refusals being answered: at most maxRefusing, each its own
+	// goroutine, which Close cuts short and waits for.
 	refusing chan struct{}
+	mu       sync.Mutex
+	closed   bool
+	answered map[net.Conn]struct{}
+	wg       sync.WaitGroup
 }
 
 // ListenSocket binds the admin socket in dataDir (mode 0600), replacing a
@@ -86,7 +93,7 @@ func ListenSocket(dataDir string) (*SocketListener, error) {
 		ln.Close()
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
-	return &SocketListener{Listener: ln, refusing: make(chan struct{}, maxRefusing)}, nil
+	return &SocketListener{Listener: ln, refusing: make(chan struct{}, maxRefusing), answered: map[net.Conn]struct{}{}}, nil
 }
 
 // Accept returns the next connection of the Edge's user or root. A caller
@@ -110,19 +117,49 @@ func (l *SocketListener) Accept() (net.Conn, error) {
 		}
 		select {
 		case l.refusing <- struct{}{}:
-			go func() { defer func() { <-l.refusing }(); refuse(c, uid) }()
+			_ = c.SetDeadline(time.Now().Add(refuseWithin))
+			l.mu.Lock()
+			if l.closed { // no goroutine may start once Close waits
+				l.mu.Unlock()
+				c.Close()
+				<-l.refusing
+				return nil, net.ErrClosed
+			}
+			l.answered[c] = struct{}{}
+			l.wg.Go(func() {
+				refuse(c, uid)
+				l.mu.Lock()
+				delete(l.answered, c)
+				l.mu.Unlock()
+				<-l.refusing
+			})
+			l.mu.Unlock()
 		default:
 			c.Close()
 		}
 	}
 }
 
-// refuse answers c's request with a 403 that says who may use the socket.
-// It reads the request first: closing a Unix socket with unread data
-// resets it, and the caller would see that instead of the answer.
+// Close stops accepting, cuts the refusals being answered short and waits
+// for them.
+func (l *SocketListener) Close() error {
+	err := l.Listener.Close()
+	l.mu.Lock()
+	l.closed = true
+	for c := range l.answered {
+		_ = c.SetDeadline(time.Now())
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+	return err
+}
+
+// refuse answers c's request with a 403 that says who may use the socket,
+// within c's deadline. It reads the request first: closing a Unix socket
+// with unread data resets it, and the caller would see that instead of the
+// answer.
 func refuse(c net.Conn, uid int) {
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(refuseWithin))
 	req, err := http.ReadRequest(bufio.NewReader(io.LimitReader(c, maxSocketBody)))
 	if err != nil {
 		return
@@ -188,10 +225,13 @@ func dialSocket(ctx context.Context, path string) (net.Conn, error) {
 
 // untrusted is ErrUntrustedSocket for a socket at path that belongs to uid.
 func untrusted(path, how string, uid int) error {
-	me := os.Geteuid()
-	return fmt.Errorf("%w: %s %s uid %d (%s), not you (%s, uid %d) or root, so it is not your Edge's, and nothing was sent to it. "+
+	trusted := "root (you)"
+	if me := os.Geteuid(); me != 0 {
+		trusted = fmt.Sprintf("you (%s, uid %d) or root", datadir.UserName(me), me)
+	}
+	return fmt.Errorf("%w: %s %s uid %d (%s), not %s, so it is not your Edge's, and nothing was sent to it. "+
 		"If your Edge runs as uid %d, run edged node commands as that user; if not, someone who can write to %s replaced the Edge's socket: make the directory the Edge's alone and restart the Edge, which checks it",
-		ErrUntrustedSocket, path, how, uid, datadir.UserName(uid), datadir.UserName(me), me, uid, filepath.Dir(path))
+		ErrUntrustedSocket, path, how, uid, datadir.UserName(uid), trusted, uid, filepath.Dir(path))
 }
 
 // errNoPeer is peerUID's error when the connection is not a Unix socket.

@@ -47,6 +47,15 @@ func init() {
 			fmt.Println("served", r.Method, r.URL.Path)
 			_, _ = w.Write([]byte("[]"))
 		}))
+	case "hang": // a caller of this user's that connects and sends nothing
+		c, err := net.Dial("unix", filepath.Join(dir, SocketFile))
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		fmt.Println("connected")
+		_, _ = c.Read(make([]byte, 1)) // until the Edge hangs up
+		fmt.Println("hung up")
 	case "call": // a client of this user's
 		_, err := NewSocketClient(dir).AddToken("intruder", time.Hour)
 		fmt.Println("result:", err)
@@ -216,6 +225,48 @@ func TestTheEdgeRefusesACallerOfAnotherUser(t *testing.T) {
 	if err != nil || len(list) != 0 {
 		t.Errorf("the Edge's own user lists %+v %v, want nothing (no token for the intruder)", list, err)
 	}
+}
+
+// A caller of another user that sends nothing holds a refusal for at most
+// refuseWithin, and none past the listener's Close.
+func TestClosingTheSocketCutsRefusalsShort(t *testing.T) {
+	dir := otherUserDir(t, 0o711)
+	cmd := asOtherUser(t, "hang", dir)
+	ln, err := ListenSocket(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := make(chan int, 1)
+	ln.Refused = func(uid int) { refused <- uid }
+	accepted := make(chan error, 1)
+	go func() {
+		_, err := ln.Accept()
+		accepted <- err
+	}()
+	mustChmod(t, filepath.Join(dir, SocketFile), 0o666)
+	out := &helperOutput{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	select {
+	case uid := <-refused:
+		if uid != otherUID {
+			t.Fatalf("refused uid %d", uid)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the other user's connection was not refused:\n%s", out)
+	}
+	start := time.Now()
+	ln.Close()
+	if d := time.Since(start); d >= refuseWithin {
+		t.Errorf("Close took %s: it waited out the refusal", d)
+	}
+	if err := <-accepted; !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept after Close: %v", err)
+	}
+	waitSocket(t, "the refused caller to be hung up on", func() bool { return strings.Contains(out.String(), "hung up") })
 }
 
 // What is not a socket (a link to one elsewhere, a file) is not the Edge's.
