@@ -61,7 +61,7 @@ func (r *refusal) Error() string { return r.code.String() + ": " + r.detail }
 func (s *Service) ServeJoin(ctx context.Context, qc *quic.Conn) {
 	remote := qc.RemoteAddr().String()
 	src := joinSource(qc.RemoteAddr())
-	if !sources.take(s, src) {
+	if !s.sources.take(src) {
 		s.refuse("join refused: too many at once from one address", "remote", remote, "source", src.String(), "limit", maxJoinsPerSource)
 		quicwire.CloseRefused.Close(qc, "too many joins at once from this address; try again")
 		return
@@ -69,14 +69,14 @@ func (s *Service) ServeJoin(ctx context.Context, qc *quic.Conn) {
 	select {
 	case s.joins <- struct{}{}:
 	default:
-		sources.release(s, src)
+		s.sources.release(src)
 		s.refuse("join refused: too many at once", "remote", remote, "limit", maxJoins)
 		quicwire.CloseRefused.Close(qc, "too many joins at once; try again")
 		return
 	}
 	release := sync.OnceFunc(func() {
 		<-s.joins
-		sources.release(s, src)
+		s.sources.release(src)
 	})
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, wireenroll.JoinTimeout)
@@ -164,46 +164,38 @@ func joinSource(a net.Addr) netip.Prefix {
 	return p
 }
 
-// sources counts the join exchanges in progress per source, for every
-// Service (keyed by it, so that Services in one process, as in tests, keep
-// apart). It sits here, beside the rest of the join slots' logic; an entry
+// joinSources counts the join exchanges in progress per source. An entry
 // is deleted when its count falls to zero, so it holds only the sources
 // joining now.
-var sources = joinSources{n: map[sourceKey]int{}}
-
-type sourceKey struct {
-	s   *Service
-	src netip.Prefix
-}
-
 type joinSources struct {
 	mu sync.Mutex
-	n  map[sourceKey]int
+	n  map[netip.Prefix]int
 }
 
 // take counts one more exchange from src, unless src has
 // maxJoinsPerSource already.
-func (j *joinSources) take(s *Service, src netip.Prefix) bool {
+func (j *joinSources) take(src netip.Prefix) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	k := sourceKey{s, src}
-	if j.n[k] >= maxJoinsPerSource {
+	if j.n == nil {
+		j.n = make(map[netip.Prefix]int)
+	}
+	if j.n[src] >= maxJoinsPerSource {
 		return false
 	}
-	j.n[k]++
+	j.n[src]++
 	return true
 }
 
 // release counts one exchange from src less.
-func (j *joinSources) release(s *Service, src netip.Prefix) {
+func (j *joinSources) release(src netip.Prefix) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	k := sourceKey{s, src}
-	if j.n[k] <= 1 {
-		delete(j.n, k)
+	if j.n[src] <= 1 {
+		delete(j.n, src)
 		return
 	}
-	j.n[k]--
+	j.n[src]--
 }
 
 // join decides one join request. A refusal issues nothing and leaves the

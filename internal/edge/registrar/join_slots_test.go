@@ -37,30 +37,28 @@ func TestJoinSlotsPerSource(t *testing.T) {
 	src := netip.MustParsePrefix("192.0.2.7/32")
 	other := netip.MustParsePrefix("192.0.2.8/32")
 	for i := range maxJoinsPerSource {
-		if !sources.take(a, src) {
+		if !a.sources.take(src) {
 			t.Fatalf("slot %d of %d refused", i+1, maxJoinsPerSource)
 		}
 	}
-	if sources.take(a, src) {
+	if a.sources.take(src) {
 		t.Fatal("one slot more than maxJoinsPerSource from one source")
 	}
-	if !sources.take(a, other) || !sources.take(b, src) {
+	if !a.sources.take(other) || !b.sources.take(src) {
 		t.Fatal("another source, or another Service, was refused")
 	}
-	sources.release(a, src)
-	if !sources.take(a, src) {
+	a.sources.release(src)
+	if !a.sources.take(src) {
 		t.Fatal("a slot given back could not be taken again")
 	}
 	for range maxJoinsPerSource {
-		sources.release(a, src)
+		a.sources.release(src)
 	}
-	sources.release(a, other)
-	sources.release(b, src)
-	sources.mu.Lock()
-	defer sources.mu.Unlock()
-	for k, n := range sources.n {
-		if k.s == a || k.s == b {
-			t.Errorf("source %s still counted %d after every slot was given back", k.src, n)
+	a.sources.release(other)
+	b.sources.release(src)
+	for _, s := range []*Service{a, b} {
+		for k, n := range s.sources.n {
+			t.Errorf("source %s still counted %d after every slot was given back", k, n)
 		}
 	}
 }

@@ -157,6 +157,9 @@ type Service struct {
 	store *Store
 	log   *slog.Logger
 	joins chan struct{} // semaphore of join exchanges in progress (join.go)
+	// sources counts the join exchanges in progress per source address
+	// (join.go).
+	sources joinSources
 }
 
 // New returns a service over store.
