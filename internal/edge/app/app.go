@@ -162,9 +162,12 @@ func newRefusals(log *slog.Logger, m *edgemetrics.Metrics) *frontdoor.Refusals {
 // newDoor is the client listener's front door: the limits section (P3).
 func newDoor(cfg *edgeconfig.Config, refused *frontdoor.Refusals) *frontdoor.Door {
 	return frontdoor.New(frontdoor.Limits{
-		MaxConns:   cfg.Limits.MaxConnections,
-		BodyMemory: int64(cfg.Limits.BodyMemoryMiB) << 20,
-		MaxRequest: cfg.Limits.MaxRequest(),
+		MaxConns:            cfg.Limits.MaxConnections,
+		MaxConnsPerSource:   cfg.Limits.ConnectionsPerSource(),
+		BodyMemory:          int64(cfg.Limits.BodyMemoryMiB) << 20,
+		PrincipalBodyMemory: cfg.Limits.PrincipalBodyMemory(),
+		MaxRequest:          cfg.Limits.MaxRequest(),
+		MinBodyRate:         cfg.Limits.MinBodyRate(),
 	}, refused)
 }
 

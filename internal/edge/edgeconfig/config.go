@@ -65,39 +65,66 @@ type Listen struct {
 }
 
 // Limits is the `limits` section: what the clients of listen.http may make the Edge hold, all
-// of them together (SPEC P3). Past max_connections a new connection is closed as it is accepted;
-// a request body that finds body_memory_mib taken waits briefly, then is refused with 503 and
-// Retry-After. One request's body, and the run it becomes, may be at most max_request_mib.
+// of them together and each source and key (SPEC P3). Past max_connections (or
+// max_connections_per_source for one source) a new connection takes the place of the connection
+// idle longest, if one has been idle a few seconds, and is otherwise closed as it is accepted.
+// Request bodies are charged to body_memory_mib as their bytes arrive; a body that finds it (or
+// its key's share of it) taken waits briefly, then is refused with 503 and Retry-After; a body
+// slower than min_body_rate_kib is ended with 408. One request's body, and the run it becomes,
+// may be at most max_request_mib.
 type Limits struct {
 	// MaxConnections is how many client connections may be open at once; default 4096, from 1
 	// to 1000000. Mind the process's file descriptor limit.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerSource is how many of them one source may hold: one IPv4 address, or one
+	// IPv6 /64 (what one host is given). Loopback clients are not counted: a reverse proxy on
+	// the Edge's host brings every client from 127.0.0.1 (put such a proxy's own limits in
+	// front). 0 (the default): max_connections/8 (512 of 4096), at least 1; else from 1 to
+	// max_connections. Behind a proxy on another host, set it to max_connections.
+	MaxConnectionsPerSource int `yaml:"max_connections_per_source"`
 	// BodyMemoryMiB is how many MiB of request bodies the Edge holds at once; default 64, from
 	// 1 to 65536.
 	BodyMemoryMiB int `yaml:"body_memory_mib"`
+	// BodyMemoryPerPrincipalPercent is how much of body_memory_mib the requests of one principal
+	// (one key's, or all anonymous or one trusted network's callers together) may hold at once,
+	// in percent, so that one key cannot take the memory every other key needs; never less
+	// than max_request_mib. 0 (the default): 50; else from 1 to 100 (100: no share).
+	BodyMemoryPerPrincipalPercent int `yaml:"body_memory_per_principal_percent"`
 	// MaxRequestMiB is the largest request body a client may send, and the largest run it may
 	// become on its way to a Node (a coding session's context with its images); past it, 413.
 	// 0 (the default): 32, or body_memory_mib if less; else from 1 to body_memory_mib. A Node takes at most its own limits.max_request_mib
 	// (default 64): a request larger than every candidate Node takes is 413 as well.
 	MaxRequestMiB int `yaml:"max_request_mib"`
+	// MinBodyRateKiB is the slowest a request body may arrive, in KiB per second on average
+	// from its start, after a grace of 5 s; a slower one is ended with 408, so a trickle cannot
+	// hold memory for the whole minute a body may take. Default 64 (a slow mobile uplink); 0
+	// turns it off; at most 1048576.
+	MinBodyRateKiB int `yaml:"min_body_rate_kib"`
 }
 
 // Defaults and bounds of the limits section.
 const (
-	DefaultMaxConnections = 4096
-	MaxMaxConnections     = 1_000_000
-	DefaultBodyMemoryMiB  = 64
-	MaxBodyMemoryMiB      = 65536
-	DefaultMaxRequestMiB  = 32
+	DefaultMaxConnections                = 4096
+	MaxMaxConnections                    = 1_000_000
+	DefaultBodyMemoryMiB                 = 64
+	MaxBodyMemoryMiB                     = 65536
+	DefaultMaxRequestMiB                 = 32
+	DefaultBodyMemoryPerPrincipalPercent = 50
+	DefaultMinBodyRateKiB                = 64
+	MaxMinBodyRateKiB                    = 1 << 20
 )
 
-// SetDefaults fills unset limits.
+// SetDefaults fills unset limits. yamlconf.Decode calls it before reading the file, so
+// `min_body_rate_kib: 0` stays 0 (no minimum).
 func (l *Limits) SetDefaults() {
 	if l.MaxConnections == 0 {
 		l.MaxConnections = DefaultMaxConnections
 	}
 	if l.BodyMemoryMiB == 0 {
 		l.BodyMemoryMiB = DefaultBodyMemoryMiB
+	}
+	if l.MinBodyRateKiB == 0 {
+		l.MinBodyRateKiB = DefaultMinBodyRateKiB
 	}
 }
 
@@ -110,16 +137,54 @@ func (l Limits) MaxRequest() int64 {
 	return int64(l.MaxRequestMiB) << 20
 }
 
+// ConnectionsPerSource is max_connections_per_source, or its default.
+func (l Limits) ConnectionsPerSource() int {
+	if l.MaxConnectionsPerSource == 0 {
+		return max(l.MaxConnections/8, 1)
+	}
+	return l.MaxConnectionsPerSource
+}
+
+// PrincipalBodyMemory is how many bytes of bodies one principal's requests may hold:
+// body_memory_per_principal_percent (or its default) of body_memory_mib, and at least
+// MaxRequest.
+func (l Limits) PrincipalBodyMemory() int64 {
+	pct := l.BodyMemoryPerPrincipalPercent
+	if pct == 0 {
+		pct = DefaultBodyMemoryPerPrincipalPercent
+	}
+	return max(int64(l.BodyMemoryMiB)<<20*int64(pct)/100, l.MaxRequest())
+}
+
+// MinBodyRate is min_body_rate_kib in bytes per second, or -1 when it is 0 (no minimum).
+func (l Limits) MinBodyRate() int64 {
+	if l.MinBodyRateKiB == 0 {
+		return -1
+	}
+	return int64(l.MinBodyRateKiB) << 10
+}
+
 func (l Limits) validate() yamlconf.Errors {
 	var es yamlconf.Errors
 	if l.MaxConnections < 1 || l.MaxConnections > MaxMaxConnections {
 		es.Add("limits.max_connections", "must be from 1 to %d, got %d", MaxMaxConnections, l.MaxConnections)
 	}
+	if n := l.MaxConnectionsPerSource; n < 0 || n > max(l.MaxConnections, 1) {
+		es.Add("limits.max_connections_per_source", "must be from 1 to limits.max_connections (%d), or 0 for max_connections/8; got %d",
+			l.MaxConnections, n)
+	}
 	if l.BodyMemoryMiB < 1 || l.BodyMemoryMiB > MaxBodyMemoryMiB {
 		es.Add("limits.body_memory_mib", "must be from 1 to %d, got %d", MaxBodyMemoryMiB, l.BodyMemoryMiB)
 	}
+	if p := l.BodyMemoryPerPrincipalPercent; p < 0 || p > 100 {
+		es.Add("limits.body_memory_per_principal_percent", "must be from 1 to 100 (percent of limits.body_memory_mib), or 0 for %d; got %d",
+			DefaultBodyMemoryPerPrincipalPercent, p)
+	}
 	if l.MaxRequestMiB < 0 || l.MaxRequestMiB > l.BodyMemoryMiB {
 		es.Add("limits.max_request_mib", "must be from 1 to limits.body_memory_mib (%d), got %d", l.BodyMemoryMiB, l.MaxRequestMiB)
+	}
+	if r := l.MinBodyRateKiB; r < 0 || r > MaxMinBodyRateKiB {
+		es.Add("limits.min_body_rate_kib", "must be from 0 (no minimum) to %d, got %d", MaxMinBodyRateKiB, r)
 	}
 	return es
 }

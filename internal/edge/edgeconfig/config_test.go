@@ -43,7 +43,7 @@ func TestParseFillsDefaults(t *testing.T) {
 		EdgeID:     hostnameID(),
 		Listen:     Listen{QUIC: "localhost:7443", HTTP: DefaultHTTPAddr},
 		Identity:   Identity{Mode: "loopback", TrustDomain: "iop.local"},
-		Limits:     Limits{MaxConnections: DefaultMaxConnections, BodyMemoryMiB: DefaultBodyMemoryMiB},
+		Limits:     Limits{MaxConnections: DefaultMaxConnections, BodyMemoryMiB: DefaultBodyMemoryMiB, MinBodyRateKiB: DefaultMinBodyRateKiB},
 		Log:        Log{Level: "info", Format: "text"},
 		Enrollment: Enrollment{NodeCertLifetime: yamlconf.Duration(DefaultNodeCertLifetime)},
 	}
@@ -394,5 +394,62 @@ func TestMaxRequestIsWithinTheBodyMemory(t *testing.T) {
 	_, err = Parse([]byte(base + "limits: {body_memory_mib: 16, max_request_mib: 17}\n"))
 	if err == nil || !strings.Contains(err.Error(), "limits.max_request_mib") || !strings.Contains(err.Error(), "must be from 1 to limits.body_memory_mib (16), got 17") {
 		t.Errorf("max_request_mib past body_memory_mib: %v", err)
+	}
+}
+
+// Issue 24: the shares of the limits section. Left out, one source holds an eighth of the
+// connections, one principal half the body memory (never less than one largest request), and
+// a body must keep up 64 KiB/s; min_body_rate_kib 0 turns the minimum off; out-of-range values
+// name their field and the range.
+func TestLimitsSharesHaveDefaultsAndBounds(t *testing.T) {
+	base := "listen: {http: \"127.0.0.1:8080\", quic: \"127.0.0.1:7443\"}\nidentity: {mode: loopback}\n"
+	c, err := Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Limits.ConnectionsPerSource(); got != DefaultMaxConnections/8 {
+		t.Errorf("default connections per source %d, want %d", got, DefaultMaxConnections/8)
+	}
+	if got := c.Limits.PrincipalBodyMemory(); got != DefaultBodyMemoryMiB<<20/2 {
+		t.Errorf("default principal body memory %d, want half of %d MiB", got, DefaultBodyMemoryMiB)
+	}
+	if got := c.Limits.MinBodyRate(); got != DefaultMinBodyRateKiB<<10 {
+		t.Errorf("default min body rate %d B/s, want %d KiB/s", got, DefaultMinBodyRateKiB)
+	}
+
+	c, err = Parse([]byte(base + "limits: {max_connections: 4, body_memory_mib: 16, max_request_mib: 12, body_memory_per_principal_percent: 25, min_body_rate_kib: 0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Limits.ConnectionsPerSource(); got != 1 {
+		t.Errorf("max_connections 4: %d per source, want at least 1", got)
+	}
+	if got := c.Limits.PrincipalBodyMemory(); got != 12<<20 {
+		t.Errorf("25%% of 16 MiB with max_request_mib 12: principal body memory %d, want one largest request (12 MiB)", got)
+	}
+	if got := c.Limits.MinBodyRate(); got >= 0 {
+		t.Errorf("min_body_rate_kib 0: rate %d, want none (negative)", got)
+	}
+	c, err = Parse([]byte(base + "limits: {max_connections: 100, max_connections_per_source: 100, body_memory_per_principal_percent: 100, min_body_rate_kib: 8}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Limits.ConnectionsPerSource() != 100 || c.Limits.PrincipalBodyMemory() != DefaultBodyMemoryMiB<<20 || c.Limits.MinBodyRate() != 8<<10 {
+		t.Errorf("set limits: %d per source, %d principal body memory, %d B/s", c.Limits.ConnectionsPerSource(),
+			c.Limits.PrincipalBodyMemory(), c.Limits.MinBodyRate())
+	}
+
+	for _, tt := range []struct{ limits, path, msg string }{
+		{"{max_connections: 10, max_connections_per_source: 11}", "limits.max_connections_per_source", "must be from 1 to limits.max_connections (10), or 0 for max_connections/8; got 11"},
+		{"{max_connections_per_source: -1}", "limits.max_connections_per_source", "got -1"},
+		{"{body_memory_per_principal_percent: 101}", "limits.body_memory_per_principal_percent", "must be from 1 to 100 (percent of limits.body_memory_mib), or 0 for 50; got 101"},
+		{"{body_memory_per_principal_percent: -5}", "limits.body_memory_per_principal_percent", "got -5"},
+		{"{min_body_rate_kib: -1}", "limits.min_body_rate_kib", "must be from 0 (no minimum) to 1048576, got -1"},
+		{"{min_body_rate_kib: 2000000}", "limits.min_body_rate_kib", "got 2000000"},
+	} {
+		_, err := Parse([]byte(base + "limits: " + tt.limits + "\n"))
+		if err == nil || !strings.Contains(err.Error(), tt.path) || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("limits %s: %v; want %s: %s", tt.limits, err, tt.path, tt.msg)
+		}
 	}
 }

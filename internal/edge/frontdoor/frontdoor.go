@@ -2,17 +2,25 @@
 // make the Edge hold (P3): connections, time, request bodies in memory, and
 // a handler blocked writing to a client that stopped reading.
 //
-//   - Connections: at most Limits.MaxConns open at once; one more is closed
-//     as it is accepted, counted, and logged at most once per interval.
+//   - Connections (conns.go): at most Limits.MaxConns open at once, and
+//     MaxConnsPerSource from one source address (loopback exempt). At a
+//     cap, a new connection takes the place of the one quiet longest
+//     (idle between requests, or new with no request yet) if that one has
+//     been quiet for QuietGrace; otherwise it is closed as it is accepted,
+//     counted, and logged at most once per interval.
 //   - Time: a request's header must arrive within ReadHeaderTimeout and its
-//     body within BodyTimeout; a keep-alive connection idle for IdleTimeout
-//     is closed. (There is no whole-request read timeout: net/http would
-//     cancel a streaming response's context when it fires.)
-//   - Bodies: ReadBody reads a body up to the endpoint's own cap, and only
-//     while the bytes of all bodies being held fit in Limits.BodyMemory; a
-//     body that cannot get its share within BodyWait is refused (ErrBusy),
-//     the client told to retry. The memory a request's decoding may build
-//     is the endpoint's to bound (openaiapi counts messages and parts).
+//     body within BodyTimeout, at MinBodyRate or faster after
+//     BodyRateGrace; a keep-alive connection idle for IdleTimeout is
+//     closed. (There is no whole-request read timeout: net/http would
+//     cancel a streaming response's context when it fires.) A body the
+//     handler leaves unread does not hold its connection (drained).
+//   - Bodies (body.go): ReadBody reads a body up to the endpoint's own cap,
+//     charging its memory as the bytes arrive, within BodyMemory for all
+//     bodies, PrincipalBodyMemory for one principal's and MaxRequest for
+//     one connection's; a body that cannot get its share within BodyWait
+//     is refused (ErrBusy), the client told to retry. The memory a
+//     request's decoding may build is the endpoint's to bound (openaiapi
+//     counts messages and parts).
 //   - Writes: Deadline gives each write to the client a deadline, so a
 //     client that stops reading is ended at its idle timeout and the
 //     provider slot it held is freed.
@@ -22,19 +30,12 @@
 package frontdoor
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/semaphore"
 )
 
 // Defaults of Limits.
@@ -47,6 +48,16 @@ const (
 	DefaultIdleTimeout       = 90 * time.Second
 	DefaultBodyWait          = 2 * time.Second
 	DefaultMaxHeaderBytes    = 64 << 10
+	// DefaultQuietGrace is how long a connection must have been quiet
+	// before it may give its slot to a new one at a cap: about the time
+	// most clients keep an idle connection themselves (httpx 5 s, undici
+	// 4 s).
+	DefaultQuietGrace = 5 * time.Second
+	// DefaultMinBodyRate is the slowest a body may arrive, on average,
+	// after DefaultBodyRateGrace: 64 KiB/s (512 kbit/s) is a slow mobile
+	// uplink; a 32 MiB body at it takes over eight minutes.
+	DefaultMinBodyRate   = 64 << 10
+	DefaultBodyRateGrace = 5 * time.Second
 	// MaxStreams is how many requests one HTTP/2 connection (api.tls) may
 	// carry at once, nginx's default: MaxConns times it bounds the
 	// requests in flight, as MaxConns alone does for HTTP/1.1.
@@ -58,16 +69,36 @@ const (
 type Limits struct {
 	// MaxConns is how many client connections may be open at once.
 	MaxConns int
+	// MaxConnsPerSource is how many of them one source (an IPv4 address,
+	// an IPv6 /64) may hold; loopback is not counted. Default MaxConns/8
+	// (at least 1); at most MaxConns.
+	MaxConnsPerSource int
+	// QuietGrace is how long a connection must have been quiet (idle, or
+	// new with no request) before a new connection may take its place at
+	// a cap.
+	QuietGrace time.Duration
 	// BodyMemory is how many bytes of request bodies the Edge holds at
 	// once, all requests together.
 	BodyMemory int64
+	// PrincipalBodyMemory is how many of them the requests of one
+	// principal may hold. Default half of BodyMemory; at least
+	// MaxRequest (one largest body), at most BodyMemory.
+	PrincipalBodyMemory int64
 	// MaxRequest bounds one request's body, and the work it becomes (an
-	// endpoint may bound its bodies lower); at most BodyMemory.
+	// endpoint may bound its bodies lower); at most BodyMemory. It is
+	// also what the bodies of one connection may hold at once.
 	MaxRequest int64
 	// ReadHeaderTimeout bounds the wait for a request's header.
 	ReadHeaderTimeout time.Duration
 	// BodyTimeout bounds the reading of one request body.
 	BodyTimeout time.Duration
+	// MinBodyRate is the slowest a body may arrive, in bytes per second
+	// on average from its start, once BodyRateGrace has passed; negative:
+	// no minimum.
+	MinBodyRate int64
+	// BodyRateGrace is how long a body may take before MinBodyRate
+	// applies (a client's first bytes, a slow start).
+	BodyRateGrace time.Duration
 	// IdleTimeout closes a keep-alive connection that carries no request.
 	IdleTimeout time.Duration
 	// BodyWait is how long a body waits for its share of BodyMemory
@@ -86,6 +117,10 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxConns <= 0 {
 		l.MaxConns = DefaultMaxConns
 	}
+	if l.MaxConnsPerSource <= 0 {
+		l.MaxConnsPerSource = max(l.MaxConns/8, 1)
+	}
+	l.MaxConnsPerSource = min(l.MaxConnsPerSource, l.MaxConns)
 	if l.BodyMemory <= 0 {
 		l.BodyMemory = DefaultBodyMemory
 	}
@@ -93,248 +128,73 @@ func (l Limits) withDefaults() Limits {
 		l.MaxRequest = DefaultMaxRequest
 	}
 	l.MaxRequest = min(l.MaxRequest, l.BodyMemory)
+	if l.PrincipalBodyMemory <= 0 {
+		l.PrincipalBodyMemory = l.BodyMemory / 2
+	}
+	l.PrincipalBodyMemory = min(max(l.PrincipalBodyMemory, l.MaxRequest), l.BodyMemory)
+	if l.MinBodyRate == 0 {
+		l.MinBodyRate = DefaultMinBodyRate
+	}
 	if l.MaxHeaderBytes <= 0 {
 		l.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
+	def(&l.QuietGrace, DefaultQuietGrace)
 	def(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	def(&l.BodyTimeout, DefaultBodyTimeout)
+	def(&l.BodyRateGrace, DefaultBodyRateGrace)
 	def(&l.IdleTimeout, DefaultIdleTimeout)
 	def(&l.BodyWait, DefaultBodyWait)
 	return l
 }
 
-// Door is one listener's front door: its limits and the bodies it holds.
-// Its methods are safe for concurrent use.
+// Door is one listener's front door: its limits, its connections and the
+// bodies it holds. Its methods are safe for concurrent use.
 type Door struct {
 	limits  Limits
-	bodies  *semaphore.Weighted
 	refused *Refusals
-	conns   atomic.Int64
+
+	// The connection table (conns.go).
+	connsMu sync.Mutex
+	open    int
+	quiet   quietList // the quiet connections, quiet longest first
+	sources map[netip.Prefix]*source
+
+	bodies budget // body.go
 }
 
 // New returns a door with limits; refused records what it turns away (it
 // may be nil).
 func New(limits Limits, refused *Refusals) *Door {
 	l := limits.withDefaults()
-	return &Door{limits: l, bodies: semaphore.NewWeighted(l.BodyMemory), refused: refused}
+	return &Door{
+		limits:  l,
+		refused: refused,
+		quiet:   quietList{which: allList},
+		sources: map[netip.Prefix]*source{},
+		bodies: budget{total: l.BodyMemory, perPrincipal: l.PrincipalBodyMemory, perConn: l.MaxRequest,
+			byPrincipal: map[string]int64{}},
+	}
 }
 
 // Limits are the door's limits, defaults filled in.
 func (d *Door) Limits() Limits { return d.limits }
 
-// Conns is how many client connections are open now.
-func (d *Door) Conns() int { return int(d.conns.Load()) }
-
-// Server returns an HTTP server for h with the door's timeouts. Serve it
-// on Listen's listener.
+// Server returns an HTTP server for h with the door's timeouts, its
+// connection table kept up to date and unread bodies drained within
+// bounds. Serve it on Listen's listener.
 func (d *Door) Server(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           d.drained(h),
 		ReadHeaderTimeout: d.limits.ReadHeaderTimeout,
 		IdleTimeout:       d.limits.IdleTimeout,
 		MaxHeaderBytes:    d.limits.MaxHeaderBytes,
 		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: MaxStreams},
+		ConnState:         d.connState,
+		ConnContext:       d.connContext,
 		// net/http logs TLS and protocol errors of single connections
 		// (bad requests from scanners); they are not the Edge's errors.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-}
-
-// Listen listens on addr and caps the connections it accepts at MaxConns.
-func (d *Door) Listen(addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	return &capListener{Listener: ln, d: d}, nil
-}
-
-// capListener closes each connection accepted beyond the cap at once:
-// waiting in Accept instead would leave every new client, the health
-// checker's too, hanging in the kernel's backlog behind the flood.
-type capListener struct {
-	net.Listener
-	d *Door
-}
-
-func (l *capListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if n := l.d.conns.Add(1); n > int64(l.d.limits.MaxConns) {
-			l.d.conns.Add(-1)
-			// Counted before the close, so that whoever sees the close
-			// also sees the count.
-			l.d.refused.Refuse("http_connections", "client connection refused: the connection limit is reached",
-				"limit", l.d.limits.MaxConns, "remote", c.RemoteAddr().String())
-			c.Close()
-			continue
-		}
-		return &countedConn{Conn: c, d: l.d}, nil
-	}
-}
-
-type countedConn struct {
-	net.Conn
-	d    *Door
-	once sync.Once
-}
-
-func (c *countedConn) Close() error {
-	c.once.Do(func() { c.d.conns.Add(-1) })
-	return c.Conn.Close()
-}
-
-// Errors of ReadBody.
-var (
-	// ErrTooLarge: the body is larger than the endpoint's cap (413).
-	ErrTooLarge = errors.New("request body too large")
-	// ErrBusy: the bodies being held leave no room for this one now (503,
-	// retry shortly).
-	ErrBusy = errors.New("too many request bodies in flight")
-	// ErrSlowBody: the body did not arrive within the body timeout (408).
-	ErrSlowBody = errors.New("request body not received in time")
-)
-
-// BodyError is a body ReadBody refused, with the status and the message a
-// client API answers it with.
-type BodyError struct {
-	Err error // ErrTooLarge, ErrBusy, ErrSlowBody, or the read error
-	// Status is the HTTP status to answer: 413, 503, 408 or 400.
-	Status int
-	// Limit is the cap a too-large body broke.
-	Limit int64
-	// RetryAfter is set for ErrBusy.
-	RetryAfter time.Duration
-}
-
-func (e *BodyError) Error() string {
-	switch {
-	case errors.Is(e.Err, ErrTooLarge):
-		return fmt.Sprintf("the request body is larger than %d bytes", e.Limit)
-	case errors.Is(e.Err, ErrBusy):
-		return "the Edge is holding as many request bodies as it may; retry shortly"
-	case errors.Is(e.Err, ErrSlowBody):
-		return "the request body did not arrive in time"
-	}
-	return "the request body could not be read: " + e.Err.Error()
-}
-
-func (e *BodyError) Unwrap() error { return e.Err }
-
-// Body is a request body read whole. Release gives its bytes back to the
-// door's budget once the caller no longer holds them (or anything built
-// from them); it is safe to call more than once.
-type Body struct {
-	Bytes   []byte
-	d       *Door
-	n       int64
-	release sync.Once
-}
-
-// Release returns the body's share of the budget.
-func (b *Body) Release() {
-	b.release.Do(func() {
-		if b.n > 0 {
-			b.d.bodies.Release(b.n)
-		}
-	})
-}
-
-// chunk is the first buffer of a body of unknown length.
-const chunk = 64 << 10
-
-// ReadBody reads r's body, at most limit bytes (0, or more than the
-// door's MaxRequest: MaxRequest), within the body timeout, and only with
-// its share of the door's body memory: taken whole up front when the
-// request says its length, chunk by chunk as it arrives when not. Nothing
-// beyond limit is read. Its error is a *BodyError.
-func (d *Door) ReadBody(w http.ResponseWriter, r *http.Request, limit int64) (*Body, error) {
-	if limit <= 0 || limit > d.limits.MaxRequest {
-		limit = d.limits.MaxRequest
-	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(d.limits.BodyTimeout))
-	defer rc.SetReadDeadline(time.Time{})
-
-	b := &Body{d: d}
-	if r.ContentLength > limit {
-		return nil, &BodyError{Err: ErrTooLarge, Status: http.StatusRequestEntityTooLarge, Limit: limit}
-	}
-	if r.ContentLength > 0 {
-		if err := d.take(r.Context(), b, r.ContentLength); err != nil {
-			return nil, err
-		}
-		buf := make([]byte, r.ContentLength)
-		n, err := io.ReadFull(r.Body, buf)
-		if err != nil {
-			b.Release()
-			return nil, d.readError(err, limit)
-		}
-		b.Bytes = buf[:n]
-		return b, nil
-	}
-	// Unknown length (chunked): the buffer doubles as the body arrives,
-	// each growth paid for before it is made.
-	var buf []byte
-	body := http.MaxBytesReader(w, r.Body, limit)
-	for {
-		if len(buf) == cap(buf) {
-			grown := min(max(2*int64(cap(buf)), chunk), limit+1)
-			if err := d.take(r.Context(), b, grown-int64(cap(buf))); err != nil {
-				b.Release()
-				return nil, err
-			}
-			nb := make([]byte, len(buf), grown)
-			copy(nb, buf)
-			buf = nb
-		}
-		n, err := body.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			b.Bytes = buf
-			return b, nil
-		}
-		if err != nil {
-			b.Release()
-			return nil, d.readError(err, limit)
-		}
-	}
-}
-
-// take adds n bytes to b's share of the budget, waiting up to BodyWait.
-func (d *Door) take(ctx context.Context, b *Body, n int64) error {
-	if n > d.limits.BodyMemory {
-		return &BodyError{Err: ErrTooLarge, Status: http.StatusRequestEntityTooLarge, Limit: d.limits.BodyMemory}
-	}
-	if !d.bodies.TryAcquire(n) {
-		wctx, cancel := context.WithTimeout(ctx, d.limits.BodyWait)
-		err := d.bodies.Acquire(wctx, n)
-		cancel()
-		if err != nil {
-			d.refused.Refuse("body_memory", "request body refused: the body memory limit is reached", "limit", d.limits.BodyMemory, "size", n)
-			return &BodyError{Err: ErrBusy, Status: http.StatusServiceUnavailable, RetryAfter: time.Second}
-		}
-	}
-	b.n += n
-	return nil
-}
-
-func (d *Door) readError(err error, limit int64) error {
-	var tooBig *http.MaxBytesError
-	var ne net.Error
-	switch {
-	case errors.As(err, &tooBig):
-		return &BodyError{Err: ErrTooLarge, Status: http.StatusRequestEntityTooLarge, Limit: limit}
-	case errors.As(err, &ne) && ne.Timeout():
-		d.refused.Refuse("slow_body", "request body timed out", "timeout", d.limits.BodyTimeout)
-		return &BodyError{Err: ErrSlowBody, Status: http.StatusRequestTimeout}
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &BodyError{Err: fmt.Errorf("the body ended before its Content-Length: %w", err), Status: http.StatusBadRequest}
-	}
-	return &BodyError{Err: err, Status: http.StatusBadRequest}
 }
 
 // RetryAfterHeader formats d as a Retry-After value: whole seconds, at

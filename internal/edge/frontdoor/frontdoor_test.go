@@ -30,12 +30,12 @@ func TestReadBodyReadsWithinTheCap(t *testing.T) {
 	d := New(Limits{}, nil)
 	for _, known := range []bool{true, false} {
 		body := strings.Repeat("x", 200<<10)
-		b, err := d.ReadBody(httptest.NewRecorder(), post(body, known), 1<<20)
+		b, err := d.ReadBody(httptest.NewRecorder(), post(body, known), "app", 1<<20)
 		if err != nil || string(b.Bytes) != body {
 			t.Fatalf("known length %v: %v, %d bytes", known, err, len(b.Bytes))
 		}
 		b.Release()
-		_, err = d.ReadBody(httptest.NewRecorder(), post(body, known), 100<<10)
+		_, err = d.ReadBody(httptest.NewRecorder(), post(body, known), "app", 100<<10)
 		var be *BodyError
 		if !errors.As(err, &be) || !errors.Is(err, ErrTooLarge) || be.Status != http.StatusRequestEntityTooLarge {
 			t.Fatalf("known length %v, over the cap: %v", known, err)
@@ -49,12 +49,12 @@ func TestReadBodyReadsWithinTheCap(t *testing.T) {
 func TestBodiesHeldAtOnceFitTheBodyMemory(t *testing.T) {
 	counter := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "refusals"}, []string{"kind"})
 	d := New(Limits{BodyMemory: 1 << 20, BodyWait: 50 * time.Millisecond}, NewRefusals(nil, counter))
-	held, err := d.ReadBody(httptest.NewRecorder(), post(strings.Repeat("a", 700<<10), true), 1<<20)
+	held, err := d.ReadBody(httptest.NewRecorder(), post(strings.Repeat("a", 700<<10), true), "alice", 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, known := range []bool{true, false} {
-		_, err = d.ReadBody(httptest.NewRecorder(), post(strings.Repeat("b", 500<<10), known), 1<<20)
+		_, err = d.ReadBody(httptest.NewRecorder(), post(strings.Repeat("b", 500<<10), known), "bob", 1<<20)
 		var be *BodyError
 		if !errors.As(err, &be) || !errors.Is(err, ErrBusy) || be.Status != http.StatusServiceUnavailable || be.RetryAfter <= 0 {
 			t.Fatalf("known length %v: a body past the memory left: %v", known, err)
@@ -65,13 +65,13 @@ func TestBodiesHeldAtOnceFitTheBodyMemory(t *testing.T) {
 	}
 	held.Release()
 	held.Release() // twice is harmless
-	b, err := d.ReadBody(httptest.NewRecorder(), post(strings.Repeat("b", 500<<10), true), 1<<20)
+	b, err := d.ReadBody(httptest.NewRecorder(), post(strings.Repeat("b", 500<<10), true), "bob", 1<<20)
 	if err != nil {
 		t.Fatalf("after a release: %v", err)
 	}
 	b.Release()
 	// A body larger than all the memory is too large, not busy.
-	if _, err := d.ReadBody(httptest.NewRecorder(), post(strings.Repeat("c", 2<<20), true), 4<<20); !errors.Is(err, ErrTooLarge) {
+	if _, err := d.ReadBody(httptest.NewRecorder(), post(strings.Repeat("c", 2<<20), true), "carol", 4<<20); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("a body larger than BodyMemory: %v", err)
 	}
 }
@@ -160,7 +160,7 @@ func TestASlowBodyTimesOut(t *testing.T) {
 	d := New(Limits{BodyTimeout: 200 * time.Millisecond}, nil)
 	got := make(chan error, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, err := d.ReadBody(w, r, 1<<20)
+		_, err := d.ReadBody(w, r, "app", 1<<20)
 		got <- err
 	}))
 	defer srv.Close()

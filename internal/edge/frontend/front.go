@@ -2,17 +2,20 @@ package frontend
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
 	"github.com/iop-dev/iop/internal/edge/dispatch"
+	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/edgemetrics"
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/inflight"
@@ -140,13 +143,13 @@ func (t *Turn) Unavailable() *Failure {
 // Handler serves ep of api: the request's life, from the socket to the
 // last byte, for every endpoint that runs a model:
 //
-//	authenticate → read the body within its bounds → peek → plan (resolve once)
+//	authenticate → some route servable → read the body within its bounds → peek → plan (resolve once)
 //	→ translate → begin (timers) → keep-alives → start (the dispatch loop)
 //	→ relay → end: the failure in the API's shape, in the stream or as the status → record
 //
 // What a request may make the Edge hold is bounded before its work is
-// built (P3): the body is read within ep.MaxBody and the door's memory
-// budget; the model is read and the principal's right to it checked before
+// built (P3): the body is read only for a caller who could be served,
+// within ep.MaxBody and the door's memory budget and its shares; the model is read and the principal's right to it checked before
 // the rest is decoded; the body's share of the budget is given back as soon
 // as the work no longer needs it.
 func (f *Front) Handler(api *API, ep *Endpoint) http.Handler {
@@ -180,9 +183,22 @@ func (l *life) serve() *Failure {
 		return Unauthenticated(err)
 	}
 	x.p = p
-	l.body, err = l.f.door.ReadBody(x.w, x.r, l.ep.MaxBody)
+	// A body larger than one chunk of the door's is read only for a
+	// caller who could be served: authenticated (above), and with some
+	// route it may use served now. Which route the request wants is in
+	// the body, so that check is Resolve's, after it; until then the
+	// per-principal share of body memory bounds what a key limited to
+	// other routes can hold (P3). A body of one chunk costs no more than
+	// the refusal: it is read, and answered precisely (404 for a model
+	// outside the principal's routes, 503 for one inside).
+	if n := x.r.ContentLength; n < 0 || n > frontdoor.BodyChunk {
+		if fl := l.f.servable(p); fl != nil {
+			return fl
+		}
+	}
+	l.body, err = l.f.door.ReadBody(x.w, x.r, p.Name, l.ep.MaxBody)
 	if err != nil {
-		return BodyFailure(err)
+		return bodyRefused(err)
 	}
 	defer l.body.Release()
 	var fl *Failure
@@ -223,6 +239,41 @@ func (l *life) serve() *Failure {
 		return l.count(ctx, plan, j, watch)
 	}
 	panic(fmt.Sprintf("frontend: a job of type %T", l.job))
+}
+
+// servable refuses, before its body is read, a request of a principal
+// limited to routes of which no Node serves any now: whatever model its
+// body names, it could only be refused. A principal that may use every
+// route (anonymous, or "*") may name any model a Node offers, so it is
+// not checked; nor is a principal made in code without a configuration.
+func (f *Front) servable(p auth.Principal) *Failure {
+	if p.MayUse(edgeconfig.AllRoutes) || p.Config == nil {
+		return nil
+	}
+	for _, r := range p.Config.Routes {
+		if !p.MayUse(r.Name) {
+			continue
+		}
+		if plan, err := f.d.Resolve(p, r.Model); err == nil && f.d.Available(plan) == nil {
+			return nil
+		}
+	}
+	fl := fail(sched.ReasonNoCandidate, fmt.Sprintf("no Node serves any of the routes principal %q may use (%s) now; retry when one does",
+		p.Name, strings.Join(p.Routes, ", ")))
+	fl.Refusal = sched.ReasonNoCandidate
+	return fl
+}
+
+// bodyRefused is a body the front door refused, answered with the door's
+// own message where it says more than the status (whose share of body
+// memory was full, the rate a trickle fell below).
+func bodyRefused(err error) *Failure {
+	fl := BodyFailure(err)
+	var be *frontdoor.BodyError
+	if errors.As(err, &be) && (be.Status == http.StatusServiceUnavailable || be.Status == http.StatusRequestTimeout) {
+		fl.Message = be.Error()
+	}
+	return fl
 }
 
 // wireHeadroom is what the dispatcher and the stream header add to a
