@@ -14,12 +14,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 
+	"github.com/iop-dev/iop/internal/edge/datadir"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/registrar"
 	"github.com/iop-dev/iop/quicwire/pki"
@@ -103,10 +105,38 @@ func (c *cli) open() (*edge, error) {
 	return &edge{cfg: cfg, client: registrar.NewSocketClient(cfg.DataDir)}, nil
 }
 
+// offlineAllowed refuses to open the store of dir without a running Edge
+// when dir is not safe (as the Edge itself would refuse it at start), or
+// when this process does not run as dir's owner: a store written by
+// another user (root, typically, through sudo) leaves files the Edge's
+// user cannot open, and the Edge would not start.
+func offlineAllowed(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("data_dir: %w", err)
+	}
+	if uid, ok := datadir.Owner(fi); ok && uid != os.Geteuid() {
+		name := datadir.UserName(uid)
+		who := datadir.ShellQuote(name)
+		if name == strconv.Itoa(uid) {
+			who = "'#" + name + "'" // sudo's form of a uid without a name
+		}
+		return fmt.Errorf("%w: data_dir %s belongs to %s (uid %d) and this command runs as uid %d; without a running Edge, run it as the Edge's user: sudo -u %s edged node ...",
+			errNotOwner, dir, name, uid, os.Geteuid(), who)
+	}
+	return datadir.Check(dir, registrar.StoreFile, registrar.StoreIDFile, registrar.SocketFile)
+}
+
+// errNotOwner: an offline command run by another user than data_dir's.
+var errNotOwner = errors.New("not the Edge's user")
+
 // offline runs f on the store when no Edge answers on the socket. An Edge
 // that holds the store but does not answer yet is starting: online is
 // tried again for a while before giving up.
 func (e *edge) offline(online func() error, f func(*registrar.Service) error) error {
+	if err := offlineAllowed(e.cfg.DataDir); err != nil {
+		return err
+	}
 	store, err := registrar.OpenStore(e.cfg.DataDir, storeLockWait, time.Now())
 	if errors.Is(err, registrar.ErrStoreLocked) {
 		for deadline := time.Now().Add(startWait); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {

@@ -2,12 +2,14 @@ package nodecli
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/iop-dev/iop/internal/edge/datadir"
 	"github.com/iop-dev/iop/internal/edge/registrar"
 )
 
@@ -52,4 +54,36 @@ func TestListShowsEachNodesNewestCertificateAndState(t *testing.T) {
 
 func matches(pattern, s string) bool {
 	return regexp.MustCompile(pattern).MatchString(s)
+}
+
+// Without a running Edge, `edged node` opens the store itself: it refuses a
+// data_dir the Edge would refuse, and one of another user, whose store it
+// would leave unreadable to the Edge (issue 24, gap 2).
+func TestOfflineCommandsRunOnlyAsTheEdgesUserOnASafeDataDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := offlineAllowed(dir); err != nil {
+		t.Fatalf("the Edge's own data_dir: %v", err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := offlineAllowed(dir); !errors.Is(err, datadir.ErrUnsafe) {
+		t.Errorf("a world-writable data_dir: %v, want ErrUnsafe", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("changing data_dir's owner needs root")
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	err := offlineAllowed(dir)
+	if !errors.Is(err, errNotOwner) || !strings.Contains(err.Error(), "sudo -u") {
+		t.Errorf("root on uid 65534's data_dir: %v, want errNotOwner naming sudo -u", err)
+	}
 }

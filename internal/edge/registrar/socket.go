@@ -182,6 +182,12 @@ func (c *SocketClient) do(method, path string) (*http.Response, error) {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, ErrNoEdge
 		}
+		// The URL is the client's own invention ("http://edged/..."):
+		// the reason is what follows it.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
 	if resp.StatusCode == http.StatusOK {
