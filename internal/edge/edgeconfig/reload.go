@@ -114,6 +114,9 @@ func (c *Config) Changes(next *Config) []string {
 	if c.AdminReadsOpen() != next.AdminReadsOpen() {
 		out = append(out, fmt.Sprintf("admin reads open: %t -> %t", c.AdminReadsOpen(), next.AdminReadsOpen()))
 	}
+	id := func(s string) string { return s }
+	out = appendNamed(out, "api.allowed_hosts", c.API.AllowedHosts, next.API.AllowedHosts, id)
+	out = appendNamed(out, "api.allowed_origins", c.API.AllowedOrigins, next.API.AllowedOrigins, id)
 	out = appendNamed(out, "api.trusted_networks", c.API.TrustedNetworks, next.API.TrustedNetworks, func(n TrustedNetwork) string { return n.CIDR })
 	out = appendNamed(out, "principals", c.Principals, next.Principals, func(p Principal) string { return p.Name })
 	out = appendNamed(out, "profiles", c.Profiles, next.Profiles, func(p Profile) string { return p.Name })

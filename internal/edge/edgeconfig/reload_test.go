@@ -63,8 +63,11 @@ func TestChangesNamesAddedAndRemovedEntries(t *testing.T) {
 	next.Routes = append(next.Routes[:1], Route{Name: "code", Model: "qwen-coder", Profile: "default"})
 	next.Principals = append(next.Principals, Principal{Name: "lan", Routes: []string{"llama"}})
 	next.API.TrustedNetworks = []TrustedNetwork{{CIDR: "192.168.1.0/24", Principal: "lan"}}
+	next.API.AllowedHosts = []string{"llm.home.arpa"}
+	next.API.AllowedOrigins = []string{"https://chat.home.arpa"}
 	got := running.Changes(next)
-	want := []string{"api.trusted_networks: +192.168.1.0/24", "principals: +lan", "routes: +code -qwen"}
+	want := []string{"api.allowed_hosts: +llm.home.arpa", "api.allowed_origins: +https://chat.home.arpa",
+		"api.trusted_networks: +192.168.1.0/24", "principals: +lan", "routes: +code -qwen"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Changes = %q, want %q", got, want)
 	}

@@ -15,8 +15,9 @@
 // It is a translation on the Edge's one front end (internal/edge/frontend),
 // which owns each request's life. A model one of whose candidates is an
 // Ollama server is relayed to it as is (tunnel.go): the provider's own
-// request and answer pass through, minus hop-by-hop headers and the
-// client's key to the Edge. One name is changed: through an alias route
+// request and answer pass through, minus the client's key to the Edge and
+// the server's policy: of the answer's headers only content ones pass, and
+// only Ollama's content types (headers.go). One name is changed: through an alias route
 // (the client's model name is not the chosen target's) the provider is
 // asked for the target, and the answer gives the client its own name back
 // (alias.go). Any other model is served from the one normalized run
