@@ -225,7 +225,8 @@ func TestATricklingBodyIsEndedWith408(t *testing.T) {
 // model is offered by no Node) is refused before the Edge reads any of its
 // body: a request of it could only fail, whatever model the body names.
 // A request without a valid key is refused before its body too, and its
-// connection is not held open waiting for the body nobody will read.
+// connection is not held open waiting for the body nobody will read (a
+// short drain window, then the answer and the close).
 func TestAKeyWithNoUsableRouteIsRefusedBeforeItsBody(t *testing.T) {
 	fake := fakeollama.New(fakeollama.Model{Name: "tiny:latest", TokenCount: 3})
 	defer fake.Close()

@@ -420,15 +420,27 @@ func (d *Door) take(ctx context.Context, b *Body, n int64) (time.Duration, error
 	return 0, &BodyError{Err: ErrBusy, Status: http.StatusServiceUnavailable, RetryAfter: time.Second, full: full, principal: b.principal}
 }
 
+// drainWindow is how long net/http may go on reading, after the handler,
+// what the handler left unread of a body: the rest of a body a client is
+// sending (at most 256 KiB) arrives within it at any usable rate, and the
+// connection is kept.
+const drainWindow = 2 * time.Second
+
 // drained bounds what net/http reads, after the handler, of a body the
 // handler left unread (HTTP/1.x; HTTP/2 resets the stream instead). To
 // keep the connection, net/http reads up to 256 KiB of it before it
 // writes the answer, with no deadline of its own: a request refused
-// before its body (401, 404, a body the front end refused) that declares
-// a body and sends none would hold its connection, active, forever, and
-// its answer with it. A deadline of now ends that read at once; the
-// answer is written and the connection closed after it. A body read to
-// its end (by ReadBody) leaves nothing to read.
+// before its body (401, a body the front end refused) that declares a body
+// and sends none would hold its connection, active, forever, and its
+// answer with it. A deadline drainWindow away ends that read; the answer
+// is then written and the connection closed. A body read to its end (by
+// ReadBody) leaves nothing to read and no deadline is set.
+//
+// The handler gets a shallow copy of the request with the body wrapped:
+// net/http decides how to treat an unread body by the type of its own
+// request's Body (a body past 256 KiB is not read at all, and the
+// connection is closed after a pause that lets the client read the
+// answer), so that must stay its own.
 func (d *Door) drained(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor != 1 || r.ContentLength == 0 {
@@ -436,10 +448,11 @@ func (d *Door) drained(h http.Handler) http.Handler {
 			return
 		}
 		body := &eofWatch{ReadCloser: r.Body}
-		r.Body = body
-		h.ServeHTTP(w, r)
+		watched := *r
+		watched.Body = body
+		h.ServeHTTP(w, &watched)
 		if !body.eof {
-			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(drainWindow))
 		}
 	})
 }
