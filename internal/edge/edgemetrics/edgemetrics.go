@@ -52,8 +52,7 @@ type Metrics struct {
 	// session's last one did (session affinity), and if not why.
 	SessionTurns *prometheus.CounterVec
 	// Refusals counts what the Edge turned away at its doors, by kind
-	// (http_connections, body_memory, slow_body, tls_handshake,
-	// node_identity, registration, join): the log shows a sample of them.
+	// (RefusalKinds): the log shows a sample of them.
 	Refusals *prometheus.CounterVec
 	// ConfigReloads counts configuration reloads (SIGHUP or POST
 	// /admin/v1/reload) by result: applied, or refused (the file was
@@ -130,7 +129,7 @@ func New(reg *fleet.Registry, depth func() map[string]int) *Metrics {
 		m.Stalls:        {"request_stalled", "provider_unhealthy", "health_unknown"},
 		m.SessionTurns:  SessionOutcomes,
 		m.Cancellations: {"client_gone", "idle_timeout", "deadline"},
-		m.Refusals:      {"http_connections", "body_memory", "slow_body", "tls_handshake", "node_identity", "registration", "join"},
+		m.Refusals:      RefusalKinds,
 		m.ConfigReloads: {"applied", "refused"},
 	} {
 		for _, v := range values {
@@ -231,3 +230,16 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 // SessionOutcomes are the outcomes of a session's turn
 // (dispatch.TurnOutcomes).
 var SessionOutcomes = []string{"new", "stuck", "moved_busy", "moved_gone", "moved_failover"}
+
+// RefusalKinds are the kinds of iop_edge_refusals_total, each exported at 0
+// from the start so that a rate over them is defined before the first one.
+var RefusalKinds = []string{
+	// the client listener (internal/edge/frontdoor)
+	"http_connections", "http_connections_per_source", "http_idle_closed",
+	"body_memory", "body_memory_principal", "body_memory_connection", "slow_body", "tls_handshake",
+	// requests let in without a key that only a web page would send
+	// (internal/edge/auth/browser.go)
+	"browser_host", "browser_cross_site", "browser_content_type",
+	// Node connections, joins and the admin socket
+	"node_identity", "registration", "join", "admin_socket",
+}
