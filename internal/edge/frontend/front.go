@@ -149,9 +149,10 @@ func (t *Turn) Unavailable() *Failure {
 //
 // What a request may make the Edge hold is bounded before its work is
 // built (P3): the body is read only for a caller who could be served,
-// within ep.MaxBody and the door's memory budget and its shares; the model is read and the principal's right to it checked before
-// the rest is decoded; the body's share of the budget is given back as soon
-// as the work no longer needs it.
+// within ep.MaxBody and the door's memory budget and its shares; the
+// model is read and the principal's right to it checked before the rest
+// is decoded; the body's share of the budget is given back as soon as the
+// work no longer needs it.
 func (f *Front) Handler(api *API, ep *Endpoint) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		x := NewExchange(w, r, ep.Route, f.metrics, f.log)
