@@ -67,7 +67,7 @@ profiles: [{name: default, idle_timeout: 2s, queue_timeout: 30s}]
 			}
 			defer conn.Close()
 			conn.(*net.TCPConn).SetReadBuffer(4 << 10)
-			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", api.path, len(api.body), api.body)
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", api.path, len(api.body), api.body)
 			line, err := bufio.NewReader(conn).ReadString('\n')
 			if err != nil || !strings.Contains(line, " 200 ") {
 				t.Fatalf("status line %q: %v", line, err)
