@@ -197,11 +197,14 @@ func BodyFailure(err error) *Failure {
 	case http.StatusRequestEntityTooLarge:
 		return tooLarge("the request body is larger than the limit of %d bytes (limits.max_request_mib)", be.Limit)
 	case http.StatusServiceUnavailable:
-		f := fail("server_busy", "the Edge is holding as many request bodies as it may; retry shortly")
+		// The door's message names the share that was full (the whole
+		// body memory, the principal's, the connection's).
+		f := fail("server_busy", be.Error())
 		f.RetryAfter = be.RetryAfter
 		return f
 	case http.StatusRequestTimeout:
-		return fail("request_timeout", "the request body did not arrive in time")
+		// ... or the rate a trickle fell below.
+		return fail("request_timeout", be.Error())
 	}
 	return invalid("", "the request body could not be read: %v", be.Err)
 }

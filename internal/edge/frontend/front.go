@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -199,7 +198,7 @@ func (l *life) serve() *Failure {
 	}
 	l.body, err = l.f.door.ReadBody(x.w, x.r, p.Name, l.ep.MaxBody)
 	if err != nil {
-		return bodyRefused(err)
+		return BodyFailure(err)
 	}
 	defer l.body.Release()
 	var fl *Failure
@@ -262,18 +261,6 @@ func (f *Front) servable(p auth.Principal) *Failure {
 	fl := fail(sched.ReasonNoCandidate, fmt.Sprintf("no Node serves any of the routes principal %q may use (%s) now; retry when one does",
 		p.Name, strings.Join(p.Routes, ", ")))
 	fl.Refusal = sched.ReasonNoCandidate
-	return fl
-}
-
-// bodyRefused is a body the front door refused, answered with the door's
-// own message where it says more than the status (whose share of body
-// memory was full, the rate a trickle fell below).
-func bodyRefused(err error) *Failure {
-	fl := BodyFailure(err)
-	var be *frontdoor.BodyError
-	if errors.As(err, &be) && (be.Status == http.StatusServiceUnavailable || be.Status == http.StatusRequestTimeout) {
-		fl.Message = be.Error()
-	}
 	return fl
 }
 
