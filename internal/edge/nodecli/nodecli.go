@@ -121,7 +121,7 @@ func offlineAllowed(dir string) error {
 		if name == strconv.Itoa(uid) {
 			who = "'#" + name + "'" // sudo's form of a uid without a name
 		}
-		return fmt.Errorf("%w: data_dir %s belongs to %s (uid %d) and this command runs as uid %d; without a running Edge, run it as the Edge's user: sudo -u %s edged node ...",
+		return fmt.Errorf("%w: data_dir %s belongs to %s (uid %d) and this command runs as uid %d; without a running Edge, run it as the Edge's user: sudo -u %s edged node COMMAND",
 			errNotOwner, dir, name, uid, os.Geteuid(), who)
 	}
 	return datadir.Check(dir, registrar.StoreFile, registrar.StoreIDFile, registrar.SocketFile)
