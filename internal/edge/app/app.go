@@ -55,11 +55,20 @@ const StopTimeout = 30 * time.Second
 // Run runs the Edge of cfg, with extra options (ScaledLiveness), until
 // SIGINT or SIGTERM.
 func Run(cfg *edgeconfig.Config, extra ...fx.Option) error {
+	// Caught from before the start: fx listens for signals only once every
+	// start hook has run, so a SIGTERM that came just after the Edge said
+	// it serves would otherwise kill it without a stop.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(stop)
 	a, err := Start(cfg, extra...)
 	if err != nil {
 		return err
 	}
-	<-a.Wait()
+	select {
+	case <-stop:
+	case <-a.Wait():
+	}
 	return a.Stop()
 }
 

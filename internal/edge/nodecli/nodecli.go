@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -112,6 +113,11 @@ func (c *cli) open() (*edge, error) {
 // user cannot open, and the Edge would not start.
 func offlineAllowed(dir string) error {
 	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		// No Edge has run here yet: make it (0700) for the store, as the
+		// Edge would.
+		return datadir.Prepare(dir, registrar.StoreFile, registrar.StoreIDFile, registrar.SocketFile)
+	}
 	if err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}

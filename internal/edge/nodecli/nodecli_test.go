@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -60,9 +61,12 @@ func matches(pattern, s string) bool {
 // data_dir the Edge would refuse, and one of another user, whose store it
 // would leave unreadable to the Edge (issue 24, gap 2).
 func TestOfflineCommandsRunOnlyAsTheEdgesUserOnASafeDataDir(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o700); err != nil {
-		t.Fatal(err)
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := offlineAllowed(dir); err != nil {
+		t.Fatalf("a data_dir no Edge has made yet: %v", err)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("data_dir made as %v (%v), want 0700", fi.Mode(), err)
 	}
 	if err := offlineAllowed(dir); err != nil {
 		t.Fatalf("the Edge's own data_dir: %v", err)
