@@ -22,13 +22,14 @@ type Heartbeat struct {
 	send      func(*wirepb.ControlFrame) error
 	onTimeout func()
 
-	mu      sync.Mutex
-	seq     uint64
-	pending []sentPing // unacknowledged, oldest first
-	timer   *time.Timer
-	expired bool
-	lastRTT time.Duration
-	lastAck time.Time
+	mu       sync.Mutex
+	seq      uint64
+	pending  []sentPing // unacknowledged, oldest first
+	timer    *time.Timer
+	expired  bool
+	lastRTT  time.Duration
+	lastAck  time.Time
+	onAnswer func(sent time.Time)
 }
 
 type sentPing struct {
@@ -98,28 +99,57 @@ func (h *Heartbeat) Probe() bool {
 	return h.ping()
 }
 
+// ProbeNow sends a heartbeat now, even while others wait for their
+// answers; it reports whether it sent one. The owner calls it when a
+// silent peer is heard from again: what proves the data path both ways is
+// an answer to a heartbeat sent after the silence (OnAnswer), and the
+// answer to a fresh one does not wait for the retransmission of one lost
+// in the silence (new data draws acknowledgements that make QUIC
+// retransmit the lost one at once, too). The verdict is unchanged: it is
+// the oldest unanswered heartbeat's (R8, R9), and a later one never
+// postpones it.
+func (h *Heartbeat) ProbeNow() bool { return h.ping() }
+
+// OnAnswer arranges for f to be called with the send time of each
+// heartbeat the peer answers (the one an ack names, not the earlier ones
+// it settles), once per answer, on the goroutine that calls Acked and
+// without the heartbeat's lock held. Call it before Run; f may be nil.
+func (h *Heartbeat) OnAnswer(f func(sent time.Time)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.onAnswer = f
+}
+
 // Acked handles the peer's HeartbeatAck. Acks come in order on one stream,
 // so an ack for seq also settles every earlier heartbeat. An ack for a
 // heartbeat never sent is ignored.
 func (h *Heartbeat) Acked(seq uint64) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if seq == 0 || seq > h.seq {
 		// Never sent: settling anything on its account would let a peer
 		// that answers nothing postpone the verdict forever.
+		h.mu.Unlock()
 		return
 	}
 	now := time.Now()
+	var answered time.Time
 	i := 0
 	for i < len(h.pending) && h.pending[i].seq <= seq {
 		if h.pending[i].seq == seq {
-			h.lastRTT = now.Sub(h.pending[i].sent)
+			answered = h.pending[i].sent
+			h.lastRTT = now.Sub(answered)
 			h.lastAck = now
 		}
 		i++
 	}
 	h.pending = h.pending[i:]
 	h.rearm(now)
+	f := h.onAnswer
+	h.mu.Unlock()
+	// A duplicate ack (its heartbeat already settled) answers nothing.
+	if f != nil && !answered.IsZero() {
+		f(answered)
+	}
 }
 
 // rearm points the timer at the oldest pending heartbeat's deadline.

@@ -462,3 +462,74 @@ func TestIdleTimeoutLeavesRoomForTheHeartbeatVerdict(t *testing.T) {
 		}
 	}
 }
+
+// Issue 26: "heard from again" is not "ready". The owner learns which
+// heartbeat an answer was for (its send time), so it can tell an answer to
+// a heartbeat sent after a silence, which proves the data path both ways,
+// from one that was on its way before. Each answer is reported once, for
+// the heartbeat the ack names; earlier ones it settles, duplicates and acks
+// for heartbeats never sent report nothing.
+func TestOnAnswerReportsTheSendTimeOfEachAnsweredHeartbeat(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := startHeartbeat(t)
+		var mu sync.Mutex
+		var answered []time.Time
+		h.hb.OnAnswer(func(sent time.Time) {
+			mu.Lock()
+			defer mu.Unlock()
+			answered = append(answered, sent)
+		})
+		got := func() []time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]time.Time(nil), answered...)
+		}
+		h.at(2*defLive.Interval + time.Second) // 1 at 30 s, 2 at 60 s
+		h.hb.Acked(5)                          // never sent
+		h.hb.Acked(2)                          // settles 1 too
+		h.hb.Acked(2)                          // duplicate
+		h.hb.Acked(1)                          // already settled
+		want := []time.Time{h.start.Add(2 * defLive.Interval)}
+		if a := got(); len(a) != 1 || !a[0].Equal(want[0]) {
+			t.Fatalf("answers reported %v, want exactly heartbeat 2's send time %v", a, want[0])
+		}
+		h.at(3*defLive.Interval + time.Second)
+		h.hb.Acked(3)
+		if a := got(); len(a) != 2 || !a[1].Equal(h.start.Add(3*defLive.Interval)) {
+			t.Fatalf("answers reported %v, want heartbeat 3's at +%v second", a, 3*defLive.Interval)
+		}
+	})
+}
+
+// Issue 26 with R8, R9: ProbeNow sends a heartbeat at once even while an
+// earlier one waits (Probe would not), so the answer to a fresh heartbeat
+// can prove a healed link; the verdict is still the oldest unanswered
+// heartbeat's, not postponed by the newer one.
+func TestProbeNowSendsBesideAPendingHeartbeatWithoutMovingTheVerdict(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := startHeartbeat(t)
+		h.at(defLive.Interval + time.Second) // 1 sent at 30 s, pending
+		if h.hb.Probe() {
+			t.Fatal("Probe sent a heartbeat while one is waiting for its answer")
+		}
+		if !h.hb.ProbeNow() {
+			t.Fatal("ProbeNow sent nothing")
+		}
+		sent := h.sentSoFar()
+		if len(sent) != 2 || sent[1].seq != 2 || !sent[1].at.Equal(h.start.Add(defLive.Interval+time.Second)) {
+			t.Fatalf("sent %v, want heartbeat 2 at +%v", sent, defLive.Interval+time.Second)
+		}
+		deadline := defLive.Interval + defLive.ResponseWait
+		h.at(deadline - time.Nanosecond)
+		if ts := h.timeoutsSoFar(); len(ts) != 0 {
+			t.Fatalf("onTimeout early, at +%v", ts[0].Sub(h.start))
+		}
+		h.at(deadline)
+		if ts := h.timeoutsSoFar(); len(ts) != 1 || !ts[0].Equal(h.start.Add(deadline)) {
+			t.Fatalf("timeouts at %v, want exactly one at +%v (heartbeat 1's deadline)", ts, deadline)
+		}
+		if h.hb.ProbeNow() {
+			t.Fatal("ProbeNow sent a heartbeat after the verdict")
+		}
+	})
+}
