@@ -125,11 +125,16 @@ type Conn struct {
 	// The health overlay (health.go).
 	health          map[targetKey]*targetHealth
 	lastObservation uint64
-	// Suspicion (suspect.go): zero while the Node is heard from.
-	suspectSince, silentSince time.Time
-	onSuspect                 map[uint64]func()
+	// Suspicion (suspect.go): zero while the Node is heard from. heardAt
+	// is when a suspect Node was heard from again, waiting for a
+	// heartbeat's answer; zero while it is silent.
+	suspectSince, silentSince, heardAt time.Time
+	onSuspect                          map[uint64]func()
 
 	streams streamCount // dispatched streams not yet finished
+	// superseded is what Register did to the previous live generation;
+	// set before Register returns, never changed.
+	superseded *Supersede
 }
 
 // streamCount counts a generation's open dispatched streams and tells when
@@ -264,7 +269,8 @@ type Registry struct {
 	genBase   uint64
 	changed   chan struct{}
 	retention time.Duration
-	seq       uint64 // ids of AfterSuspect callbacks
+	seq       uint64                   // ids of AfterSuspect callbacks
+	contest   map[string]*contestState // supersede.go; by Node id
 }
 
 // Options configure a Registry.
@@ -297,7 +303,8 @@ func New(opts Options) *Registry {
 
 // Register records a newly registered connection as the Node's current
 // generation, in the registering state. A previous generation of the same
-// Node is fenced with CloseSuperseded (R9).
+// Node is fenced with CloseSuperseded (R9); Conn.Superseded says what that
+// was, and whether the Node's identity looks contested (supersede.go).
 func (r *Registry) Register(info ConnInfo) *Conn {
 	r.mu.Lock()
 	gen := max(r.lastGen[info.NodeID], r.genBase) + 1
@@ -315,6 +322,9 @@ func (r *Registry) Register(info ConnInfo) *Conn {
 	old := r.nodes[info.NodeID]
 	r.nodes[info.NodeID] = c
 	var closeOld func()
+	if old != nil && old.state != Fenced {
+		c.superseded = r.supersededLocked(c, old, c.connectedAt)
+	}
 	if old != nil {
 		closeOld = r.fenceLocked(old, quicwire.CloseSuperseded, fmt.Sprintf("superseded by generation %d", gen))
 	}

@@ -10,14 +10,20 @@ import (
 
 // NodeView is one Node as the admin API shows it.
 type NodeView struct {
-	ID          string            `json:"id"`
-	Generation  uint64            `json:"generation"`
-	State       State             `json:"state"`
-	Version     string            `json:"version,omitempty"`
-	Identity    string            `json:"identity,omitempty"`
-	RemoteAddr  string            `json:"remote_addr,omitempty"`
-	ConnectedAt time.Time         `json:"connected_at"`
-	Labels      map[string]string `json:"labels,omitempty"`
+	ID         string `json:"id"`
+	Generation uint64 `json:"generation"`
+	// State is the generation's state. A suspect generation keeps its
+	// state (suspicion is not a fence): Dispatchable and Suspect say
+	// whether it takes work now.
+	State State `json:"state"`
+	// Dispatchable: the generation takes new work now, ready (R1) and
+	// not suspect (P4). A ready but suspect Node is not.
+	Dispatchable bool              `json:"dispatchable"`
+	Version      string            `json:"version,omitempty"`
+	Identity     string            `json:"identity,omitempty"`
+	RemoteAddr   string            `json:"remote_addr,omitempty"`
+	ConnectedAt  time.Time         `json:"connected_at"`
+	Labels       map[string]string `json:"labels,omitempty"`
 	// LastHeartbeatRTTMillis is the round trip of the last answered
 	// heartbeat the Edge sent, in milliseconds; absent before the first.
 	LastHeartbeatRTTMillis *float64   `json:"last_heartbeat_rtt_ms,omitempty"`
@@ -26,12 +32,18 @@ type NodeView struct {
 	FenceDetail            string     `json:"fence_detail,omitempty"`
 	FencedAt               *time.Time `json:"fenced_at,omitempty"`
 	// Suspect: the Node has not been heard from at the transport level for
-	// a few seconds; it gets no new work until it is (P4). SilentSince is
-	// when it was last heard from; SuspectSince when it became suspect.
-	Suspect      bool           `json:"suspect,omitempty"`
-	SilentSince  *time.Time     `json:"silent_since,omitempty"`
-	SuspectSince *time.Time     `json:"suspect_since,omitempty"`
-	Providers    []ProviderView `json:"providers"`
+	// a few seconds; it gets no new work until a heartbeat sent after the
+	// silence is answered (P4, issue 26). SilentSince is when it was last
+	// heard from before the silence; SuspectSince when it became suspect;
+	// SilentForMillis how long the silence has lasted (until HeardAgainAt,
+	// once it was heard from again). HeardAgainAt: packets arrive again,
+	// and the Edge waits for a heartbeat's answer before it sends work.
+	Suspect         bool           `json:"suspect,omitempty"`
+	SilentSince     *time.Time     `json:"silent_since,omitempty"`
+	SuspectSince    *time.Time     `json:"suspect_since,omitempty"`
+	SilentForMillis *float64       `json:"silent_for_ms,omitempty"`
+	HeardAgainAt    *time.Time     `json:"heard_again_at,omitempty"`
+	Providers       []ProviderView `json:"providers"`
 }
 
 // ProviderView is one provider of a Node.
@@ -96,9 +108,17 @@ func (r *Registry) Snapshot() []NodeView {
 			Labels:      c.info.Labels,
 			Providers:   providerViews(c.providers, c.health),
 		}
+		v.Dispatchable = c.state == Ready && c.suspectSince.IsZero()
 		if !c.suspectSince.IsZero() && c.state != Fenced {
 			silent, since := c.silentSince, c.suspectSince
 			v.Suspect, v.SilentSince, v.SuspectSince = true, &silent, &since
+			end := now
+			if !c.heardAt.IsZero() {
+				heard := c.heardAt
+				v.HeardAgainAt, end = &heard, heard
+			}
+			ms := float64(end.Sub(silent)) / float64(time.Millisecond)
+			v.SilentForMillis = &ms
 		}
 		if c.state == Fenced {
 			// A fenced generation's providers are offline (R9).
