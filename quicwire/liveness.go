@@ -69,6 +69,30 @@ func (l Liveness) KeepAlive() time.Duration {
 	return l.SuspectAfter() / 3
 }
 
+// UnansweredAfter is how long what a Node sent may go without any packet
+// back before it asks (a heartbeat sent at once, Heartbeat.Probe), and how
+// long that probe may then go without any packet back before the Node
+// dials a fresh connection beside the old one, and how long a fresh
+// connection that completed its handshake waits for the old to be heard
+// from at all: a quarter of a keep-alive (500 ms in the default profile). A live peer acknowledges an ack-eliciting packet
+// within a round trip plus its ACK delay (25 ms), so a second with nothing
+// at all is a peer that is gone (a restarted Edge whose resets the Node
+// cannot recognise) or a link that is down, not a slow one. It only starts
+// the fresh dial; neither connection is trusted until it proves itself.
+func (l Liveness) UnansweredAfter() time.Duration {
+	return l.KeepAlive() / 4
+}
+
+// ResumeGrace is how long a Node whose fresh connection has completed its
+// handshake holds it back while the old connection, heard from again after
+// a silence, may still prove itself with an answered heartbeat: half of
+// SuspectAfter (3 s in the default profile). An old connection that resumes
+// within it keeps its streams; one whose sender is still backing off its
+// retransmissions is replaced when it runs out.
+func (l Liveness) ResumeGrace() time.Duration {
+	return l.SuspectAfter() / 2
+}
+
 // IdleTimeout is the QUIC idle timeout. The worst case for the heartbeat to
 // notice a dead peer is one interval (the ping goes out just after the peer
 // died) plus the response wait; the idle timeout sits above that, so the

@@ -225,8 +225,10 @@ func (c *Client) update(f func(*Status)) {
 }
 
 // Run keeps the Node connected until ctx is done: dial, register, ready,
-// serve; when a connection ends, wait a backoff and dial again (R9). It
-// returns nil when ctx is done.
+// serve; when a connection ends, wait a backoff and dial again (R9). A
+// connection that falls silent is raced by a fresh one (race.go): when the
+// fresh one wins, it is served at once, with no backoff. It returns nil
+// when ctx is done.
 func (c *Client) Run(ctx context.Context) error {
 	pc := c.opts.PacketConn
 	if pc == nil {
@@ -242,14 +244,31 @@ func (c *Client) Run(ctx context.Context) error {
 
 	defer c.update(func(s *Status) { s.State = StateStopped })
 	attempt := 0
+	var next *registered
 	for ctx.Err() == nil && !c.draining.Load() {
-		ready, err := c.connectOnce(ctx, tr)
+		var (
+			ready bool
+			err   error
+		)
+		if next == nil {
+			next, err = c.establish(ctx, tr, quicwire.HandshakeTimeout)
+		}
+		if next != nil {
+			ready, next, err = c.serve(ctx, tr, next)
+		}
 		c.update(func(s *Status) { s.LastError = err })
 		if ctx.Err() != nil || c.draining.Load() {
+			if next != nil {
+				quicwire.CloseShutdown.Close(next.qc, "node stopping")
+			}
 			break
 		}
-		if ready {
+		if ready || next != nil {
 			attempt = 0
+		}
+		if next != nil {
+			// A fresh connection replaced this one: no backoff.
+			continue
 		}
 		delay := c.opts.Backoff.Delay(attempt)
 		attempt++
@@ -273,34 +292,73 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("edge refused registration (%s): %s", e.Code, e.Reason)
 }
 
-// connectOnce runs one connection from dial to its end. It reports whether
-// the connection reached ready, and why it ended.
-func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready bool, err error) {
+// registered is a connection that completed its handshake and its
+// registration, not yet served.
+type registered struct {
+	qc      *quic.Conn
+	cs      *transport.ControlStream
+	gen     uint64
+	edgeKey ed25519.PublicKey
+	renews  bool
+}
+
+// dial makes one handshake attempt, bounded by wait.
+func (c *Client) dial(ctx context.Context, tr *quic.Transport, wait time.Duration) (*quic.Conn, error) {
 	addr, err := net.ResolveUDPAddr("udp", c.opts.EdgeAddr)
 	if err != nil {
-		return false, fmt.Errorf("resolve edge address: %w", err)
+		return nil, fmt.Errorf("resolve edge address: %w", err)
 	}
-	dctx, cancel := context.WithTimeout(ctx, quicwire.HandshakeTimeout)
+	dctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	qc, err := tr.Dial(dctx, addr, c.opts.TLS, transport.NodeQUICConfig(c.opts.Liveness, c.streams()))
-	cancel()
 	if err != nil {
-		return false, fmt.Errorf("dial edge %s: %w", c.opts.EdgeAddr, quicwire.DescribeHandshakeError(err))
+		return nil, fmt.Errorf("dial edge %s: %w", c.opts.EdgeAddr, quicwire.DescribeHandshakeError(err))
 	}
-	defer quicwire.CloseNormal.Close(qc, "")
+	return qc, nil
+}
 
+// registerOn registers on a connection whose handshake is done. On failure
+// it closes the connection.
+func (c *Client) registerOn(ctx context.Context, qc *quic.Conn) (*registered, error) {
 	st, err := qc.OpenStreamSync(ctx)
 	if err != nil {
-		return false, fmt.Errorf("open control stream: %w", quicwire.DescribeHandshakeError(err))
+		quicwire.CloseNormal.Close(qc, "")
+		return nil, fmt.Errorf("open control stream: %w", quicwire.DescribeHandshakeError(err))
 	}
 	cs := transport.NewControlStream(st)
 	gen, edgeKey, renews, err := c.register(st, cs)
 	if err != nil {
-		return false, err
+		var pe *transport.ProtocolError
+		if errors.As(err, &pe) {
+			quicwire.CloseProtocolError.Close(qc, pe.Error())
+		} else {
+			quicwire.CloseNormal.Close(qc, "")
+		}
+		return nil, err
 	}
+	return &registered{qc: qc, cs: cs, gen: gen, edgeKey: edgeKey, renews: renews}, nil
+}
+
+// establish dials and registers one connection.
+func (c *Client) establish(ctx context.Context, tr *quic.Transport, wait time.Duration) (*registered, error) {
+	qc, err := c.dial(ctx, tr, wait)
+	if err != nil {
+		return nil, err
+	}
+	return c.registerOn(ctx, qc)
+}
+
+// serve runs a registered connection until it ends. It reports whether the
+// connection reached ready, why it ended, and the fresh connection that
+// replaced it, if one did (the race in race.go): serve then closed this one
+// at once, and its streams ended with it.
+func (c *Client) serve(ctx context.Context, tr *quic.Transport, r *registered) (ready bool, next *registered, err error) {
+	qc, cs, gen := r.qc, r.cs, r.gen
+	defer quicwire.CloseNormal.Close(qc, "")
 	if c.opts.Leases != nil {
 		// A lease is bound to this generation: one signed by a previous
 		// Edge process (another key) is refused as it should be.
-		c.opts.Leases.SetEdgeKey(edgeKey)
+		c.opts.Leases.SetEdgeKey(r.edgeKey)
 	}
 	conn := &connection{qc: qc, cs: cs, sess: transport.NewSession(c.opts.NodeID, gen, time.Now()), certAnswers: make(chan *wirepb.CertificateResponse, 1)}
 	conn.hb = transport.NewHeartbeat(c.opts.Liveness, cs.Send, func() {
@@ -313,6 +371,10 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 	// cctx is cancelled and so are the stream handlers (bound lifetimes).
 	cctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	// The race for a fresh connection outlives this one's end (a link cut
+	// past the heartbeat wait ends it; the race still wins at the heal);
+	// it is owned by Run's ctx and joined below.
+	race := newRace(ctx, c, tr, conn, log)
 	defer func() {
 		stop()
 		wg.Wait()
@@ -337,8 +399,8 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 	wg.Go(func() { conn.hb.Run(cctx) })
 	wg.Go(func() { c.acceptStreams(cctx, conn) }) // and joins the stream handlers
 	wg.Go(func() { c.announce(cctx, conn) })
-	wg.Go(func() { c.watchEdge(cctx, conn, log) })
-	if renews && c.opts.Certificates != nil {
+	wg.Go(func() { c.watchEdge(cctx, conn, race, log) })
+	if r.renews && c.opts.Certificates != nil {
 		wg.Go(func() { c.renew(cctx, conn, log) })
 	}
 
@@ -351,30 +413,15 @@ func (c *Client) connectOnce(ctx context.Context, tr *quic.Transport) (ready boo
 		err = cause
 	}
 	log.Info("edge connection ended", "err", err)
-	return ready, err
+	// The connection is over; if a race is on, its outcome is the next
+	// connection (no backoff), else nil.
+	stop()
+	wg.Wait()
+	return ready, race.outcome(), err
 }
 
 // streams is how many dispatched streams the connection accepts at once.
 func (c *Client) streams() int { return quicwire.DispatchedStreams(c.opts.Capacity) }
-
-// watchEdge suspects the Edge when nothing at all has come from it for
-// Liveness.SuspectAfter, and then sends a heartbeat at once (P4). If the
-// Edge process restarted, that heartbeat draws a stateless reset and the
-// connection ends now, not at the heartbeat timeout; if the link is down
-// or the Edge frozen, the heartbeat's response wait decides as always (R8,
-// R9). Work in flight is left alone.
-func (c *Client) watchEdge(ctx context.Context, conn *connection, log *slog.Logger) {
-	w := transport.SilenceWatch{
-		After:   c.opts.Liveness.SuspectAfter(),
-		Packets: func() uint64 { return conn.qc.ConnectionStats().PacketsReceived },
-		OnSuspect: func(silent time.Duration) {
-			log.Warn("edge not heard from; probing with a heartbeat", "silent_for", silent.Round(time.Millisecond))
-			conn.hb.Probe()
-		},
-		OnHeard: func() { log.Info("edge heard from again") },
-	}
-	w.Run(ctx)
-}
 
 // registerError explains why sending the registration or reading its answer
 // failed. TLS 1.3: the Edge verifies this Node's certificate after the
