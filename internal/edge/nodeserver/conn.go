@@ -71,6 +71,8 @@ func newNodeConn(s *Server, qc *quic.Conn, cs *transport.ControlStream, req *wir
 		s.reg.Fence(c.gen, quicwire.CloseHeartbeatTimeout,
 			fmt.Sprintf("no heartbeat answer within %v", s.opts.Liveness.ResponseWait))
 	})
+	// Answers arrive on the control loop, which run starts after gen is set.
+	c.hb.OnAnswer(c.answered)
 	c.gen = s.reg.Register(fleet.ConnInfo{
 		NodeID:     req.GetNodeId(),
 		Version:    req.GetNodeVersion(),
@@ -190,7 +192,10 @@ func (c *nodeConn) controlLoop(g *errgroup.Group) error {
 // watch suspects the Node when nothing at all has come from it for
 // Liveness.SuspectAfter (P4): it gets no new work, and a heartbeat goes out
 // at once, whose response wait then decides the fence (R8, R9). When the
-// Node is heard from again it is dispatchable again at once.
+// Node is heard from again it stays suspect (issue 26: its packets may
+// come back long before its data does) and another heartbeat goes out at
+// once; the first answer to a heartbeat sent since the suspicion makes it
+// dispatchable again (answered).
 func (c *nodeConn) watch(ctx context.Context) {
 	w := transport.SilenceWatch{
 		After:   c.srv.opts.Liveness.SuspectAfter(),
@@ -201,11 +206,28 @@ func (c *nodeConn) watch(ctx context.Context) {
 			c.hb.Probe()
 		},
 		OnHeard: func() {
-			c.srv.reg.ClearSuspect(c.gen)
-			c.log.Info("node heard from again")
+			if !c.srv.reg.MarkHeard(c.gen) {
+				// A heartbeat's answer already ended the suspicion.
+				c.log.Info("node heard from again")
+				return
+			}
+			c.log.Info("node heard from again; it gets work once it answers a heartbeat")
+			c.hb.ProbeNow()
 		},
 	}
 	w.Run(ctx)
+}
+
+// answered handles the answer to a heartbeat the Edge sent at sent: one
+// sent since the Node became suspect proves the data path both ways after
+// the silence, and ends the suspicion.
+func (c *nodeConn) answered(sent time.Time) {
+	if c.gen == nil {
+		return // an answer before Register returned: nothing is suspect yet
+	}
+	if c.srv.reg.Answered(c.gen, sent) {
+		c.log.Info("node heard from again: it answered a heartbeat sent after its silence, and is dispatchable again")
+	}
 }
 
 // sendNotices tells the Node the credential state now, and again at every
