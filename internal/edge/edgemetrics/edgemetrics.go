@@ -194,6 +194,7 @@ var (
 	connDesc  = prometheus.NewDesc("iop_edge_node_connections", "Node connections by state.", []string{"state"}, nil)
 	rttDesc   = prometheus.NewDesc("iop_edge_heartbeat_rtt_seconds", "Round trip of the last answered heartbeat, by node. "+boundedLabels, []string{"node"}, nil)
 	depthDesc = prometheus.NewDesc("iop_edge_queue_depth", "Requests waiting for a slot, by model. "+boundedLabels, []string{"model"}, nil)
+	contDesc  = prometheus.NewDesc("iop_edge_node_identity_contested_total", "Registrations that superseded a live connection of the same Node from another address while two connections kept superseding each other (a stolen or cloned Node certificate; fleet.ContestWindow), by node. "+boundedLabels, []string{"node"}, nil)
 	suspDesc  = prometheus.NewDesc("iop_edge_nodes_suspect", "Nodes not heard from at the transport level for a few seconds: they get no new work until they are.", nil, nil)
 )
 
@@ -202,6 +203,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- rttDesc
 	ch <- depthDesc
 	ch <- suspDesc
+	ch <- contDesc
 }
 
 func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -220,6 +222,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(connDesc, prometheus.GaugeValue, float64(n), string(state))
 	}
 	ch <- prometheus.MustNewConstMetric(suspDesc, prometheus.GaugeValue, float64(suspect))
+	for node, n := range c.reg.Contested() {
+		ch <- prometheus.MustNewConstMetric(contDesc, prometheus.CounterValue, float64(n), node)
+	}
 	if c.depth != nil {
 		for model, n := range c.depth() {
 			ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(n), model)

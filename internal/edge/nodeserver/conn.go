@@ -87,6 +87,14 @@ func newNodeConn(s *Server, qc *quic.Conn, cs *transport.ControlStream, req *wir
 	})
 	c.log = s.log.With("remote", qc.RemoteAddr().String(), "node", c.gen.NodeID(), "generation", c.gen.Generation())
 	c.log.Info("node registered", "identity", identity, "version", req.GetNodeVersion())
+	if sup, ok := c.gen.Superseded(); ok && sup.Warn {
+		// One Node identity in two places that keep fencing each other
+		// (fleet.ContestWindow): said once a minute per Node, counted
+		// every time (iop_edge_node_identity_contested_total).
+		c.log.Warn("node identity contested: two connections keep superseding each other; is its certificate stolen or cloned? Revoke it (edged node remove) if the Node is not yours",
+			"identity", identity, "addr", sup.Addr, "previous_addr", sup.PreviousAddr,
+			"supersedes_last_minute", sup.Recent, "contested_unlogged", sup.Unwarned)
+	}
 	return c
 }
 

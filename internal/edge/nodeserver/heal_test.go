@@ -149,3 +149,33 @@ func (c *noNewConnections) WriteTo(p []byte, addr net.Addr) (int, error) {
 	}
 	return c.PacketConn.WriteTo(p, addr)
 }
+
+// Issue 26: one Node identity presented by two connections that keep
+// superseding each other (two copies of n1, each reconnecting when the
+// other fences it) is a warning in the Edge's log, with both remote
+// addresses, at most once a minute, and counted in the registry.
+func TestTwoCopiesOfANodeThatKeepSupersedingEachOtherAreWarnedAbout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimHarness(t)
+		e := h.startEdge(0)
+		a := h.startNode("n1")
+		h.waitReady("n1")
+		b := h.startNode("n1")
+		h.waitFor("a contested identity", time.Minute, func() bool { return e.reg.Contested()["n1"] > 0 })
+		time.Sleep(30 * time.Second)
+		a.stop()
+		b.stop()
+		log := h.edgeLog.String()
+		if n := strings.Count(log, "node identity contested"); n != 1 {
+			t.Fatalf("warned %d times within a minute, want once:\n%s", n, log)
+		}
+		line := log[strings.Index(log, "node identity contested"):]
+		line = line[:strings.IndexByte(line, '\n')]
+		if !strings.Contains(line, "addr=127.0.0.1:") || !strings.Contains(line, "previous_addr=127.0.0.1:") {
+			t.Errorf("the warning does not name both remote addresses: %s", line)
+		}
+		if n := e.reg.Contested()["n1"]; n < 2 {
+			t.Errorf("counted %d contested supersedes over 30 s of fighting, want them all counted", n)
+		}
+	})
+}
