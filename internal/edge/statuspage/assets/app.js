@@ -73,10 +73,16 @@
 
   function renderNodes(nodes) {
     const rows = nodes.map((n) => {
-      const state = el('td', null, badge(n.state));
-      if (n.suspect) state.append(' ', badge('suspect'));
+      // A suspect Node keeps its generation's state but takes no work:
+      // it is shown as suspect, not ready, with how long it was silent.
+      const state = el('td', null, n.suspect && n.state === 'ready' ? badge('suspect') : badge(n.state));
+      if (n.suspect && n.state !== 'ready') state.append(' ', badge('suspect'));
       if (n.fence_reason) state.append(el('div', { class: 'small muted', text: n.fence_reason + (n.fenced_at ? ' · ' + ago(n.fenced_at) : '') }));
-      if (n.suspect && n.silent_since) state.append(el('div', { class: 'small muted', text: 'silent ' + fmtDur(since(n.silent_since)) }));
+      if (n.suspect) {
+        const silent = n.heard_again_at ? n.silent_for_ms : (n.silent_since ? since(n.silent_since) : n.silent_for_ms);
+        state.append(el('div', { class: 'small muted', data: { silent: '' },
+          text: 'silent ' + fmtDur(silent) + (n.heard_again_at ? ' · heard again ' + ago(n.heard_again_at) + ', waiting for a heartbeat answer' : '') }));
+      }
       const providers = td({ class: 'wrap' });
       for (const p of n.providers || []) {
         const div = el('div', { class: 'provider', data: { provider: p.name, state: p.state } },
