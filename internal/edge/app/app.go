@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -43,6 +44,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/reload"
 	"github.com/iop-dev/iop/internal/edge/resetkey"
 	"github.com/iop-dev/iop/internal/edge/sched"
+	"github.com/iop-dev/iop/internal/edge/served"
 	"github.com/iop-dev/iop/internal/edge/statuspage"
 	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/internal/yamlconf"
@@ -118,7 +120,7 @@ func Module(cfg *edgeconfig.Config) fx.Option {
 	return fx.Options(
 		fx.Supply(cfg, quicwire.DefaultLiveness, ConfigPath("")),
 		fx.Provide(newLogger, newRegistry, newEdgeTLS, newQUICListener, newCredentials, newLeases, newTransport, newScheduler, newMetrics,
-			newRefusals, newDoor, newAuthenticator, newLive, newDispatcher, newFront, newReloader, newClientCerts, newHTTPServer),
+			newRefusals, newDoor, newAuthenticator, newLive, newServed, newDispatcher, newFront, newReloader, newClientCerts, newHTTPServer),
 		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: log}
 			// fx's own events are debugging detail; a failed start is
@@ -378,9 +380,30 @@ func newClientCerts(cfg *edgeconfig.Config, log *slog.Logger) (*frontdoor.CertFi
 	return frontdoor.NewCertFiles(cfg.API.TLS.CertFile, cfg.API.TLS.KeyFile, frontdoor.CertOptions{Logger: log})
 }
 
+// newServed is the Edge's memory of the models its Nodes served, kept in
+// data_dir (without one, a start-up grace), kept up to date with the
+// registry from start to stop (issue 26).
+func newServed(lc fx.Lifecycle, cfg *edgeconfig.Config, liveness quicwire.Liveness, reg *fleet.Registry, log *slog.Logger) *served.Memory {
+	path := ""
+	if cfg.DataDir != "" {
+		path = filepath.Join(cfg.DataDir, served.FileName)
+	}
+	m := served.Open(served.Options{Path: path, Window: served.WindowFor(liveness), Logger: log})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() { defer close(done); m.Run(ctx, reg) }()
+			return nil
+		},
+		OnStop: func(context.Context) error { cancel(); <-done; return nil },
+	})
+	return m
+}
+
 func newDispatcher(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, m *edgemetrics.Metrics, leases *dispatch.Leases,
-	log *slog.Logger) *dispatch.Dispatcher {
-	return dispatch.New(cfg, dispatch.SchedulerSlots(s), dispatch.ServerNodes(srv), dispatch.Options{Metrics: m, Leases: leases, Logger: log})
+	mem *served.Memory, log *slog.Logger) *dispatch.Dispatcher {
+	return dispatch.New(cfg, dispatch.SchedulerSlots(s), dispatch.ServerNodes(srv), dispatch.Options{Metrics: m, Leases: leases, Logger: log, Served: mem})
 }
 
 // newFront is the one front end every client API is a translation on.

@@ -30,7 +30,7 @@ func TestHTTPServerMountsOllamaAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	door := frontdoor.New(frontdoor.Limits{}, nil)
-	d := newDispatcher(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), m, nil, log)
+	d := newDispatcher(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), m, nil, nil, log)
 	h := newHTTPServer(cfg, reg, s, m, door, d, newFront(d, a, door, m, inflight.New(inflight.Options{}), log), a, nil, inflight.New(inflight.Options{}), nil, nil, log).srv.Handler
 	tests := []struct {
 		method, path string

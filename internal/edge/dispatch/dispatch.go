@@ -26,6 +26,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/edgemetrics"
 	"github.com/iop-dev/iop/internal/edge/sched"
+	"github.com/iop-dev/iop/internal/edge/served"
 	"github.com/iop-dev/iop/internal/transport"
 )
 
@@ -41,6 +42,7 @@ type Dispatcher struct {
 	ids      atomic.Uint64
 	prefix   string
 	sessions *sessions
+	served   *served.Memory
 }
 
 // Options are the optional parts of a Dispatcher.
@@ -55,6 +57,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock of the session table; nil: time.Now.
 	Now func() time.Time
+	// Served is what the Edge served before it restarted: a model nobody
+	// offers now that it remembers (or any, in its start-up grace) is
+	// ErrNotYetBack, not ErrUnknownModel, and is listed. nil: none.
+	Served *served.Memory
 }
 
 // New returns a dispatcher that resolves in cfg (until SetConfig), takes
@@ -69,7 +75,7 @@ func New(cfg *edgeconfig.Config, slots Slots, nodes Nodes, opts Options) *Dispat
 		now = time.Now
 	}
 	d := &Dispatcher{slots: slots, nodes: nodes, metrics: opts.Metrics, leases: opts.Leases, log: log,
-		prefix: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff), sessions: newSessions(now)}
+		prefix: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff), sessions: newSessions(now), served: opts.Served}
 	d.cfg.Store(cfg)
 	return d
 }
@@ -103,6 +109,12 @@ var (
 	// any state: a 404 in each API's shape (SPEC P1), not the 503 of a
 	// model that is known but cannot be served now.
 	ErrUnknownModel = errors.New("unknown model")
+	// ErrNotYetBack: no Node offers the model now, but the Edge served it
+	// before it restarted (or, remembering nothing, started moments ago)
+	// and its Nodes are expected back: a 503 with Retry-After, so that
+	// clients retry rather than conclude it does not exist. Matched by
+	// every *NotYetBackError.
+	ErrNotYetBack = errors.New("model not yet back")
 	// ErrUnsupported: the model is served now, but by no provider whose
 	// adapter does the kind of work asked for (Plan.Needs: embeddings, raw
 	// completions): a 400, which the client can only change by asking
@@ -233,15 +245,15 @@ func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []
 		d.metrics.QueueWait.WithLabelValues(plan.Model).Observe(time.Since(start).Seconds())
 	}
 	if len(tried) == 0 && errors.Is(err, sched.ErrNoCandidate) {
-		if !d.Known(plan) {
-			return nil, fmt.Errorf("%w: %q: no route names it and no Node offers it", ErrUnknownModel, plan.Model)
-		}
 		capable := func(c sched.Candidate) bool {
 			return plan.Match(c) && (plan.Needs == "" || slices.Contains(c.Capabilities, plan.Needs))
 		}
 		cands := d.slots.Candidates()
 		switch {
 		case !slices.ContainsFunc(cands, plan.Match):
+			if err := d.absent(plan); err != nil {
+				return nil, err
+			}
 		case !slices.ContainsFunc(cands, capable):
 			return nil, fmt.Errorf("%w: model %q is served by no provider whose adapter implements %s", ErrUnsupported, plan.Model, plan.Needs)
 		case !slices.ContainsFunc(cands, match):
@@ -268,6 +280,20 @@ func maxRequest(c sched.Candidate) int {
 		return c.MaxRequest
 	}
 	return transport.OneFrameHeader
+}
+
+// absent says why no candidate at all matches plan: ErrNotYetBack for a
+// model whose Nodes are expected back after a restart, ErrUnknownModel for
+// one nobody offers, nil for one known (a route, a Node not ready) whose
+// no_candidate refusal says it.
+func (d *Dispatcher) absent(plan Plan) error {
+	if err := d.notYetBack(plan); err != nil {
+		return err
+	}
+	if !d.Known(plan) {
+		return fmt.Errorf("%w: %q: no route names it and no Node offers it", ErrUnknownModel, plan.Model)
+	}
+	return nil
 }
 
 // Known reports whether plan's model exists for the Edge: a route names

@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
@@ -15,6 +14,12 @@ import (
 type Offering struct {
 	ID         string
 	Candidates []sched.Candidate
+	// Reconnecting: no candidate serves it now (Candidates is empty), but
+	// the Edge served it before it restarted and its Nodes are expected
+	// back; a request for it is answered ErrNotYetBack (503, retry). It is
+	// listed so that a client that lists, then asks, is told to retry
+	// rather than find it gone.
+	Reconnecting bool
 }
 
 // Has reports whether any of o's candidates runs on adapter.
@@ -28,7 +33,9 @@ func (o Offering) Has(adapter string) bool {
 // candidate serves, under its own name (unless a route already lists it).
 // The model lists of every API (/v1/models, /api/tags, /api/ps) read it,
 // and it reads the scheduler's candidates, so a list and the routing agree:
-// a listed model can be scheduled, an unlisted one cannot. Sorted by id.
+// a listed model can be scheduled, an unlisted one cannot, with one
+// exception: after a restart, a model remembered and not back yet is
+// listed, Reconnecting. Sorted by id.
 func (d *Dispatcher) Inventory(p auth.Principal) []Offering {
 	cands := d.slots.Candidates()
 	seen := map[string]bool{}
@@ -63,6 +70,11 @@ func (d *Dispatcher) Inventory(p auth.Principal) []Offering {
 			out = append(out, Offering{ID: c.Target, Candidates: []sched.Candidate{c}})
 		}
 	}
+	listed := map[string]bool{}
+	for _, o := range out {
+		listed[o.ID] = true
+	}
+	out = append(out, d.returning(p, listed)...)
 	slices.SortFunc(out, func(a, b Offering) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
@@ -80,14 +92,15 @@ func (d *Dispatcher) Candidates(plan Plan) []sched.Candidate {
 }
 
 // Available is nil when work of plan can be scheduled now; otherwise it
-// says why not, as StartRun would: ErrUnknownModel, or a no_candidate
+// says why not, as StartRun would: ErrUnknownModel, ErrNotYetBack for a
+// model whose Nodes are expected back after a restart, or a no_candidate
 // refusal for a model that is known but that nobody can serve now.
 func (d *Dispatcher) Available(plan Plan) error {
 	if slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
 		return nil
 	}
-	if !d.Known(plan) {
-		return fmt.Errorf("%w: %q: no route names it and no Node offers it", ErrUnknownModel, plan.Model)
+	if err := d.absent(plan); err != nil {
+		return err
 	}
 	return &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: plan.Model, Detail: "no ready node offers it now"}
 }

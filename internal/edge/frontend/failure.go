@@ -80,7 +80,7 @@ func statusOf(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case sched.ReasonQueueFull, sched.ReasonQueueTimeout, "rate_limited":
 		return http.StatusTooManyRequests
-	case sched.ReasonNoCandidate, "server_busy", "credential_unavailable", "provider_unavailable", "capacity_exhausted":
+	case sched.ReasonNoCandidate, "model_not_ready", "server_busy", "credential_unavailable", "provider_unavailable", "capacity_exhausted":
 		return http.StatusServiceUnavailable
 	case "deadline_exceeded", "idle_timeout", "response_stalled":
 		return http.StatusGatewayTimeout
@@ -218,6 +218,17 @@ func ModelNotFound(model string) *Failure {
 	return f
 }
 
+// ModelNotReady is the failure of a model no Node offers yet, whose Nodes
+// are expected back after the Edge restarted (dispatch.ErrNotYetBack): a
+// 503 with Retry-After, so that a client retries rather than conclude the
+// model does not exist (an SDK's not-found error, the ollama CLI's offer
+// to pull it).
+func ModelNotReady(err *dispatch.NotYetBackError) *Failure {
+	f := fail("model_not_ready", err.Error())
+	f.RetryAfter = max(err.RetryAfter, time.Second)
+	return f
+}
+
 // causeFailure is the failure a cause explains: the client gone, the idle
 // timeout or the deadline; nil for any other cause.
 func causeFailure(cause error) *Failure {
@@ -242,11 +253,14 @@ func StartFailure(err, cause error, model string) *Failure {
 	var refusal *sched.RefusalError
 	var failed *dispatch.RunFailedError
 	var te *nodeserver.TunnelError
+	var notBack *dispatch.NotYetBackError
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return FailDeadline
 	case errors.Is(err, dispatch.ErrForbidden), errors.Is(err, dispatch.ErrUnknownModel):
 		return ModelNotFound(model)
+	case errors.As(err, &notBack):
+		return ModelNotReady(notBack)
 	case errors.Is(err, dispatch.ErrUnsupported):
 		return unsupported("model", "%s", err.Error())
 	case errors.Is(err, dispatch.ErrRequestTooLarge):

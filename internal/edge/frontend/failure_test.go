@@ -24,6 +24,7 @@ func TestStartFailuresHaveOneStatusAndCodeEach(t *testing.T) {
 	}{
 		{"unknown model", fmt.Errorf("%w: x", dispatch.ErrUnknownModel), nil, 404, "model_not_found"},
 		{"forbidden", fmt.Errorf("%w: x", dispatch.ErrForbidden), nil, 404, "model_not_found"},
+		{"served before the restart, Nodes not back yet", fmt.Errorf("wrapped: %w", &dispatch.NotYetBackError{Model: "m", Remembered: true}), nil, 503, "model_not_ready"},
 		{"known but nobody can serve it", &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: "m"}, nil, 503, "no_candidate"},
 		{"queue timeout", &sched.RefusalError{Reason: sched.ReasonQueueTimeout, Model: "m"}, nil, 429, "queue_timeout"},
 		{"client gone while queued", errors.New("sched: queued"), ErrClientGone, 499, "cancelled"},
@@ -40,6 +41,12 @@ func TestStartFailuresHaveOneStatusAndCodeEach(t *testing.T) {
 	}
 	if f := StartFailure(dispatch.ErrUnknownModel, nil, "ghost"); f.Model != "ghost" || f.Message != `model "ghost" not found` {
 		t.Errorf("unknown model failure %+v", f)
+	}
+	// Issue 26: a model whose Nodes are reconnecting to a restarted Edge
+	// is "retry", with Retry-After, and says why.
+	if f := StartFailure(&dispatch.NotYetBackError{Model: "m", Since: 1500 * time.Millisecond, Remembered: true}, nil, "m"); f.RetryAfter < time.Second ||
+		f.Message != `model "m" was served before this Edge restarted 1.5s ago; its Nodes are reconnecting; retry` {
+		t.Errorf("a model not yet back: %+v", f)
 	}
 	if f := StartFailure(&sched.RefusalError{Reason: sched.ReasonQueueFull, Model: "m"}, nil, "m"); f.RetryAfter < time.Second || f.Refusal != "queue_full" {
 		t.Errorf("a busy refusal carries no Retry-After or reason: %+v", f)

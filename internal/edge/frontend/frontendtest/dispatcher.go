@@ -53,6 +53,9 @@ type Dispatcher struct {
 	ResolveErr error
 	Forbidden  []string
 	Unknown    []string
+	// NotYetBack are models no Node offers yet that the Edge served
+	// before it restarted: dispatch.ErrNotYetBack.
+	NotYetBack []string
 	// Offerings is the inventory; nil: every model asked for is served by
 	// one Ollama server.
 	Offerings []dispatch.Offering
@@ -101,6 +104,9 @@ func (d *Dispatcher) start(ctx context.Context, plan dispatch.Plan, watch dispat
 	d.mu.Unlock()
 	if slices.Contains(d.Unknown, plan.Model) {
 		return fmt.Errorf("%w: %q", dispatch.ErrUnknownModel, plan.Model)
+	}
+	if slices.Contains(d.NotYetBack, plan.Model) {
+		return notYetBack(plan.Model)
 	}
 	if d.QueueFor > 0 {
 		select {
@@ -241,10 +247,19 @@ func (d *Dispatcher) Available(plan dispatch.Plan) error {
 	if slices.Contains(d.Unknown, plan.Model) {
 		return fmt.Errorf("%w: %q", dispatch.ErrUnknownModel, plan.Model)
 	}
+	if slices.Contains(d.NotYetBack, plan.Model) {
+		return notYetBack(plan.Model)
+	}
 	if len(d.Candidates(plan)) == 0 {
 		return &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: plan.Model}
 	}
 	return nil
+}
+
+// notYetBack is the error of a model remembered from before a restart 2 s
+// ago.
+func notYetBack(model string) error {
+	return &dispatch.NotYetBackError{Model: model, Since: 2 * time.Second, Remembered: true, RetryAfter: dispatch.NotYetBackRetry}
 }
 
 // Inventory is Offerings.
