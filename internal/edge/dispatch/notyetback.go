@@ -48,7 +48,7 @@ func (d *Dispatcher) notYetBack(plan Plan) error {
 	if d.served == nil {
 		return nil
 	}
-	since := time.Since(d.served.Started())
+	since := d.served.Since()
 	for _, o := range d.served.Pending() {
 		if plan.Match(offerCandidate(o)) {
 			return &NotYetBackError{Model: plan.Model, Since: since, Remembered: true, RetryAfter: NotYetBackRetry}

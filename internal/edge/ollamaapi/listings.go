@@ -98,6 +98,11 @@ func (h *handler) listing(path string, running bool) func(r *http.Request, p aut
 		}
 		out := modelList{Models: []json.RawMessage{}}
 		for _, o := range inv {
+			if running && o.Reconnecting {
+				// Served before the Edge restarted, its Nodes not back
+				// yet: a tag (asking for it says retry), not running.
+				continue
+			}
 			listed := false
 			for _, c := range o.Candidates {
 				if c.Adapter != Adapter {

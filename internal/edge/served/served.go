@@ -178,8 +178,8 @@ func read(path string) ([]Offer, error) {
 	return slices.CompactFunc(f.Offers, func(a, b Offer) bool { return a == b }), nil
 }
 
-// Started is when the memory was opened: the Edge's start.
-func (m *Memory) Started() time.Time { return m.started }
+// Since is how long ago the memory was opened: the Edge's start.
+func (m *Memory) Since() time.Duration { return m.now().Sub(m.started) }
 
 // Pending lists the offers remembered from before the start whose Node
 // has not registered again, while Window has not passed; nil otherwise.
