@@ -23,7 +23,7 @@ type testClock struct {
 	t  time.Time
 }
 
-func (c *testClock) now() time.Time     { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *testClock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *testClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 // restarted is a dispatcher over an empty registry, as just after a
