@@ -75,6 +75,10 @@ type faultFleet struct {
 	quicPort int
 	edge     *proc
 	nodes    map[string]*faultNode
+	// loopback: the Edge and its Nodes run in loopback mode (no
+	// certificates, Nodes on the host's loopback only), the README's
+	// two-process setup.
+	loopback bool
 }
 
 // faultNode is one Node: noded, its fake Ollama and, unless it runs on
@@ -164,8 +168,13 @@ func (f *faultFleet) startEdge(name string) {
 func (f *faultFleet) addNode(spec nodeSpec) *faultNode {
 	t := f.t
 	t.Helper()
-	if out, err := run(t, f.dir, bin.edged, "tls", "cert", "create", "--node", spec.id); err != nil {
-		t.Fatalf("edged tls cert create --node %s: %v\n%s", spec.id, err, out)
+	if f.loopback && !spec.hostOnly {
+		t.Fatalf("node %s: a loopback-mode Node dials only a loopback address, so it runs on the host (hostOnly)", spec.id)
+	}
+	if !f.loopback {
+		if out, err := run(t, f.dir, bin.edged, "tls", "cert", "create", "--node", spec.id); err != nil {
+			t.Fatalf("edged tls cert create --node %s: %v\n%s", spec.id, err, out)
+		}
 	}
 	n := &faultNode{id: spec.id}
 	edgeAddr := fmt.Sprintf("127.0.0.1:%d", f.quicPort)
@@ -188,10 +197,15 @@ func (f *faultFleet) addNode(spec nodeSpec) *faultNode {
 	fakeURL := n.fake.waitOutput(regexp.MustCompile(`listening on (http://\S+)`))
 
 	var conf strings.Builder
+	identity := `identity: {mode: mtls, trust_domain: iop.test, edge_id: edge-1, ca_file: iop-ca.pem, cert_file: node-%[1]s.pem, key_file: node-%[1]s-key.pem}
+lease_key_file: node-%[1]s-lease.key`
+	if f.loopback {
+		identity = `identity: {mode: loopback, trust_domain: iop.test, edge_id: edge-1}
+lease_key_file: ""`
+	}
 	fmt.Fprintf(&conf, `node_id: %s
 edge: {address: %q}
-identity: {mode: mtls, trust_domain: iop.test, edge_id: edge-1, ca_file: iop-ca.pem, cert_file: node-%[1]s.pem, key_file: node-%[1]s-key.pem}
-lease_key_file: node-%[1]s-lease.key
+`+identity+`
 drain_timeout: 5s
 providers:
 `, spec.id, edgeAddr)
