@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -65,6 +66,28 @@ func TestRestartedEdgeSaysRetryNotNotFound(t *testing.T) {
 			<-f.edge.done
 			restarted := time.Now()
 			f.startEdge("edged (restarted)")
+
+			if withDataDir {
+				var q struct {
+					NotYetBack struct {
+						Models []struct {
+							Model string   `json:"model"`
+							Nodes []string `json:"nodes"`
+						} `json:"models"`
+					} `json:"not_yet_back"`
+				}
+				b := adminQueues(t, f.base)
+				err := json.Unmarshal([]byte(b), &q)
+				shown := err == nil && len(q.NotYetBack.Models) == 1 && q.NotYetBack.Models[0].Model == fastModel+":latest" &&
+					len(q.NotYetBack.Models[0].Nodes) == 1 && q.NotYetBack.Models[0].Nodes[0] == "n1"
+				switch now, _ := f.view("n1"); {
+				case shown:
+				case now.Generation > v.Generation:
+					t.Logf("the Node was back before /admin/v1/queues was read: %s", b)
+				default:
+					t.Errorf("/admin/v1/queues does not show the model not yet back: %s", b)
+				}
+			}
 
 			// Hammer the model through every API until each has been
 			// answered 200 twice in a row.
@@ -151,4 +174,16 @@ func (a restartAPI) ask(t *testing.T, base, model string) (int, string, string) 
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header.Get("Retry-After"), strings.TrimSpace(string(b))
+}
+
+// adminQueues is the body of /admin/v1/queues.
+func adminQueues(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := adminClient.Get(base + "/admin/v1/queues")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }

@@ -44,6 +44,11 @@ type Options struct {
 	// dispatcher remembers where they last ran, and their turns by
 	// outcome (dispatch.Dispatcher.Sessions); nil leaves it out.
 	Sessions func() any
+	// NotYetBack adds "not_yet_back" to /admin/v1/queues: the models a
+	// restarted Edge served before, whose Nodes have not reconnected yet,
+	// answered 503 retry meanwhile (dispatch.Dispatcher.NotYetBack); nil
+	// leaves it out.
+	NotYetBack func() any
 	// Load is the slots held on each provider of each Node generation
 	// (sched.Scheduler.InFlight): /admin/v1/nodes shows each provider's
 	// in_flight from it; nil shows 0.
@@ -123,11 +128,16 @@ func Handler(reg *fleet.Registry, ready Readiness, opts Options) http.Handler {
 		if opts.Sessions != nil {
 			sessions = opts.Sessions()
 		}
+		var notYetBack any
+		if opts.NotYetBack != nil {
+			notYetBack = opts.NotYetBack()
+		}
 		writeJSON(w, http.StatusOK, struct {
-			Queues   any `json:"queues"`
-			Models   any `json:"models,omitempty"`
-			Sessions any `json:"sessions,omitempty"`
-		}{q, m, sessions})
+			Queues     any `json:"queues"`
+			Models     any `json:"models,omitempty"`
+			Sessions   any `json:"sessions,omitempty"`
+			NotYetBack any `json:"not_yet_back,omitempty"`
+		}{q, m, sessions, notYetBack})
 	}))
 	mux.HandleFunc("GET /admin/v1/nodes", h.read(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, struct {

@@ -443,7 +443,7 @@ func newHTTPServer(cfg *edgeconfig.Config, reg *fleet.Registry, s *sched.Schedul
 	h := &HTTPServer{addr: cfg.Listen.HTTP, door: door, certs: certs}
 	access := adminapi.Options{Authenticator: authn, Logger: log, ReadsOpen: authn.AdminReadsOpen, Reloader: reloader,
 		Credentials: store, Queues: func() any { return s.Snapshot() },
-		Models: func() any { return s.Models() }, Sessions: func() any { return d.Sessions() }, Load: s.InFlight, Runs: runs}
+		Models: func() any { return s.Models() }, Sessions: func() any { return d.Sessions() }, NotYetBack: func() any { return d.NotYetBack() }, Load: s.InFlight, Runs: runs}
 	admin := adminapi.Handler(reg, func() error {
 		if !h.serving.Load() {
 			return errors.New("starting")

@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
@@ -105,4 +107,50 @@ func (d *Dispatcher) returning(p auth.Principal, listed map[string]bool) []Offer
 		}
 	}
 	return out
+}
+
+// NotYetBackView is what a restarted Edge expects back, for the admin
+// view (/admin/v1/queues' not_yet_back).
+type NotYetBackView struct {
+	// Models are the models served before the restart whose Nodes have not
+	// registered again, with those Nodes: answered 503 retry meanwhile.
+	Models []NotYetBackModel `json:"models"`
+	// Until is when the Edge stops expecting them (the window's end);
+	// nil when nothing is expected.
+	Until *time.Time `json:"until,omitempty"`
+	// Grace: the Edge remembers nothing (no data_dir): until Until, every
+	// model no Node offers is answered 503 retry.
+	Grace bool `json:"grace,omitempty"`
+}
+
+// NotYetBackModel is one target not back yet and the Nodes that served it.
+type NotYetBackModel struct {
+	Model string   `json:"model"`
+	Nodes []string `json:"nodes"`
+}
+
+// NotYetBack is what the Edge expects back after its restart, by target.
+func (d *Dispatcher) NotYetBack() NotYetBackView {
+	v := NotYetBackView{Models: []NotYetBackModel{}}
+	if d.served == nil {
+		return v
+	}
+	at := map[string]int{}
+	for _, o := range d.served.Pending() {
+		i, ok := at[o.Target]
+		if !ok {
+			i, at[o.Target] = len(v.Models), len(v.Models)
+			v.Models = append(v.Models, NotYetBackModel{Model: o.Target})
+		}
+		if m := &v.Models[i]; !slices.Contains(m.Nodes, o.NodeID) {
+			m.Nodes = append(m.Nodes, o.NodeID)
+		}
+	}
+	_, v.Grace = d.served.Grace()
+	if len(v.Models) > 0 || v.Grace {
+		until := d.served.Until()
+		v.Until = &until
+	}
+	slices.SortFunc(v.Models, func(a, b NotYetBackModel) int { return strings.Compare(a.Model, b.Model) })
+	return v
 }

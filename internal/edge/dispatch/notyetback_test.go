@@ -100,6 +100,10 @@ func TestAModelServedBeforeTheRestartIsNotYetBack(t *testing.T) {
 		t.Errorf("a principal of one route is listed %+v, want only its route", inv)
 	}
 
+	if v := d.NotYetBack(); len(v.Models) != 2 || v.Models[0].Model != "llama3:latest" || !slices.Equal(v.Models[0].Nodes, []string{"n1"}) ||
+		v.Until == nil || !v.Until.Equal(c.now().Add(time.Minute)) || v.Grace {
+		t.Errorf("admin view %+v", v)
+	}
 	readyNode(t, reg, fleet.ConnInfo{NodeID: "n1"}, onlineProvider("ollama", "llama3:latest"))
 	mem.Update(served.Offered(reg))
 	if err := d.Available(planFor(t, d, "llama3")); err != nil {
@@ -110,6 +114,9 @@ func TestAModelServedBeforeTheRestartIsNotYetBack(t *testing.T) {
 	}
 
 	c.add(time.Minute)
+	if v := d.NotYetBack(); len(v.Models) != 0 || v.Until != nil {
+		t.Errorf("admin view after the window %+v", v)
+	}
 	if err := ask("qwen"); !errors.Is(err, ErrUnknownModel) {
 		t.Errorf("qwen, its Node not back after the window: %v, want ErrUnknownModel", err)
 	}

@@ -178,6 +178,10 @@ func read(path string) ([]Offer, error) {
 	return slices.CompactFunc(f.Offers, func(a, b Offer) bool { return a == b }), nil
 }
 
+// Until is when the window ends: nothing is pending after it, and the
+// grace is over.
+func (m *Memory) Until() time.Time { return m.deadline }
+
 // Since is how long ago the memory was opened: the Edge's start.
 func (m *Memory) Since() time.Duration { return m.now().Sub(m.started) }
 
