@@ -17,6 +17,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/registrar"
 	"github.com/iop-dev/iop/internal/edge/resetkey"
+	"github.com/iop-dev/iop/internal/edge/served"
 	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/quicwire"
 	wireenroll "github.com/iop-dev/iop/quicwire/enroll"
@@ -184,7 +185,7 @@ func (s *selfIssued) get() (*tls.Certificate, error) {
 
 // dataDirFiles are the files the Edge keeps in data_dir: like data_dir
 // itself, each must be changeable by the Edge's user (or root) alone.
-var dataDirFiles = []string{registrar.StoreFile, registrar.StoreIDFile, registrar.SocketFile, resetkey.FileName}
+var dataDirFiles = []string{registrar.StoreFile, registrar.StoreIDFile, registrar.SocketFile, resetkey.FileName, served.FileName}
 
 // prepareDataDir makes data_dir (0700) if it is missing, and refuses it
 // when anyone but the Edge's user or root can change it or a file the Edge

@@ -203,7 +203,21 @@
       tile('queued', waiting, 'waiting in queues'),
       tile('completed', done, 'completed, ' + runs.terminals.window_minutes + ' min'),
       tile('failed', notDone, 'did not complete, ' + runs.terminals.window_minutes + ' min'),
-      sessionTile(tile, queues.sessions));
+      sessionTile(tile, queues.sessions),
+      ...notYetBackTile(tile, queues.not_yet_back));
+  }
+
+  // After a restart the Edge answers the models it served before with 503
+  // retry until their Nodes are back (or, without a data_dir, every model
+  // no Node offers yet, for a while): shown only while that lasts.
+  function notYetBackTile(tile, v) {
+    if (!v || (!(v.models || []).length && !v.grace)) return [];
+    const names = (v.models || []).map((m) => m.model + ' (' + m.nodes.join(', ') + ')');
+    const until = v.until ? ' until ' + new Date(v.until).toLocaleTimeString() : '';
+    const label = v.grace
+      ? 'just restarted: unknown models answered "retry"' + until
+      : 'models answered "retry" while their Nodes reconnect' + until + ': ' + names.join('; ');
+    return [tile('notyetback', v.grace ? 'restarted' : names.length, label)];
   }
 
   // Session affinity: of the turns whose session had run before, how many
