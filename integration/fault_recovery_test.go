@@ -477,6 +477,9 @@ func faultEdgeRestartRecovers(t *testing.T, m restartMode) {
 				t.Errorf("issue 26: %s: %s %.1fs after the restart: 503 without Retry-After: %s", m, a.name, at, body)
 			}
 		case http.StatusNotFound:
+			if counts[code] > 1 {
+				break // counted; the first one per Edge is reported
+			}
 			t.Errorf("issue 26: %s: %s %.1fs after the restart: a model served before the restart answered 404 (want 503 with Retry-After until its Node is back): %s", m, a.name, at, clip(body, 200))
 		default:
 			t.Errorf("%s: %s %.1fs after the restart: %d, want 200, or 503 with Retry-After: %s", m, a.name, at, code, clip(body, 200))
