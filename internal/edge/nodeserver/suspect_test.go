@@ -76,8 +76,9 @@ func TestADarkLinkIsSuspectInSecondsAndFencedByTheHeartbeat(t *testing.T) {
 }
 
 // P4: a suspect Node heard from again (the link healed before the
-// heartbeat's verdict) is dispatchable again at once, on the same
-// generation: suspicion never fences.
+// heartbeat's verdict) is dispatchable again, on the same generation, once
+// it answers a heartbeat sent after its silence (issue 26): suspicion
+// never fences.
 func TestASuspectNodeHeardFromAgainIsDispatchableAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newSimHarness(t)
