@@ -387,6 +387,11 @@ func newServed(lc fx.Lifecycle, cfg *edgeconfig.Config, liveness quicwire.Livene
 	path := ""
 	if cfg.DataDir != "" {
 		path = filepath.Join(cfg.DataDir, served.FileName)
+	} else if p, err := served.CachePath(cfg.EdgeID, cfg.Listen.QUIC); err != nil {
+		log.Warn("no data_dir and no usable cache directory for the models the Edge serves: after a restart, for a minute, every model no Node offers yet is answered 503 retry",
+			"err", err, "fix", "set data_dir")
+	} else {
+		path = p
 	}
 	m := served.Open(served.Options{Path: path, Window: served.WindowFor(liveness), Logger: log})
 	ctx, cancel := context.WithCancel(context.Background())
