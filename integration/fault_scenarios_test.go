@@ -259,8 +259,11 @@ func faultEdgeRouteFlap(t *testing.T) {
 		t.Fatalf("P4: n1 still suspect 25s after the Edge's route came back: %v", v)
 	}
 	f.timing("route back: n1 dispatchable again after %.1fs", at.Sub(up).Seconds())
-	if v.Generation != v1.Generation || v.State != "ready" {
-		t.Fatalf("after a route flap shorter than the fence, n1 is %v, want generation %d ready", v, v1.Generation)
+	// On its generation, or on the fresh connection that replaced it when
+	// that proved itself first (issue 26; n1 ran nothing, so neither loses
+	// anything).
+	if v.Generation < v1.Generation || v.State != "ready" {
+		t.Fatalf("after a route flap shorter than the fence, n1 is %v, want ready at generation %d or newer", v, v1.Generation)
 	}
 	f.assertServedBy("n1", 2, "after the Edge's route came back")
 }

@@ -434,6 +434,16 @@ func (r *Registry) Dispatchable(nodeID string) (*Conn, error) {
 	return c, nil
 }
 
+// NodeReady reports whether nodeID's current generation has completed its
+// ready handshake (it may be suspect; it is not registering, draining or
+// fenced).
+func (r *Registry) NodeReady(nodeID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.nodes[nodeID]
+	return c != nil && c.state == Ready
+}
+
 // Current returns the Node's current (or last, if fenced) generation.
 func (r *Registry) Current(nodeID string) (*Conn, bool) {
 	r.mu.Lock()

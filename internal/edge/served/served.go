@@ -209,7 +209,19 @@ func (m *Memory) Grace() (since time.Duration, ok bool) {
 // that offers anything again is no longer pending (what it offers now is
 // the truth), and after Window none is. When the set to remember (pending
 // and offered) changed, it is written to the file.
-func (m *Memory) Update(offered []Offer) {
+func (m *Memory) Update(offered []Offer) { m.update(offered, nil) }
+
+// NodeReadiness is what a Source may also tell: whether a Node has
+// completed its ready handshake (*fleet.Registry does). A remembered model
+// of a Node that has registered but is not ready yet stays pending: its
+// requests are still told to retry, not "no candidate".
+type NodeReadiness interface {
+	NodeReady(nodeID string) bool
+}
+
+// update is Update, counting a Node back only when ready says so (nil:
+// as soon as it offers anything).
+func (m *Memory) update(offered []Offer, ready func(nodeID string) bool) {
 	offered = slices.Clone(offered)
 	slices.SortFunc(offered, compareOffers)
 	offered = slices.CompactFunc(offered, func(a, b Offer) bool { return a == b })
@@ -220,7 +232,9 @@ func (m *Memory) Update(offered []Offer) {
 	}
 	back := map[string]bool{}
 	for _, o := range offered {
-		back[o.NodeID] = true
+		if _, seen := back[o.NodeID]; !seen {
+			back[o.NodeID] = ready == nil || ready(o.NodeID)
+		}
 	}
 	m.pending = slices.DeleteFunc(m.pending, func(o Offer) bool { return back[o.NodeID] })
 	all := append(slices.Clone(m.pending), offered...)
@@ -269,7 +283,11 @@ func (m *Memory) Run(ctx context.Context, src Source) {
 	defer expire.Stop()
 	for {
 		changed := src.Changed()
-		m.Update(Offered(src))
+		var ready func(string) bool
+		if r, ok := src.(NodeReadiness); ok {
+			ready = r.NodeReady
+		}
+		m.update(Offered(src), ready)
 		select {
 		case <-ctx.Done():
 			return

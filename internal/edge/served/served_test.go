@@ -196,3 +196,19 @@ func TestRunFollowsTheRegistryAndTheWindow(t *testing.T) {
 		<-done
 	})
 }
+
+// A Node that has registered but not completed its ready handshake is not
+// back yet: its remembered models stay "retry" rather than turning into
+// "no candidate" for the moment in between (issue 26).
+func TestARegisteredNodeIsBackOnlyWhenReady(t *testing.T) {
+	m := Open(Options{Path: ""})
+	m.pending = []Offer{{NodeID: "n1", Target: "m"}}
+	m.update([]Offer{{NodeID: "n1", Target: "m"}}, func(string) bool { return false })
+	if got := m.Pending(); len(got) != 1 {
+		t.Fatalf("n1 registered, not ready: pending %v, want m still pending", got)
+	}
+	m.update([]Offer{{NodeID: "n1", Target: "m"}}, func(id string) bool { return id == "n1" })
+	if got := m.Pending(); len(got) != 0 {
+		t.Errorf("n1 ready: pending %v, want none", got)
+	}
+}
