@@ -69,6 +69,19 @@ func (l Liveness) KeepAlive() time.Duration {
 	return l.SuspectAfter() / 3
 }
 
+// NodeKeepAlive is the Node's QUIC keep-alive period: half of KeepAlive (1 s
+// in the default profile). quic-go sends its PING after that long without
+// receiving anything, so an idle Node is the side that pings, once a
+// second, and the Edge's answer keeps the Edge from pinging at all. It is
+// shorter than the Edge's so that an idle Node notices a restarted Edge
+// (its PING unanswered for UnansweredAfter) within about two seconds of the
+// restart: the next PING, then the probe and the fresh connection's
+// handshake (issue 26). The cost is one small packet a second each way
+// per idle Node.
+func (l Liveness) NodeKeepAlive() time.Duration {
+	return l.KeepAlive() / 2
+}
+
 // UnansweredAfter is how long what a Node sent may go without any packet
 // back before it asks (a heartbeat sent at once, Heartbeat.Probe), and how
 // long that probe may then go without any packet back before the Node

@@ -24,6 +24,7 @@ func EdgeQUICConfig(l quicwire.Liveness) *quic.Config {
 func NodeQUICConfig(l quicwire.Liveness, streams int) *quic.Config {
 	c := baseConfig(l, streams)
 	c.MaxIncomingStreams = int64(streams)
+	c.KeepAlivePeriod = l.NodeKeepAlive()
 	return c
 }
 
