@@ -33,6 +33,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/iop-dev/iop/internal/edge/datadir"
+
 	"github.com/quic-go/quic-go"
 )
 
@@ -98,45 +100,8 @@ func fromFile(path string) (*quic.StatelessResetKey, error) {
 		return nil, fmt.Errorf("data_dir: %w", err)
 	}
 	_, _ = rand.Read(k[:])
-	if err := writeAtomic(path, k[:]); err != nil {
+	if err := datadir.WriteFile(path, k[:]); err != nil {
 		return nil, fmt.Errorf("stateless reset key: %w", err)
 	}
 	return &k, nil
-}
-
-// writeAtomic writes b to path through a temporary file in the same
-// directory, synced and renamed into place, so a crash leaves either no
-// file or the whole key, never a part of one.
-func writeAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename there is nothing to remove
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	// The rename is durable once the directory is synced.
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
