@@ -40,8 +40,8 @@ const (
 	// restartReadyWithin: every Node ready after a restarted Edge's
 	// "serving" log line.
 	restartReadyWithin = 2 * time.Second
-	// restartReadyBound: what the test holds a Node to today (see the known
-	// gap in faultEdgeRestartRecovers).
+	// restartReadyBound: what the test holds a Node to, with a margin for
+	// a loaded machine (a miss of restartReadyWithin is reported).
 	restartReadyBound = 4 * time.Second
 	// restartWaitMax bounds the wait for a Node after an Edge restart, far
 	// beyond restartReadyWithin, so that a slow recovery (a Node waiting out
@@ -209,37 +209,29 @@ func cutShorterThanHeartbeat(f *faultFleet, c cutNode) {
 		t.Errorf("%s: %s still suspect 30s after the heal: %v", what, c.id, v)
 	}
 
-	// Nothing lost: each stream's text is its whole answer, in order.
-	//
-	// Known gap (issue 26, open): after a cut of about half the heartbeat
-	// wait or more, the old connection's QUIC sender is deep in its
-	// retransmission backoff (quic-go doubles the PTO up to 60 s and resets
-	// it only on an ACK of its own packets), and the Node's fresh connection
-	// replaces it a few seconds after the heal: its streams then end at
-	// once with a clear error (superseded) instead of resuming. Until the
-	// old connection can be revived at the heal (a path migration resets
-	// the backoff), such a cut is held to that: the stream ends promptly,
-	// with its error in its API's form, and never hangs.
-	gap := c.d >= heartbeatWait/2
+	// Nothing lost: each stream's text is its whole answer, in order. After
+	// a cut of about half the heartbeat wait or more, the Node's fresh
+	// connection usually wins the race at the heal and replaces the old
+	// one, whose streams then drain on it: they resume when its sender's
+	// retransmission backoff ends (quic-go doubles its probe timeout up to
+	// 60 s), seconds to tens of seconds after the heal.
 	want := c.slow.AnswerText()
 	for a, s := range streams {
 		r := s.wait(t, 3*time.Minute, what+": a stream in flight")
 		whole := r.done && r.content == want
-		recoveryFigure(t, "cut=%v stream_api=%s whole=%v", c.d, a, whole)
-		switch {
-		case whole:
-			f.timing("%s: the %s stream in flight completed with its whole text %.1fs after the heal", what, a, r.ended.Sub(healed).Seconds())
-		case gap && r.terminated && r.errMsg != "" && r.ended.Sub(healed) < 15*time.Second:
-			t.Logf("KNOWN GAP (issue 26, open): %s: the %s stream in flight ended %.1fs after the heal with %q instead of resuming",
-				what, a, r.ended.Sub(healed).Seconds(), r.errMsg)
-		default:
+		recoveryFigure(t, "cut=%v stream_api=%s whole=%v ended_after_heal=%.1fs", c.d, a, whole, r.ended.Sub(healed).Seconds())
+		if !whole {
 			t.Errorf("issue 26: %s, shorter than the heartbeat wait (%v): the %s stream in flight was lost or changed: %v (%d of %d bytes of the answer; whole and in order: %v)",
 				what, heartbeatWait, a, r, len(r.content), len(want), r.content == want)
+			continue
 		}
+		f.timing("%s: the %s stream in flight completed with its whole text %.1fs after the heal", what, a, r.ended.Sub(healed).Seconds())
 	}
-	if v, _ := f.view(c.id); v.State != "ready" || (v.Generation != v0.Generation && !gap) {
-		t.Errorf("issue 26: %s, shorter than the heartbeat wait: %s is %v, want generation %d still ready (not fenced, not replaced)", what, c.id, v, v0.Generation)
+	v, _ := f.view(c.id)
+	if v.State != "ready" {
+		t.Errorf("issue 26: %s, shorter than the heartbeat wait: %s is %v, want ready", what, c.id, v)
 	}
+	recoveryFigure(t, "cut=%v replaced=%v", c.d, v.Generation != v0.Generation)
 }
 
 // cutLongerThanHeartbeat: R8, R9, issue 26. A cut past the heartbeat wait

@@ -653,8 +653,19 @@ type RegisterRequest struct {
 	// parts_size, HeaderPart): a run or embedding request as large as a
 	// session gets. 0: an older Node, which takes a header in one frame only.
 	MaxRequestBytes uint64 `protobuf:"varint,8,opt,name=max_request_bytes,json=maxRequestBytes,proto3" json:"max_request_bytes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The generation of this Node's own connection, gone silent and carrying
+	// streams, that this one replaces and would let drain (issue 26): after
+	// a link cut the old connection's streams can resume once its sender's
+	// retransmission backoff ends. The Edge lets it drain if it still holds
+	// that generation, live, from the address this connection comes from
+	// (the same path, which this handshake just proved): it dispatches
+	// nothing more on it and closes it (superseded) when its streams are
+	// done, or after the heartbeat response wait. Otherwise, and when 0, the
+	// previous generation is fenced at once (R9).
+	// RegisterResponse.previous_drains says which.
+	DrainPreviousGeneration uint64 `protobuf:"varint,9,opt,name=drain_previous_generation,json=drainPreviousGeneration,proto3" json:"drain_previous_generation,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
@@ -739,6 +750,13 @@ func (x *RegisterRequest) GetMaxDispatchedStreams() uint32 {
 func (x *RegisterRequest) GetMaxRequestBytes() uint64 {
 	if x != nil {
 		return x.MaxRequestBytes
+	}
+	return 0
+}
+
+func (x *RegisterRequest) GetDrainPreviousGeneration() uint64 {
+	if x != nil {
+		return x.DrainPreviousGeneration
 	}
 	return 0
 }
@@ -911,8 +929,11 @@ type RegisterResponse struct {
 	// The Edge renews this Node's certificate on the control stream
 	// (CertificateRequest). A Node sends none to an Edge that does not say so.
 	CertificateRenewal bool `protobuf:"varint,8,opt,name=certificate_renewal,json=certificateRenewal,proto3" json:"certificate_renewal,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The generation named in RegisterRequest.drain_previous_generation
+	// drains; false: it was fenced, or the Edge did not hold it.
+	PreviousDrains bool `protobuf:"varint,9,opt,name=previous_drains,json=previousDrains,proto3" json:"previous_drains,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RegisterResponse) Reset() {
@@ -997,6 +1018,13 @@ func (x *RegisterResponse) GetRefusalCode() uint64 {
 func (x *RegisterResponse) GetCertificateRenewal() bool {
 	if x != nil {
 		return x.CertificateRenewal
+	}
+	return false
+}
+
+func (x *RegisterResponse) GetPreviousDrains() bool {
+	if x != nil {
+		return x.PreviousDrains
 	}
 	return false
 }
@@ -3885,7 +3913,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x13certificate_request\x18\n" +
 	" \x01(\v2\x1f.iop.wire.v1.CertificateRequestH\x00R\x12certificateRequest\x12U\n" +
 	"\x14certificate_response\x18\v \x01(\v2 .iop.wire.v1.CertificateResponseH\x00R\x13certificateResponseB\x05\n" +
-	"\x03msg\"\xb6\x03\n" +
+	"\x03msg\"\xf2\x03\n" +
 	"\x0fRegisterRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fnode_version\x18\x02 \x01(\tR\vnodeVersion\x12)\n" +
@@ -3894,7 +3922,8 @@ const file_wire_proto_rawDesc = "" +
 	"\x10lease_public_key\x18\x05 \x01(\fR\x0eleasePublicKey\x12@\n" +
 	"\x06labels\x18\x06 \x03(\v2(.iop.wire.v1.RegisterRequest.LabelsEntryR\x06labels\x124\n" +
 	"\x16max_dispatched_streams\x18\a \x01(\rR\x14maxDispatchedStreams\x12*\n" +
-	"\x11max_request_bytes\x18\b \x01(\x04R\x0fmaxRequestBytes\x1a9\n" +
+	"\x11max_request_bytes\x18\b \x01(\x04R\x0fmaxRequestBytes\x12:\n" +
+	"\x19drain_previous_generation\x18\t \x01(\x04R\x17drainPreviousGeneration\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf1\x01\n" +
@@ -3908,7 +3937,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x06detail\x18\a \x01(\tR\x06detail\"4\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06health\x18\x02 \x01(\tR\x06health\"\xb9\x02\n" +
+	"\x06health\x18\x02 \x01(\tR\x06health\"\xe2\x02\n" +
 	"\x10RegisterResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x1e\n" +
 	"\n" +
@@ -3919,7 +3948,8 @@ const file_wire_proto_rawDesc = "" +
 	"\x11lease_signing_key\x18\x05 \x01(\fR\x0fleaseSigningKey\x12%\n" +
 	"\x0erefusal_reason\x18\x06 \x01(\tR\rrefusalReason\x12!\n" +
 	"\frefusal_code\x18\a \x01(\x04R\vrefusalCode\x12/\n" +
-	"\x13certificate_renewal\x18\b \x01(\bR\x12certificateRenewal\"g\n" +
+	"\x13certificate_renewal\x18\b \x01(\bR\x12certificateRenewal\x12'\n" +
+	"\x0fprevious_drains\x18\t \x01(\bR\x0epreviousDrains\"g\n" +
 	"\x10NodeReadyRequest\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +

@@ -98,6 +98,10 @@ type ConnInfo struct {
 	// once (RegisterRequest.max_dispatched_streams); 0 for an older Node,
 	// which accepts quicwire.LegacyDispatchedStreams.
 	MaxStreams int
+	// DrainPrevious is the generation of this Node that the connection
+	// replaces but lets drain (RegisterRequest.drain_previous_generation,
+	// issue 26); 0 or any other generation: the previous one is fenced.
+	DrainPrevious uint64
 	// MaxRequest is the largest stream header (a run or embedding request)
 	// the Node takes, in parts (RegisterRequest.max_request_bytes); 0 for
 	// an older Node, which takes one frame.
@@ -135,6 +139,11 @@ type Conn struct {
 	// superseded is what Register did to the previous live generation;
 	// set before Register returns, never changed.
 	superseded *Supersede
+	// replaced is closed when a newer generation replaced this one but
+	// let it drain (Replaced); replacedBy is that generation. Guarded by
+	// reg.mu.
+	replaced   chan struct{}
+	replacedBy uint64
 }
 
 // streamCount counts a generation's open dispatched streams and tells when
@@ -237,6 +246,20 @@ func (c *Conn) StreamsIdle() <-chan struct{} { return c.streams.wait() }
 // Fenced is closed when the generation is fenced.
 func (c *Conn) Fenced() <-chan struct{} { return c.fenced }
 
+// Replaced is closed when a newer generation of the Node replaced this one
+// and let it drain (Register): it takes no new work, and whoever serves it
+// fences it with CloseSuperseded once its streams are done. It is never
+// closed for a generation fenced at once.
+func (c *Conn) Replaced() <-chan struct{} { return c.replaced }
+
+// ReplacedBy is the generation that replaced this one and let it drain; 0
+// while none has.
+func (c *Conn) ReplacedBy() uint64 {
+	c.reg.mu.Lock()
+	defer c.reg.mu.Unlock()
+	return c.replacedBy
+}
+
 // State is the connection's current state.
 func (c *Conn) State() State {
 	c.reg.mu.Lock()
@@ -305,6 +328,16 @@ func New(opts Options) *Registry {
 // generation, in the registering state. A previous generation of the same
 // Node is fenced with CloseSuperseded (R9); Conn.Superseded says what that
 // was, and whether the Node's identity looks contested (supersede.go).
+//
+// Unless the Node asked for it to drain (ConnInfo.DrainPrevious names it),
+// it is live, and the new connection comes from its address (the same
+// path, which the new handshake just proved; from another, the old path
+// is likely gone, as after a NAT rebinding): then the previous generation
+// is replaced, not fenced.
+// It is no longer the Node's and takes no new work, but the streams it
+// carries run on; Replaced is closed, and its owner fences it once they
+// are done or a deadline passes (issue 26: a connection whose link healed
+// while its QUIC sender still backs off keeps its streams).
 func (r *Registry) Register(info ConnInfo) *Conn {
 	r.mu.Lock()
 	gen := max(r.lastGen[info.NodeID], r.genBase) + 1
@@ -317,6 +350,7 @@ func (r *Registry) Register(info ConnInfo) *Conn {
 		state:       Registering,
 		providers:   info.Providers,
 		fenced:      make(chan struct{}),
+		replaced:    make(chan struct{}),
 	}
 	c.applyReportedHealthLocked(info.Providers, 0)
 	old := r.nodes[info.NodeID]
@@ -325,7 +359,13 @@ func (r *Registry) Register(info ConnInfo) *Conn {
 	if old != nil && old.state != Fenced {
 		c.superseded = r.supersededLocked(c, old, c.connectedAt)
 	}
-	if old != nil {
+	switch {
+	case old != nil && old.state != Fenced && info.DrainPrevious != 0 && info.DrainPrevious == old.generation &&
+		info.RemoteAddr == old.info.RemoteAddr:
+		c.superseded.Drains = true
+		old.state, old.replacedBy = Draining, gen
+		close(old.replaced)
+	case old != nil:
 		closeOld = r.fenceLocked(old, quicwire.CloseSuperseded, fmt.Sprintf("superseded by generation %d", gen))
 	}
 	r.notifyLocked()

@@ -31,6 +31,9 @@ type Supersede struct {
 	// Addr is the new connection's remote address; PreviousAddr the
 	// fenced one's.
 	Addr, PreviousAddr string
+	// Drains: the previous generation was replaced but left to drain its
+	// streams (ConnInfo.DrainPrevious), not fenced.
+	Drains bool
 	// Recent is how many supersedes from another address the Node had in
 	// the last ContestWindow, this one included (0 when Addr is
 	// PreviousAddr).

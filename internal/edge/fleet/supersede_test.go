@@ -110,3 +110,85 @@ func TestRestartsAndRedialsAreNotAContestedIdentity(t *testing.T) {
 		}
 	})
 }
+
+// Issue 26: a Node that replaces its own silent connection and asks for
+// the old one to drain (its link healed, its streams can resume) gets a
+// new current generation, while the old one takes no new work and is not
+// fenced: Replaced tells its owner to close it once its streams are done.
+// A drain asked for any other generation fences the live one as always.
+func TestAReplacedGenerationDrainsWhenTheNodeAsksForIt(t *testing.T) {
+	r := fleet.New(fleet.Options{})
+	old, oldCloser := register(r, "n1")
+	if err := r.MarkReady(old, old.Generation(), nil); err != nil {
+		t.Fatal(err)
+	}
+	cur := r.Register(fleet.ConnInfo{NodeID: "n1", Link: new(closer), DrainPrevious: old.Generation()})
+	if err := r.MarkReady(cur, cur.Generation(), nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-old.Fenced():
+		t.Fatal("a generation asked to drain was fenced")
+	case <-old.Replaced():
+	}
+	if len(oldCloser.codes) != 0 {
+		t.Errorf("draining connection closed with %v", oldCloser.codes)
+	}
+	if old.State() != fleet.Draining || old.ReplacedBy() != cur.Generation() {
+		t.Errorf("old generation %s, replaced by %d; want draining, replaced by %d", old.State(), old.ReplacedBy(), cur.Generation())
+	}
+	if sup, ok := cur.Superseded(); !ok || !sup.Drains || sup.Previous != old.Generation() {
+		t.Errorf("supersede %+v (%v), want the previous generation draining", sup, ok)
+	}
+	if got, err := r.Dispatchable("n1"); err != nil || got != cur {
+		t.Fatalf("dispatchable %v (%v), want the new generation", got, err)
+	}
+
+	// A third connection naming a generation that is not the live one
+	// fences the live one, and the draining one is left to its owner.
+	next := r.Register(fleet.ConnInfo{NodeID: "n1", Link: new(closer), DrainPrevious: old.Generation()})
+	select {
+	case <-cur.Fenced():
+	default:
+		t.Fatalf("generation %d not fenced by %d, which asked to drain %d", cur.Generation(), next.Generation(), old.Generation())
+	}
+	if sup, _ := next.Superseded(); sup.Drains {
+		t.Errorf("supersede %+v says drains for a generation that was fenced", sup)
+	}
+	select {
+	case <-old.Fenced():
+		t.Error("the draining generation was fenced by a later supersede")
+	default:
+	}
+}
+
+// Replaced is never closed for a generation fenced at once.
+func TestAGenerationFencedAtOnceIsNotReplaced(t *testing.T) {
+	r := fleet.New(fleet.Options{})
+	old, _ := register(r, "n1")
+	register(r, "n1")
+	select {
+	case <-old.Replaced():
+		t.Fatal("a fenced generation says it drains")
+	default:
+	}
+	if old.ReplacedBy() != 0 {
+		t.Errorf("replaced by %d, want 0", old.ReplacedBy())
+	}
+}
+
+// A drain asked for from another address is refused: the old connection's
+// path is likely gone (a NAT rebinding), so its streams end now.
+func TestADrainAskedFromAnotherAddressFences(t *testing.T) {
+	r := fleet.New(fleet.Options{})
+	old := r.Register(fleet.ConnInfo{NodeID: "n1", RemoteAddr: "192.0.2.1:4000", Link: new(closer)})
+	cur := r.Register(fleet.ConnInfo{NodeID: "n1", RemoteAddr: "192.0.2.1:4001", Link: new(closer), DrainPrevious: old.Generation()})
+	select {
+	case <-old.Fenced():
+	default:
+		t.Fatal("a drain asked from another address left the old generation live")
+	}
+	if sup, _ := cur.Superseded(); sup.Drains {
+		t.Errorf("supersede %+v says drains", sup)
+	}
+}

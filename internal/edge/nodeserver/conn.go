@@ -68,6 +68,11 @@ func newNodeConn(s *Server, qc *quic.Conn, cs *transport.ControlStream, req *wir
 	// The timeout reads c.gen: it can fire only once run has started the
 	// heartbeat, after gen is set.
 	c.hb = transport.NewHeartbeat(s.opts.Liveness, cs.Send, func() {
+		if c.gen.ReplacedBy() != 0 {
+			// Replaced and draining: its silence is why, and
+			// drainReplaced's deadline decides its end.
+			return
+		}
 		s.reg.Fence(c.gen, quicwire.CloseHeartbeatTimeout,
 			fmt.Sprintf("no heartbeat answer within %v", s.opts.Liveness.ResponseWait))
 	})
@@ -84,10 +89,17 @@ func newNodeConn(s *Server, qc *quic.Conn, cs *transport.ControlStream, req *wir
 		MaxStreams: int(req.GetMaxDispatchedStreams()),
 		MaxRequest: int(min(req.GetMaxRequestBytes(), math.MaxInt32)),
 		Link:       c,
+
+		DrainPrevious: req.GetDrainPreviousGeneration(),
 	})
 	c.log = s.log.With("remote", qc.RemoteAddr().String(), "node", c.gen.NodeID(), "generation", c.gen.Generation())
 	c.log.Info("node registered", "identity", identity, "version", req.GetNodeVersion())
-	if sup, ok := c.gen.Superseded(); ok && sup.Warn {
+	sup, superseded := c.gen.Superseded()
+	if superseded && sup.Drains {
+		c.log.Info("node replaced its silent connection with this one; the old generation drains its streams",
+			"previous_generation", sup.Previous)
+	}
+	if superseded && sup.Warn {
 		// One Node identity in two places that keep fencing each other
 		// (fleet.ContestWindow): said once a minute per Node, counted
 		// every time (iop_edge_node_identity_contested_total).
@@ -96,6 +108,13 @@ func newNodeConn(s *Server, qc *quic.Conn, cs *transport.ControlStream, req *wir
 			"supersedes_last_minute", sup.Recent, "contested_unlogged", sup.Unwarned)
 	}
 	return c
+}
+
+// previousDrains reports whether registering this connection left the
+// Node's previous generation to drain its streams (issue 26).
+func (c *nodeConn) previousDrains() bool {
+	sup, ok := c.gen.Superseded()
+	return ok && sup.Drains
 }
 
 // RTT is the round trip of the last answered heartbeat (fleet.Link).
@@ -128,6 +147,7 @@ func (c *nodeConn) run() {
 		ProtocolVersion:    quicwire.ProtocolVersion,
 		LeaseSigningKey:    c.srv.opts.LeaseSigningKey,
 		CertificateRenewal: c.srv.opts.Enrollment != nil && c.srv.opts.Enrollment.Renews(),
+		PreviousDrains:     c.previousDrains(),
 	}}}); err != nil {
 		c.fenceFor(err)
 		return
@@ -138,6 +158,7 @@ func (c *nodeConn) run() {
 	g, ctx := errgroup.WithContext(c.qc.Context())
 	g.Go(func() error { c.hb.Run(ctx); return nil })
 	g.Go(func() error { c.watch(ctx); return nil })
+	g.Go(func() error { c.drainReplaced(ctx); return nil })
 	if c.srv.opts.Credentials != nil {
 		g.Go(func() error { c.sendNotices(ctx); return nil })
 	}
@@ -270,6 +291,32 @@ func (c *nodeConn) closeWhenDrained() {
 	case <-c.gen.StreamsIdle():
 		c.srv.reg.Fence(c.gen, quicwire.CloseShutdown, "drained")
 	case <-c.gen.Fenced():
+	}
+}
+
+// drainReplaced fences the generation with superseded once a newer one
+// replaced it and let it drain (fleet.Conn.Replaced; issue 26) and its
+// streams are done, or when the heartbeat response wait has passed since
+// the replacement: the old connection's sender resumes within its
+// retransmission backoff (quic-go caps it at 60 s), well within that after
+// a cut shorter than the wait. Until then its heartbeat's verdict is not
+// what ends it. It returns at the connection's end, whatever its cause.
+func (c *nodeConn) drainReplaced(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-c.gen.Replaced():
+	}
+	by, wait := c.gen.ReplacedBy(), c.srv.opts.Liveness.ResponseWait
+	c.log.Info("node connection replaced by a fresh one; its streams drain", "by_generation", by, "drain_wait", wait)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-c.gen.StreamsIdle():
+		c.srv.reg.Fence(c.gen, quicwire.CloseSuperseded, fmt.Sprintf("superseded by generation %d; its streams drained", by))
+	case <-t.C:
+		c.srv.reg.Fence(c.gen, quicwire.CloseSuperseded, fmt.Sprintf("superseded by generation %d; streams still open %v later", by, wait))
+	case <-ctx.Done():
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -92,19 +94,28 @@ func (h *harness) answered(id string, t0 time.Time, within time.Duration) time.D
 	return 0
 }
 
-// A link cut shorter than the heartbeat wait: the old connection resumes
-// and keeps its streams, or (when it is not heard from within
-// Liveness.UnansweredAfter of the fresh handshake, its sender still
-// backing off) the Node's fresh connection replaces it and the streams end
-// at once with their error, never at the fence; a new run is answered
-// within a few seconds of the heal either way. A longer cut fences as
-// before, and the Node is ready within a few seconds of the heal.
+// A link cut shorter than the heartbeat wait loses no stream (issue 26):
+// the old connection resumes and keeps its streams and its generation, or
+// the Node's fresh connection proves the link first and replaces it, and
+// the old one drains: it takes no new work, its streams resume once its
+// sender's retransmission backoff ends (quic-go's probe timeout, doubled
+// through the cut), and the Edge closes it (superseded) once they are
+// done. A new run is answered within a few seconds of the heal either way.
+// A longer cut fences as before, and the Node is ready within a few
+// seconds of the heal.
+//
+// The 36, 42 and 44 s cuts are where, on this simulated network, the old
+// connection's next probe falls seconds after the heal and the fresh
+// connection wins: before the old one drained, their streams all ended at
+// the replacement. Now they resume 1.6 to 7.7 s after the heal.
 //
 // Before the Node raced a fresh connection, the 60 s cut's first run was
 // answered 3.35 s after the heal (the Node's reconnect backoff and its
 // dial's own retransmission timers); now 0.4 s.
 func TestALinkCutIsBackWithinSecondsOfTheHeal(t *testing.T) {
-	for _, cut := range []time.Duration{5 * time.Second, 20 * time.Second, 40 * time.Second, 60 * time.Second} {
+	cuts := []time.Duration{5, 20, 36, 40, 42, 44, 60}
+	for _, cut := range cuts {
+		cut *= time.Second
 		t.Run(cut.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := newSimHarness(t)
@@ -113,6 +124,7 @@ func TestALinkCutIsBackWithinSecondsOfTheHeal(t *testing.T) {
 				n := h.startNode("n1", withHandler(ticker(ended)))
 				conn := h.waitReady("n1")
 				var streams []*watchedStream
+				var dispatched []*nodeserver.Dispatched
 				for i := range 3 {
 					d, err := e.srv.Dispatch(t.Context(), "n1", runHeader(fmt.Sprintf("s%d", i)))
 					if err != nil {
@@ -120,6 +132,7 @@ func TestALinkCutIsBackWithinSecondsOfTheHeal(t *testing.T) {
 					}
 					t.Cleanup(func() { d.Cancel(quicwire.StreamCancelled) })
 					streams = append(streams, watchStream(d))
+					dispatched = append(dispatched, d)
 				}
 				time.Sleep(2 * time.Second)
 
@@ -134,39 +147,45 @@ func TestALinkCutIsBackWithinSecondsOfTheHeal(t *testing.T) {
 					t.Errorf("cut %v: a new run answered %v after the heal, want within 5s", cut, took.Round(time.Millisecond))
 				}
 				if cut < h.live.ResponseWait {
-					// Either the old connection resumed (every stream delivers
-					// again, in order, on the same generation) or the Node's
-					// fresh connection proved the link first and replaced it:
-					// then every stream has already ended with its clear error,
-					// at once rather than at the fence.
-					h.waitFor("streams resume or end", 30*time.Second, func() bool {
+					// Every stream delivers again, in order, and none ends.
+					h.waitFor("streams resume", h.live.ResponseWait, func() bool {
 						for _, s := range streams {
-							if ended, _, _ := s.result(); !ended && !s.since(healed) {
-								return false
+							if ended, _, _ := s.result(); ended || !s.since(healed) {
+								return ended
 							}
 						}
 						return true
 					})
-					settled := time.Since(healed)
+					resumed := time.Since(healed)
 					cur, err := h.current().reg.Dispatchable("n1")
 					replaced := err == nil && cur != conn
-					t.Logf("cut %v: streams settled %v after the heal (connection replaced: %v)", cut, settled.Round(time.Millisecond), replaced)
+					t.Logf("cut %v: streams resumed %v after the heal (connection replaced, the old one draining: %v)", cut, resumed.Round(time.Millisecond), replaced)
 					for i, s := range streams {
-						ended, gap, err := s.result()
-						switch {
-						case gap:
-							t.Errorf("cut %v: stream %d skipped or repeated an event", cut, i)
-						case replaced && !errors.Is(err, quicwire.ErrDisconnected):
-							t.Errorf("cut %v: stream %d of a replaced connection ended with %v, want ErrDisconnected", cut, i, err)
-						case !replaced && ended:
-							t.Errorf("cut %v: stream %d lost (%v) although the connection resumed", cut, i, err)
+						if ended, gap, err := s.result(); ended || gap {
+							t.Errorf("cut %v: stream %d lost or changed: ended %v (%v), skipped or repeated an event: %v", cut, i, ended, err, gap)
 						}
-					}
-					if settled > 5*time.Second {
-						t.Errorf("cut %v: streams settled %v after the heal, want within 5s", cut, settled.Round(time.Millisecond))
 					}
 					if cut < h.live.SuspectAfter() && replaced {
 						t.Errorf("cut %v: a cut shorter than suspicion replaced the connection", cut)
+					}
+					if !replaced {
+						return
+					}
+					// The old generation took no new work, and is closed as
+					// superseded once its streams are done.
+					if conn.State() != fleet.Draining || conn.ReplacedBy() != cur.Generation() {
+						t.Errorf("cut %v: the replaced generation is %s, replaced by %d; want draining, replaced by %d", cut, conn.State(), conn.ReplacedBy(), cur.Generation())
+					}
+					for _, d := range dispatched {
+						d.Cancel(quicwire.StreamCancelled)
+					}
+					select {
+					case <-conn.Fenced():
+					case <-time.After(10 * time.Second):
+						t.Fatalf("cut %v: the replaced generation still open 10s after its streams ended", cut)
+					}
+					if code, detail, _ := conn.FenceReason(); code != quicwire.CloseSuperseded || !strings.Contains(detail, "drained") {
+						t.Errorf("cut %v: the drained generation was fenced with %s (%s), want superseded, drained", cut, code, detail)
 					}
 					return
 				}

@@ -134,6 +134,9 @@ type Client struct {
 	// inflight counts the dispatched streams being served, for Drain's
 	// log and InFlight; acceptStreams joins them.
 	inflight atomic.Int64
+	// winding joins connections replaced by a fresh one that drain their
+	// streams in the background (serve); Run waits for them.
+	winding sync.WaitGroup
 
 	mu      sync.Mutex
 	status  Status
@@ -147,6 +150,10 @@ type connection struct {
 	cs   *transport.ControlStream
 	sess *transport.Session
 	hb   *transport.Heartbeat
+	// streams counts the dispatched streams being served on this
+	// connection: one with none left is closed at once when a fresh
+	// connection replaces it, one with some drains (race.go).
+	streams atomic.Int64
 	// certAnswers carries the Edge's answers to certificate requests from
 	// the control loop to the renewal (one request at a time).
 	certAnswers chan *wirepb.CertificateResponse
@@ -241,6 +248,9 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 	tr := &quic.Transport{Conn: pc}
 	defer tr.Close()
+	// Replaced connections still draining end with ctx (serve closes them
+	// when it is done), before the transport closes.
+	defer c.winding.Wait()
 
 	defer c.update(func(s *Status) { s.State = StateStopped })
 	attempt := 0
@@ -300,6 +310,9 @@ type registered struct {
 	gen     uint64
 	edgeKey ed25519.PublicKey
 	renews  bool
+	// previousDrains: the Edge lets the generation named by the
+	// registration's drain_previous_generation drain (race.go).
+	previousDrains bool
 }
 
 // dial makes one handshake attempt, bounded by wait.
@@ -317,16 +330,17 @@ func (c *Client) dial(ctx context.Context, tr *quic.Transport, wait time.Duratio
 	return qc, nil
 }
 
-// registerOn registers on a connection whose handshake is done. On failure
-// it closes the connection.
-func (c *Client) registerOn(ctx context.Context, qc *quic.Conn) (*registered, error) {
+// registerOn registers on a connection whose handshake is done; a non-zero
+// drainPrevious asks the Edge to let that generation drain rather than
+// fence it (race.go). On failure it closes the connection.
+func (c *Client) registerOn(ctx context.Context, qc *quic.Conn, drainPrevious uint64) (*registered, error) {
 	st, err := qc.OpenStreamSync(ctx)
 	if err != nil {
 		quicwire.CloseNormal.Close(qc, "")
 		return nil, fmt.Errorf("open control stream: %w", quicwire.DescribeHandshakeError(err))
 	}
 	cs := transport.NewControlStream(st)
-	gen, edgeKey, renews, err := c.register(st, cs)
+	resp, err := c.register(st, cs, drainPrevious)
 	if err != nil {
 		var pe *transport.ProtocolError
 		if errors.As(err, &pe) {
@@ -336,7 +350,8 @@ func (c *Client) registerOn(ctx context.Context, qc *quic.Conn) (*registered, er
 		}
 		return nil, err
 	}
-	return &registered{qc: qc, cs: cs, gen: gen, edgeKey: edgeKey, renews: renews}, nil
+	return &registered{qc: qc, cs: cs, gen: resp.GetGeneration(), edgeKey: resp.GetLeaseSigningKey(),
+		renews: resp.GetCertificateRenewal(), previousDrains: resp.GetPreviousDrains()}, nil
 }
 
 // establish dials and registers one connection.
@@ -345,16 +360,18 @@ func (c *Client) establish(ctx context.Context, tr *quic.Transport, wait time.Du
 	if err != nil {
 		return nil, err
 	}
-	return c.registerOn(ctx, qc)
+	return c.registerOn(ctx, qc, 0)
 }
 
-// serve runs a registered connection until it ends. It reports whether the
-// connection reached ready, why it ended, and the fresh connection that
-// replaced it, if one did (the race in race.go): serve then closed this one
-// at once, and its streams ended with it.
+// serve runs a registered connection until it ends, or until a fresh
+// connection replaced it. It reports whether the connection reached ready,
+// why it ended, and the fresh connection that replaced it, if one did (the
+// race in race.go). A replaced connection with streams in flight, whose
+// link is back, drains them in the background (joined by c.winding) while
+// Run serves the fresh one; otherwise it was closed at once, and its
+// streams ended with it.
 func (c *Client) serve(ctx context.Context, tr *quic.Transport, r *registered) (ready bool, next *registered, err error) {
 	qc, cs, gen := r.qc, r.cs, r.gen
-	defer quicwire.CloseNormal.Close(qc, "")
 	if c.opts.Leases != nil {
 		// A lease is bound to this generation: one signed by a previous
 		// Edge process (another key) is refused as it should be.
@@ -369,25 +386,21 @@ func (c *Client) serve(ctx context.Context, tr *quic.Transport, r *registered) (
 
 	// Everything below lives as long as the connection: when it ends,
 	// cctx is cancelled and so are the stream handlers (bound lifetimes).
+	// What speaks for the connection (heartbeat, silence watch, provider
+	// reports, renewal) lives on actx, which also ends when a fresh
+	// connection replaces this one; the streams it carries do not.
 	cctx, stop := context.WithCancel(ctx)
+	actx, stopSpeaking := context.WithCancel(cctx)
+	defer stopSpeaking()
 	var wg sync.WaitGroup
 	// The race for a fresh connection outlives this one's end (a link cut
 	// past the heartbeat wait ends it; the race still wins at the heal);
-	// it is owned by Run's ctx and joined below.
+	// it is owned by Run's ctx and joined by outcome.
 	race := newRace(ctx, c, tr, conn, log)
-	defer func() {
-		stop()
-		wg.Wait()
-		c.mu.Lock()
-		c.current = nil
-		c.mu.Unlock()
-	}()
 	// The Node stopping closes the connection; the connection ending, for
 	// whatever reason, stops what lives on it.
 	unwatchStop := context.AfterFunc(ctx, func() { quicwire.CloseShutdown.Close(qc, "node stopping") })
-	defer unwatchStop()
 	unwatchEnd := context.AfterFunc(qc.Context(), stop)
-	defer unwatchEnd()
 	c.mu.Lock()
 	c.current = conn
 	c.mu.Unlock()
@@ -396,28 +409,61 @@ func (c *Client) serve(ctx context.Context, tr *quic.Transport, r *registered) (
 		s.Connects++
 	})
 
-	wg.Go(func() { conn.hb.Run(cctx) })
+	wg.Go(func() { conn.hb.Run(actx) })
 	wg.Go(func() { c.acceptStreams(cctx, conn) }) // and joins the stream handlers
-	wg.Go(func() { c.announce(cctx, conn) })
-	wg.Go(func() { c.watchEdge(cctx, conn, race, log) })
+	wg.Go(func() { c.announce(actx, conn) })
+	wg.Go(func() { c.watchEdge(actx, conn, race, log) })
 	if r.renews && c.opts.Certificates != nil {
-		wg.Go(func() { c.renew(cctx, conn, log) })
+		wg.Go(func() { c.renew(actx, conn, log) })
 	}
+	var reached atomic.Bool
+	loopDone := make(chan error, 1)
+	go func() { loopDone <- c.controlLoop(conn, &reached) }()
 
-	err = c.controlLoop(conn, &ready)
-	var pe *transport.ProtocolError
-	if errors.As(err, &pe) {
-		quicwire.CloseProtocolError.Close(qc, pe.Error())
+	// end finishes the connection once its control loop returned err, and
+	// says why it ended.
+	end := func(err error) error {
+		var pe *transport.ProtocolError
+		if errors.As(err, &pe) {
+			quicwire.CloseProtocolError.Close(qc, pe.Error())
+		}
+		if cause := quicwire.ConnCause(qc); cause != nil {
+			err = cause
+		}
+		log.Info("edge connection ended", "err", err)
+		stop()
+		wg.Wait()
+		quicwire.CloseNormal.Close(qc, "")
+		unwatchStop()
+		unwatchEnd()
+		c.mu.Lock()
+		if c.current == conn {
+			c.current = nil
+		}
+		c.mu.Unlock()
+		return err
 	}
-	if cause := quicwire.ConnCause(qc); cause != nil {
-		err = cause
+	select {
+	case err := <-loopDone:
+		// The connection is over; if a race is on, its outcome is the
+		// next connection (no backoff), else nil.
+		err = end(err)
+		return reached.Load(), race.outcome(), err
+	case won := <-race.drains:
+		// Replaced, with streams to finish: the Edge closes this
+		// connection once they are done (or after its heartbeat wait); the
+		// backstop is for an Edge that does not.
+		backstop := c.opts.Liveness.ResponseWait + c.opts.Liveness.SuspectAfter()
+		log.Info("a fresh connection replaced this one; its streams drain", "streams", conn.streams.Load(), "new_generation", won.gen)
+		c.winding.Go(func() {
+			t := time.AfterFunc(backstop, func() {
+				quicwire.CloseSuperseded.Close(qc, fmt.Sprintf("replaced by generation %d; streams not drained within %v", won.gen, backstop))
+			})
+			defer t.Stop()
+			_ = end(<-loopDone)
+		})
+		return true, won, nil
 	}
-	log.Info("edge connection ended", "err", err)
-	// The connection is over; if a race is on, its outcome is the next
-	// connection (no backoff), else nil.
-	stop()
-	wg.Wait()
-	return ready, race.outcome(), err
 }
 
 // streams is how many dispatched streams the connection accepts at once.
@@ -435,8 +481,8 @@ func registerError(err error) error {
 }
 
 // register sends the RegisterRequest and reads the answer.
-func (c *Client) register(st *quic.Stream, cs *transport.ControlStream) (gen uint64, edgeKey ed25519.PublicKey, renews bool, err error) {
-	err = cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterRequest{RegisterRequest: &wirepb.RegisterRequest{
+func (c *Client) register(st *quic.Stream, cs *transport.ControlStream, drainPrevious uint64) (*wirepb.RegisterResponse, error) {
+	err := cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterRequest{RegisterRequest: &wirepb.RegisterRequest{
 		NodeId:               c.opts.NodeID,
 		NodeVersion:          c.opts.Version,
 		ProtocolVersion:      quicwire.ProtocolVersion,
@@ -445,26 +491,28 @@ func (c *Client) register(st *quic.Stream, cs *transport.ControlStream) (gen uin
 		Labels:               c.opts.Labels,
 		MaxDispatchedStreams: uint32(c.streams()),
 		MaxRequestBytes:      uint64(c.opts.MaxRequest),
+
+		DrainPreviousGeneration: drainPrevious,
 	}}})
 	if err != nil {
-		return 0, nil, false, registerError(err)
+		return nil, registerError(err)
 	}
 	_ = st.SetReadDeadline(time.Now().Add(quicwire.HandshakeTimeout))
 	defer st.SetReadDeadline(time.Time{})
 	f, err := cs.Recv()
 	if err != nil {
-		return 0, nil, false, registerError(err)
+		return nil, registerError(err)
 	}
 	resp := f.GetRegisterResponse()
 	switch {
 	case resp == nil:
-		return 0, nil, false, &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T instead of RegisterResponse", transport.ErrUnexpectedFrame, f.GetMsg())}
+		return nil, &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T instead of RegisterResponse", transport.ErrUnexpectedFrame, f.GetMsg())}
 	case !resp.GetAccepted():
-		return 0, nil, false, &RefusedError{Code: quicwire.CloseCode(resp.GetRefusalCode()), Reason: resp.GetRefusalReason()}
+		return nil, &RefusedError{Code: quicwire.CloseCode(resp.GetRefusalCode()), Reason: resp.GetRefusalReason()}
 	case resp.GetGeneration() == 0:
-		return 0, nil, false, &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: accepted registration without a generation", transport.ErrUnexpectedFrame)}
+		return nil, &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: accepted registration without a generation", transport.ErrUnexpectedFrame)}
 	}
-	return resp.GetGeneration(), resp.GetLeaseSigningKey(), resp.GetCertificateRenewal(), nil
+	return resp, nil
 }
 
 // announce waits for the providers to be up, sends the ready request, and
@@ -502,7 +550,7 @@ func (c *Client) announce(ctx context.Context, conn *connection) {
 }
 
 // controlLoop serves the control stream until it ends and returns why.
-func (c *Client) controlLoop(conn *connection, ready *bool) error {
+func (c *Client) controlLoop(conn *connection, ready *atomic.Bool) error {
 	for {
 		f, err := conn.cs.Recv()
 		if err != nil {
@@ -523,7 +571,7 @@ func (c *Client) controlLoop(conn *connection, ready *bool) error {
 				return &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: ready response for generation %d on generation %d",
 					transport.ErrUnexpectedFrame, m.ReadyResponse.GetGeneration(), conn.sess.Generation())}
 			}
-			*ready = true
+			ready.Store(true)
 			c.update(func(s *Status) {
 				if s.State == StateRegistering {
 					s.State = StateReady

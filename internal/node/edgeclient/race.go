@@ -28,14 +28,22 @@ import (
 //   - the old, by an answer to a heartbeat sent after the silence began:
 //     the fresh attempt is abandoned, closed before it registers;
 //   - the fresh one, by completing its handshake and its registration
-//     (the Edge's registry supersedes the old generation): the old is
-//     closed at once, its streams end with their error now rather than
-//     at the fence, and the fresh connection is served with no backoff.
+//     (the Edge's registry supersedes the old generation), and the fresh
+//     connection is served at once, with no backoff. The old is closed at
+//     once, its streams ending with their error now rather than at the
+//     fence, unless it carries streams and the Edge lets it drain them
+//     (RegisterRequest.drain_previous_generation): the Edge still holds
+//     it, and the fresh connection came over the same path, so the link
+//     is back for the old one too, and only its senders' retransmission
+//     backoff (quic-go doubles its probe timeout up to 60 s and resets it
+//     only on an ACK of its own packets; after a long cut neither side
+//     sends for seconds to tens of seconds) holds its streams. It takes
+//     no new work, its streams resume when its backoff ends, and the
+//     Edge closes it when they are done.
 //
 // A fresh connection that completes its handshake while the old has been
-// heard from again (the link is back for it too) waits up to
-// Liveness.ResumeGrace for the old to prove itself, so that a link that
-// heals while its streams can still resume keeps them.
+// heard from again waits up to Liveness.ResumeGrace for the old to prove
+// itself, so that a link that heals in time keeps its generation.
 
 // raceAttempt bounds one handshake attempt of the race: on a link that is
 // still down the attempt's Initial packets are lost and their
@@ -140,10 +148,13 @@ type race struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	won       *registered
+	// drains carries the winner when the old connection is left to drain
+	// its streams rather than closed: serve then hands it over at once.
+	drains chan *registered
 }
 
 func newRace(ctx context.Context, c *Client, tr *quic.Transport, old *connection, log *slog.Logger) *race {
-	return &race{ctx: ctx, c: c, tr: tr, old: old, log: log}
+	return &race{ctx: ctx, c: c, tr: tr, old: old, log: log, drains: make(chan *registered, 1)}
 }
 
 // start starts the race, once; silentSince is when the old fell silent.
@@ -233,7 +244,13 @@ func (r *race) run(ctx context.Context, silentSince time.Time, oldRecv uint64) {
 			r.log.Info("edge connection resumed; fresh connection abandoned")
 			return
 		}
-		reg, err := c.registerOn(ctx, qc)
+		// Streams on the old connection may resume: ask the Edge to let
+		// it drain them. Only the Edge knows whether it still holds it.
+		var drain uint64
+		if r.old.qc.Context().Err() == nil && r.old.streams.Load() > 0 {
+			drain = r.old.sess.Generation()
+		}
+		reg, err := c.registerOn(ctx, qc, drain)
 		if err != nil {
 			r.log.Warn("fresh connection did not register", "err", err)
 			r.mu.Lock()
@@ -244,6 +261,11 @@ func (r *race) run(ctx context.Context, silentSince time.Time, oldRecv uint64) {
 		r.mu.Lock()
 		r.won = reg
 		r.mu.Unlock()
+		if reg.previousDrains {
+			r.log.Info("a fresh connection replaced the silent one, which drains its streams", "silent_for", time.Since(silentSince).Round(time.Millisecond), "new_generation", reg.gen, "streams", r.old.streams.Load())
+			r.drains <- reg
+			return
+		}
 		r.log.Info("a fresh connection replaced the silent one", "silent_for", time.Since(silentSince).Round(time.Millisecond), "new_generation", reg.gen)
 		// The old is done: its streams end now, with their error.
 		quicwire.CloseSuperseded.Close(r.old.qc, "replaced by a fresh connection after a silence")
@@ -259,7 +281,9 @@ func (r *race) run(ctx context.Context, silentSince time.Time, oldRecv uint64) {
 // the handshake is gone and is replaced then. After a longer silence (a
 // link cut, whose heal the old connection's backed-off retransmission
 // timers notice late), and whenever the old is heard from again, the old
-// gets until Liveness.ResumeGrace to prove itself and keep its streams.
+// gets until Liveness.ResumeGrace to prove itself and keep its
+// generation; except that an old connection with streams in flight is
+// replaced at once, the Edge asked to let it drain them.
 func (r *race) claim(ctx context.Context, qc *quic.Conn, oldRecv uint64, silentSince time.Time) bool {
 	live := r.c.opts.Liveness
 	unheard := live.UnansweredAfter()
@@ -280,7 +304,12 @@ func (r *race) claim(ctx context.Context, qc *quic.Conn, oldRecv uint64, silentS
 		case r.calledOff || ctx.Err() != nil:
 			r.mu.Unlock()
 			return false
-		case r.old.qc.Context().Err() != nil || (heardWaitOver && !heard()) || graceOver:
+		case r.old.qc.Context().Err() != nil || (heardWaitOver && !heard()) || graceOver,
+			r.old.streams.Load() > 0:
+			// Gone, unheard or out of grace: replace it. With streams:
+			// replace it now, asking the Edge to let it drain them (run),
+			// so that new work is served without waiting on it and its
+			// heartbeat's verdict cannot cut its streams meanwhile.
 			r.claimed = true
 			r.mu.Unlock()
 			return true

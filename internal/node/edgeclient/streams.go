@@ -32,7 +32,9 @@ func (c *Client) acceptStreams(ctx context.Context, conn *connection) {
 			return
 		}
 		c.inflight.Add(1)
+		conn.streams.Add(1)
 		handlers.Go(func() {
+			defer conn.streams.Add(-1)
 			defer c.inflight.Add(-1)
 			c.serveStream(ctx, conn, st)
 		})
