@@ -56,6 +56,13 @@ type Config struct {
 
 	// Enrollment lets the Edge issue Node identities itself (see enrollment.go).
 	Enrollment Enrollment `yaml:"enrollment"`
+
+	// Cluster joins this Edge to others in front of the same Nodes (see cluster.go).
+	Cluster Cluster `yaml:"cluster"`
+	// ShutdownGrace is how long a stopping Edge (SIGTERM, SIGINT) waits for the streams it
+	// carries: it refuses new work at once, tells its Nodes, and closes when its streams are
+	// done or the grace is over. Default 10m (LLM streams last minutes); 0 stops at once.
+	ShutdownGrace *yamlconf.Duration `yaml:"shutdown_grace,omitempty"`
 }
 
 // Listen is the `listen` section: the Edge's two listening addresses, as host:port.
@@ -291,6 +298,7 @@ func Load(path string) (*Config, error) {
 	c.resolveTLSPaths(filepath.Dir(path))
 	c.DataDir = yamlconf.ResolvePath(filepath.Dir(path), c.DataDir)
 	c.Enrollment.CAKeyFile = yamlconf.ResolvePath(filepath.Dir(path), c.Enrollment.CAKeyFile)
+	c.Cluster.DatabaseURLFile = yamlconf.ResolvePath(filepath.Dir(path), c.Cluster.DatabaseURLFile)
 	return c, nil
 }
 
@@ -315,5 +323,6 @@ func (c *Config) Validate() error {
 	es.Append(c.validateCredentials()...)
 	es.Append(c.Log.Validate("log")...)
 	es.Append(c.validateEnrollment()...)
+	es.Append(c.validateCluster()...)
 	return es.Err()
 }
