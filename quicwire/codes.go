@@ -155,6 +155,14 @@ const (
 	StreamShutdown StreamCode = 0x204
 	// StreamTooLarge: the sender tried to send a frame over the limit.
 	StreamTooLarge StreamCode = 0x205
+	// StreamBusy: the Node refuses a run, tunnel or embedding call before
+	// its first byte because every capacity slot of its provider is taken
+	// (issue 22: a Node's slots are shared by every Edge it is connected
+	// to, so an Edge's own count may be behind). Nothing ran; the Edge
+	// moves the work to another candidate or back to its queue. A Node
+	// sends it only to an Edge that registered it reads it
+	// (RegisterResponse.busy_refusals).
+	StreamBusy StreamCode = 0x206
 )
 
 var streamNames = map[StreamCode]string{
@@ -164,6 +172,7 @@ var streamNames = map[StreamCode]string{
 	StreamRefused:       "refused",
 	StreamShutdown:      "shutdown",
 	StreamTooLarge:      "too_large",
+	StreamBusy:          "busy",
 }
 
 // String returns the code's name.

@@ -38,6 +38,7 @@ var streamCodes = map[string]quicwire.StreamCode{
 	"StreamRefused":       quicwire.StreamRefused,
 	"StreamShutdown":      quicwire.StreamShutdown,
 	"StreamTooLarge":      quicwire.StreamTooLarge,
+	"StreamBusy":          quicwire.StreamBusy,
 }
 
 // declaredConsts lists the constants of the given type declared in

@@ -423,6 +423,8 @@ type ControlFrame struct {
 	//	*ControlFrame_CredentialNotice
 	//	*ControlFrame_CertificateRequest
 	//	*ControlFrame_CertificateResponse
+	//	*ControlFrame_ClusterUpdate
+	//	*ControlFrame_EdgeStopping
 	Msg           isControlFrame_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -564,6 +566,24 @@ func (x *ControlFrame) GetCertificateResponse() *CertificateResponse {
 	return nil
 }
 
+func (x *ControlFrame) GetClusterUpdate() *ClusterUpdate {
+	if x != nil {
+		if x, ok := x.Msg.(*ControlFrame_ClusterUpdate); ok {
+			return x.ClusterUpdate
+		}
+	}
+	return nil
+}
+
+func (x *ControlFrame) GetEdgeStopping() *EdgeStopping {
+	if x != nil {
+		if x, ok := x.Msg.(*ControlFrame_EdgeStopping); ok {
+			return x.EdgeStopping
+		}
+	}
+	return nil
+}
+
 type isControlFrame_Msg interface {
 	isControlFrame_Msg()
 }
@@ -612,6 +632,14 @@ type ControlFrame_CertificateResponse struct {
 	CertificateResponse *CertificateResponse `protobuf:"bytes,11,opt,name=certificate_response,json=certificateResponse,proto3,oneof"`
 }
 
+type ControlFrame_ClusterUpdate struct {
+	ClusterUpdate *ClusterUpdate `protobuf:"bytes,12,opt,name=cluster_update,json=clusterUpdate,proto3,oneof"`
+}
+
+type ControlFrame_EdgeStopping struct {
+	EdgeStopping *EdgeStopping `protobuf:"bytes,13,opt,name=edge_stopping,json=edgeStopping,proto3,oneof"`
+}
+
 func (*ControlFrame_RegisterRequest) isControlFrame_Msg() {}
 
 func (*ControlFrame_RegisterResponse) isControlFrame_Msg() {}
@@ -633,6 +661,10 @@ func (*ControlFrame_CredentialNotice) isControlFrame_Msg() {}
 func (*ControlFrame_CertificateRequest) isControlFrame_Msg() {}
 
 func (*ControlFrame_CertificateResponse) isControlFrame_Msg() {}
+
+func (*ControlFrame_ClusterUpdate) isControlFrame_Msg() {}
+
+func (*ControlFrame_EdgeStopping) isControlFrame_Msg() {}
 
 // RegisterRequest is the Node's first frame on the control stream.
 type RegisterRequest struct {
@@ -664,8 +696,16 @@ type RegisterRequest struct {
 	// previous generation is fenced at once (R9).
 	// RegisterResponse.previous_drains says which.
 	DrainPreviousGeneration uint64 `protobuf:"varint,9,opt,name=drain_previous_generation,json=drainPreviousGeneration,proto3" json:"drain_previous_generation,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// The Node keeps a connection to every Edge of a cluster (issue 22): it
+	// takes ClusterUpdate and EdgeStopping frames on the control stream, and
+	// refuses a run or tunnel beyond a provider's capacity with
+	// quicwire.StreamBusy once the Edge says it reads that code
+	// (RegisterResponse.busy_refusals). An older Node leaves it false and is
+	// sent neither frame (it would end its control stream on a frame it does
+	// not know).
+	ClusterAware  bool `protobuf:"varint,10,opt,name=cluster_aware,json=clusterAware,proto3" json:"cluster_aware,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
@@ -761,6 +801,13 @@ func (x *RegisterRequest) GetDrainPreviousGeneration() uint64 {
 	return 0
 }
 
+func (x *RegisterRequest) GetClusterAware() bool {
+	if x != nil {
+		return x.ClusterAware
+	}
+	return false
+}
+
 // Provider is one provider instance a Node runs (one adapter process with
 // one configuration), the targets (models) it serves and its capacity.
 type Provider struct {
@@ -769,11 +816,19 @@ type Provider struct {
 	Adapter string                 `protobuf:"bytes,2,opt,name=adapter,proto3" json:"adapter,omitempty"`
 	Targets []*Target              `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
 	// Maximum concurrent runs and tunnels; 0 means the provider is not usable.
+	// The Node enforces it across every Edge it is connected to (issue 22):
+	// a run or tunnel past it is refused with quicwire.StreamBusy.
 	Capacity     uint32        `protobuf:"varint,4,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	State        ProviderState `protobuf:"varint,5,opt,name=state,proto3,enum=iop.wire.v1.ProviderState" json:"state,omitempty"`
 	Capabilities []string      `protobuf:"bytes,6,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// Short human-readable reason for a non-online state.
-	Detail        string `protobuf:"bytes,7,opt,name=detail,proto3" json:"detail,omitempty"`
+	Detail string `protobuf:"bytes,7,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The capacity slots in use now, by every Edge together (issue 22): a
+	// hint for an Edge's scheduler, which prefers Nodes with slots free; the
+	// Node's StreamBusy refusal is the guarantee. Sent in
+	// ProviderStatusUpdate when it changes, at most a few times a second;
+	// 0 from an older Node.
+	InUse         uint32 `protobuf:"varint,8,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -857,6 +912,13 @@ func (x *Provider) GetDetail() string {
 	return ""
 }
 
+func (x *Provider) GetInUse() uint32 {
+	if x != nil {
+		return x.InUse
+	}
+	return 0
+}
+
 type Target struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -932,8 +994,21 @@ type RegisterResponse struct {
 	// The generation named in RegisterRequest.drain_previous_generation
 	// drains; false: it was fenced, or the Edge did not hold it.
 	PreviousDrains bool `protobuf:"varint,9,opt,name=previous_drains,json=previousDrains,proto3" json:"previous_drains,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The Edges of this Edge's cluster as it knows them now, itself
+	// included (issue 22). The Node dials every one it is not connected to
+	// and drops an Edge it learned here once a later list leaves it out; the
+	// addresses it was configured with stay. Empty: a single Edge, or an
+	// Edge that does not know its cluster; the Node keeps its configured
+	// addresses only.
+	ClusterEdges []*ClusterEdge `protobuf:"bytes,10,rep,name=cluster_edges,json=clusterEdges,proto3" json:"cluster_edges,omitempty"`
+	// The Edge reads quicwire.StreamBusy on a dispatched stream as the
+	// Node's refusal before the first byte (its provider's slots are all
+	// taken, by this Edge or another) and moves or requeues the work. A Node
+	// refuses with a CAPACITY_EXHAUSTED failure terminal on an Edge that
+	// does not say so.
+	BusyRefusals  bool `protobuf:"varint,11,opt,name=busy_refusals,json=busyRefusals,proto3" json:"busy_refusals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterResponse) Reset() {
@@ -1029,6 +1104,193 @@ func (x *RegisterResponse) GetPreviousDrains() bool {
 	return false
 }
 
+func (x *RegisterResponse) GetClusterEdges() []*ClusterEdge {
+	if x != nil {
+		return x.ClusterEdges
+	}
+	return nil
+}
+
+func (x *RegisterResponse) GetBusyRefusals() bool {
+	if x != nil {
+		return x.BusyRefusals
+	}
+	return false
+}
+
+// ClusterEdge is one Edge of a cluster, as another Edge lists it.
+type ClusterEdge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Edge's id: the one its certificate names (managed mode). A Node
+	// dials the listed address and accepts only a certificate for this id,
+	// and keeps one connection per id: the address it was configured with
+	// and the listed one, for one Edge, are one connection.
+	EdgeId string `protobuf:"bytes,1,opt,name=edge_id,json=edgeId,proto3" json:"edge_id,omitempty"`
+	// host:port of the Edge's QUIC listener, as the Node should dial it.
+	QuicAddress string `protobuf:"bytes,2,opt,name=quic_address,json=quicAddress,proto3" json:"quic_address,omitempty"`
+	// The Edge is stopping: it takes no new work and its connections end
+	// soon. A Node does not dial it anew.
+	Stopping      bool `protobuf:"varint,3,opt,name=stopping,proto3" json:"stopping,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterEdge) Reset() {
+	*x = ClusterEdge{}
+	mi := &file_wire_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterEdge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterEdge) ProtoMessage() {}
+
+func (x *ClusterEdge) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterEdge.ProtoReflect.Descriptor instead.
+func (*ClusterEdge) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ClusterEdge) GetEdgeId() string {
+	if x != nil {
+		return x.EdgeId
+	}
+	return ""
+}
+
+func (x *ClusterEdge) GetQuicAddress() string {
+	if x != nil {
+		return x.QuicAddress
+	}
+	return ""
+}
+
+func (x *ClusterEdge) GetStopping() bool {
+	if x != nil {
+		return x.Stopping
+	}
+	return false
+}
+
+// ClusterUpdate (Edge to Node, only to a RegisterRequest.cluster_aware
+// Node) is the cluster's Edge list after a change; it replaces the list of
+// the RegisterResponse and of earlier updates.
+type ClusterUpdate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Edges         []*ClusterEdge         `protobuf:"bytes,1,rep,name=edges,proto3" json:"edges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterUpdate) Reset() {
+	*x = ClusterUpdate{}
+	mi := &file_wire_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterUpdate) ProtoMessage() {}
+
+func (x *ClusterUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterUpdate.ProtoReflect.Descriptor instead.
+func (*ClusterUpdate) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ClusterUpdate) GetEdges() []*ClusterEdge {
+	if x != nil {
+		return x.Edges
+	}
+	return nil
+}
+
+// EdgeStopping (Edge to Node, only to a RegisterRequest.cluster_aware Node)
+// says this Edge is stopping: it refuses new work, its streams in flight go
+// on until they end or its grace is over, and then it closes the
+// connection with shutdown. The Node serves new work through its other
+// Edges and waits its backoff before it dials this one again.
+type EdgeStopping struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Reason string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the Edge closes its connections at the latest; 0: not said.
+	DeadlineUnixMs int64 `protobuf:"varint,2,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *EdgeStopping) Reset() {
+	*x = EdgeStopping{}
+	mi := &file_wire_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EdgeStopping) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EdgeStopping) ProtoMessage() {}
+
+func (x *EdgeStopping) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EdgeStopping.ProtoReflect.Descriptor instead.
+func (*EdgeStopping) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *EdgeStopping) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *EdgeStopping) GetDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.DeadlineUnixMs
+	}
+	return 0
+}
+
 // NodeReadyRequest says the Node's providers are up and it accepts work on
 // this generation.
 type NodeReadyRequest struct {
@@ -1041,7 +1303,7 @@ type NodeReadyRequest struct {
 
 func (x *NodeReadyRequest) Reset() {
 	*x = NodeReadyRequest{}
-	mi := &file_wire_proto_msgTypes[5]
+	mi := &file_wire_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1315,7 @@ func (x *NodeReadyRequest) String() string {
 func (*NodeReadyRequest) ProtoMessage() {}
 
 func (x *NodeReadyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[5]
+	mi := &file_wire_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1328,7 @@ func (x *NodeReadyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReadyRequest.ProtoReflect.Descriptor instead.
 func (*NodeReadyRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{5}
+	return file_wire_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeReadyRequest) GetGeneration() uint64 {
@@ -1092,7 +1354,7 @@ type NodeReadyResponse struct {
 
 func (x *NodeReadyResponse) Reset() {
 	*x = NodeReadyResponse{}
-	mi := &file_wire_proto_msgTypes[6]
+	mi := &file_wire_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1366,7 @@ func (x *NodeReadyResponse) String() string {
 func (*NodeReadyResponse) ProtoMessage() {}
 
 func (x *NodeReadyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[6]
+	mi := &file_wire_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1379,7 @@ func (x *NodeReadyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReadyResponse.ProtoReflect.Descriptor instead.
 func (*NodeReadyResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{6}
+	return file_wire_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeReadyResponse) GetGeneration() uint64 {
@@ -1139,7 +1401,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_wire_proto_msgTypes[7]
+	mi := &file_wire_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1413,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[7]
+	mi := &file_wire_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1426,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{7}
+	return file_wire_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Heartbeat) GetSeq() uint64 {
@@ -1190,7 +1452,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_wire_proto_msgTypes[8]
+	mi := &file_wire_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1464,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[8]
+	mi := &file_wire_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1477,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{8}
+	return file_wire_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HeartbeatAck) GetSeq() uint64 {
@@ -1241,7 +1503,7 @@ type ProviderStatusUpdate struct {
 
 func (x *ProviderStatusUpdate) Reset() {
 	*x = ProviderStatusUpdate{}
-	mi := &file_wire_proto_msgTypes[9]
+	mi := &file_wire_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1515,7 @@ func (x *ProviderStatusUpdate) String() string {
 func (*ProviderStatusUpdate) ProtoMessage() {}
 
 func (x *ProviderStatusUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[9]
+	mi := &file_wire_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1528,7 @@ func (x *ProviderStatusUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderStatusUpdate.ProtoReflect.Descriptor instead.
 func (*ProviderStatusUpdate) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{9}
+	return file_wire_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ProviderStatusUpdate) GetProviders() []*Provider {
@@ -1295,7 +1557,7 @@ type DrainNotice struct {
 
 func (x *DrainNotice) Reset() {
 	*x = DrainNotice{}
-	mi := &file_wire_proto_msgTypes[10]
+	mi := &file_wire_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1569,7 @@ func (x *DrainNotice) String() string {
 func (*DrainNotice) ProtoMessage() {}
 
 func (x *DrainNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[10]
+	mi := &file_wire_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1582,7 @@ func (x *DrainNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNotice.ProtoReflect.Descriptor instead.
 func (*DrainNotice) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{10}
+	return file_wire_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DrainNotice) GetReason() string {
@@ -1350,7 +1612,7 @@ type CredentialNotice struct {
 
 func (x *CredentialNotice) Reset() {
 	*x = CredentialNotice{}
-	mi := &file_wire_proto_msgTypes[11]
+	mi := &file_wire_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1624,7 @@ func (x *CredentialNotice) String() string {
 func (*CredentialNotice) ProtoMessage() {}
 
 func (x *CredentialNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[11]
+	mi := &file_wire_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1637,7 @@ func (x *CredentialNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialNotice.ProtoReflect.Descriptor instead.
 func (*CredentialNotice) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{11}
+	return file_wire_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CredentialNotice) GetCredentialRevisions() map[string]uint64 {
@@ -1423,7 +1685,7 @@ type StreamHeader struct {
 
 func (x *StreamHeader) Reset() {
 	*x = StreamHeader{}
-	mi := &file_wire_proto_msgTypes[12]
+	mi := &file_wire_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1697,7 @@ func (x *StreamHeader) String() string {
 func (*StreamHeader) ProtoMessage() {}
 
 func (x *StreamHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[12]
+	mi := &file_wire_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1710,7 @@ func (x *StreamHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamHeader.ProtoReflect.Descriptor instead.
 func (*StreamHeader) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{12}
+	return file_wire_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StreamHeader) GetGeneration() uint64 {
@@ -1547,7 +1809,7 @@ type HeaderPart struct {
 
 func (x *HeaderPart) Reset() {
 	*x = HeaderPart{}
-	mi := &file_wire_proto_msgTypes[13]
+	mi := &file_wire_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1821,7 @@ func (x *HeaderPart) String() string {
 func (*HeaderPart) ProtoMessage() {}
 
 func (x *HeaderPart) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[13]
+	mi := &file_wire_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1834,7 @@ func (x *HeaderPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderPart.ProtoReflect.Descriptor instead.
 func (*HeaderPart) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{13}
+	return file_wire_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HeaderPart) GetData() []byte {
@@ -1595,7 +1857,7 @@ type LeaseBinding struct {
 
 func (x *LeaseBinding) Reset() {
 	*x = LeaseBinding{}
-	mi := &file_wire_proto_msgTypes[14]
+	mi := &file_wire_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1869,7 @@ func (x *LeaseBinding) String() string {
 func (*LeaseBinding) ProtoMessage() {}
 
 func (x *LeaseBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[14]
+	mi := &file_wire_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1882,7 @@ func (x *LeaseBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseBinding.ProtoReflect.Descriptor instead.
 func (*LeaseBinding) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{14}
+	return file_wire_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LeaseBinding) GetPrincipal() string {
@@ -1686,7 +1948,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_wire_proto_msgTypes[15]
+	mi := &file_wire_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1960,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[15]
+	mi := &file_wire_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1973,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{15}
+	return file_wire_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RunRequest) GetRunId() string {
@@ -1829,7 +2091,7 @@ type CompletionInput struct {
 
 func (x *CompletionInput) Reset() {
 	*x = CompletionInput{}
-	mi := &file_wire_proto_msgTypes[16]
+	mi := &file_wire_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +2103,7 @@ func (x *CompletionInput) String() string {
 func (*CompletionInput) ProtoMessage() {}
 
 func (x *CompletionInput) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[16]
+	mi := &file_wire_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +2116,7 @@ func (x *CompletionInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionInput.ProtoReflect.Descriptor instead.
 func (*CompletionInput) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{16}
+	return file_wire_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CompletionInput) GetPrompt() string {
@@ -1886,7 +2148,7 @@ type ChatMessage struct {
 
 func (x *ChatMessage) Reset() {
 	*x = ChatMessage{}
-	mi := &file_wire_proto_msgTypes[17]
+	mi := &file_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +2160,7 @@ func (x *ChatMessage) String() string {
 func (*ChatMessage) ProtoMessage() {}
 
 func (x *ChatMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[17]
+	mi := &file_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +2173,7 @@ func (x *ChatMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatMessage.ProtoReflect.Descriptor instead.
 func (*ChatMessage) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{17}
+	return file_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ChatMessage) GetRole() string {
@@ -1975,7 +2237,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_wire_proto_msgTypes[18]
+	mi := &file_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2249,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[18]
+	mi := &file_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2262,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{18}
+	return file_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Tool) GetName() string {
@@ -2037,7 +2299,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_wire_proto_msgTypes[19]
+	mi := &file_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2311,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[19]
+	mi := &file_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2324,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{19}
+	return file_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ToolCall) GetIndex() int32 {
@@ -2144,7 +2406,7 @@ type RunOptions struct {
 
 func (x *RunOptions) Reset() {
 	*x = RunOptions{}
-	mi := &file_wire_proto_msgTypes[20]
+	mi := &file_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2418,7 @@ func (x *RunOptions) String() string {
 func (*RunOptions) ProtoMessage() {}
 
 func (x *RunOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[20]
+	mi := &file_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2431,7 @@ func (x *RunOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunOptions.ProtoReflect.Descriptor instead.
 func (*RunOptions) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{20}
+	return file_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RunOptions) GetTemperature() float64 {
@@ -2274,7 +2536,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2548,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2561,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{21}
+	return file_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RunEvent) GetSeq() uint64 {
@@ -2386,7 +2648,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2660,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2673,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{22}
+	return file_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Usage) GetPromptTokens() int64 {
@@ -2470,7 +2732,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2744,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2757,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{23}
+	return file_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Failure) GetKind() FailureKind {
@@ -2555,7 +2817,7 @@ type StallObservation struct {
 
 func (x *StallObservation) Reset() {
 	*x = StallObservation{}
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2829,7 @@ func (x *StallObservation) String() string {
 func (*StallObservation) ProtoMessage() {}
 
 func (x *StallObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2842,7 @@ func (x *StallObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StallObservation.ProtoReflect.Descriptor instead.
 func (*StallObservation) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{24}
+	return file_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StallObservation) GetStallTimeoutMs() int64 {
@@ -2684,7 +2946,7 @@ type TunnelRequest struct {
 
 func (x *TunnelRequest) Reset() {
 	*x = TunnelRequest{}
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +2958,7 @@ func (x *TunnelRequest) String() string {
 func (*TunnelRequest) ProtoMessage() {}
 
 func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +2971,7 @@ func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelRequest.ProtoReflect.Descriptor instead.
 func (*TunnelRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{25}
+	return file_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TunnelRequest) GetTunnelId() string {
@@ -2806,7 +3068,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +3080,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +3093,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{26}
+	return file_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Header) GetName() string {
@@ -2862,7 +3124,7 @@ type TunnelFrame struct {
 
 func (x *TunnelFrame) Reset() {
 	*x = TunnelFrame{}
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2874,7 +3136,7 @@ func (x *TunnelFrame) String() string {
 func (*TunnelFrame) ProtoMessage() {}
 
 func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2887,7 +3149,7 @@ func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelFrame.ProtoReflect.Descriptor instead.
 func (*TunnelFrame) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{27}
+	return file_wire_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TunnelFrame) GetFrame() isTunnelFrame_Frame {
@@ -2956,7 +3218,7 @@ type TunnelResponseHead struct {
 
 func (x *TunnelResponseHead) Reset() {
 	*x = TunnelResponseHead{}
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3230,7 @@ func (x *TunnelResponseHead) String() string {
 func (*TunnelResponseHead) ProtoMessage() {}
 
 func (x *TunnelResponseHead) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3243,7 @@ func (x *TunnelResponseHead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelResponseHead.ProtoReflect.Descriptor instead.
 func (*TunnelResponseHead) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{28}
+	return file_wire_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TunnelResponseHead) GetStatus() int32 {
@@ -3009,7 +3271,7 @@ type TunnelTerminal struct {
 
 func (x *TunnelTerminal) Reset() {
 	*x = TunnelTerminal{}
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3021,7 +3283,7 @@ func (x *TunnelTerminal) String() string {
 func (*TunnelTerminal) ProtoMessage() {}
 
 func (x *TunnelTerminal) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3034,7 +3296,7 @@ func (x *TunnelTerminal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelTerminal.ProtoReflect.Descriptor instead.
 func (*TunnelTerminal) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{29}
+	return file_wire_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TunnelTerminal) GetOutcome() TunnelOutcome {
@@ -3094,7 +3356,7 @@ type EmbedRequest struct {
 
 func (x *EmbedRequest) Reset() {
 	*x = EmbedRequest{}
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3106,7 +3368,7 @@ func (x *EmbedRequest) String() string {
 func (*EmbedRequest) ProtoMessage() {}
 
 func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3119,7 +3381,7 @@ func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
 func (*EmbedRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{30}
+	return file_wire_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EmbedRequest) GetEmbedId() string {
@@ -3221,7 +3483,7 @@ type EmbedFrame struct {
 
 func (x *EmbedFrame) Reset() {
 	*x = EmbedFrame{}
-	mi := &file_wire_proto_msgTypes[31]
+	mi := &file_wire_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3495,7 @@ func (x *EmbedFrame) String() string {
 func (*EmbedFrame) ProtoMessage() {}
 
 func (x *EmbedFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[31]
+	mi := &file_wire_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3508,7 @@ func (x *EmbedFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedFrame.ProtoReflect.Descriptor instead.
 func (*EmbedFrame) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{31}
+	return file_wire_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EmbedFrame) GetFrame() isEmbedFrame_Frame {
@@ -3309,7 +3571,7 @@ type EmbedVectors struct {
 
 func (x *EmbedVectors) Reset() {
 	*x = EmbedVectors{}
-	mi := &file_wire_proto_msgTypes[32]
+	mi := &file_wire_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3583,7 @@ func (x *EmbedVectors) String() string {
 func (*EmbedVectors) ProtoMessage() {}
 
 func (x *EmbedVectors) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[32]
+	mi := &file_wire_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3596,7 @@ func (x *EmbedVectors) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedVectors.ProtoReflect.Descriptor instead.
 func (*EmbedVectors) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{32}
+	return file_wire_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EmbedVectors) GetFirst() uint32 {
@@ -3361,7 +3623,7 @@ type Vector struct {
 
 func (x *Vector) Reset() {
 	*x = Vector{}
-	mi := &file_wire_proto_msgTypes[33]
+	mi := &file_wire_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3373,7 +3635,7 @@ func (x *Vector) String() string {
 func (*Vector) ProtoMessage() {}
 
 func (x *Vector) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[33]
+	mi := &file_wire_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3386,7 +3648,7 @@ func (x *Vector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Vector.ProtoReflect.Descriptor instead.
 func (*Vector) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{33}
+	return file_wire_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Vector) GetValues() []float32 {
@@ -3409,7 +3671,7 @@ type CommandRequest struct {
 
 func (x *CommandRequest) Reset() {
 	*x = CommandRequest{}
-	mi := &file_wire_proto_msgTypes[34]
+	mi := &file_wire_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3421,7 +3683,7 @@ func (x *CommandRequest) String() string {
 func (*CommandRequest) ProtoMessage() {}
 
 func (x *CommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[34]
+	mi := &file_wire_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3434,7 +3696,7 @@ func (x *CommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandRequest.ProtoReflect.Descriptor instead.
 func (*CommandRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{34}
+	return file_wire_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CommandRequest) GetCommandId() string {
@@ -3478,7 +3740,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_wire_proto_msgTypes[35]
+	mi := &file_wire_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3490,7 +3752,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[35]
+	mi := &file_wire_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3503,7 +3765,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{35}
+	return file_wire_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -3555,7 +3817,7 @@ type TransportStatus struct {
 
 func (x *TransportStatus) Reset() {
 	*x = TransportStatus{}
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3567,7 +3829,7 @@ func (x *TransportStatus) String() string {
 func (*TransportStatus) ProtoMessage() {}
 
 func (x *TransportStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3580,7 +3842,7 @@ func (x *TransportStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportStatus.ProtoReflect.Descriptor instead.
 func (*TransportStatus) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{36}
+	return file_wire_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TransportStatus) GetNodeId() string {
@@ -3637,7 +3899,7 @@ type CertificateRequest struct {
 
 func (x *CertificateRequest) Reset() {
 	*x = CertificateRequest{}
-	mi := &file_wire_proto_msgTypes[37]
+	mi := &file_wire_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3911,7 @@ func (x *CertificateRequest) String() string {
 func (*CertificateRequest) ProtoMessage() {}
 
 func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[37]
+	mi := &file_wire_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3924,7 @@ func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateRequest.ProtoReflect.Descriptor instead.
 func (*CertificateRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{37}
+	return file_wire_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CertificateRequest) GetCsr() []byte {
@@ -3688,7 +3950,7 @@ type CertificateResponse struct {
 
 func (x *CertificateResponse) Reset() {
 	*x = CertificateResponse{}
-	mi := &file_wire_proto_msgTypes[38]
+	mi := &file_wire_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3700,7 +3962,7 @@ func (x *CertificateResponse) String() string {
 func (*CertificateResponse) ProtoMessage() {}
 
 func (x *CertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[38]
+	mi := &file_wire_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3713,7 +3975,7 @@ func (x *CertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateResponse.ProtoReflect.Descriptor instead.
 func (*CertificateResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{38}
+	return file_wire_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CertificateResponse) GetChain() [][]byte {
@@ -3752,7 +4014,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_wire_proto_msgTypes[39]
+	mi := &file_wire_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3764,7 +4026,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[39]
+	mi := &file_wire_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3777,7 +4039,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{39}
+	return file_wire_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *JoinRequest) GetTokenId() string {
@@ -3824,7 +4086,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_wire_proto_msgTypes[40]
+	mi := &file_wire_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3836,7 +4098,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[40]
+	mi := &file_wire_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3849,7 +4111,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{40}
+	return file_wire_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *JoinResponse) GetRefusal() JoinRefusal {
@@ -3899,7 +4161,7 @@ var File_wire_proto protoreflect.FileDescriptor
 const file_wire_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"wire.proto\x12\viop.wire.v1\"\xb0\x06\n" +
+	"wire.proto\x12\viop.wire.v1\"\xb7\a\n" +
 	"\fControlFrame\x12I\n" +
 	"\x10register_request\x18\x01 \x01(\v2\x1c.iop.wire.v1.RegisterRequestH\x00R\x0fregisterRequest\x12L\n" +
 	"\x11register_response\x18\x02 \x01(\v2\x1d.iop.wire.v1.RegisterResponseH\x00R\x10registerResponse\x12D\n" +
@@ -3912,8 +4174,10 @@ const file_wire_proto_rawDesc = "" +
 	"\x11credential_notice\x18\t \x01(\v2\x1d.iop.wire.v1.CredentialNoticeH\x00R\x10credentialNotice\x12R\n" +
 	"\x13certificate_request\x18\n" +
 	" \x01(\v2\x1f.iop.wire.v1.CertificateRequestH\x00R\x12certificateRequest\x12U\n" +
-	"\x14certificate_response\x18\v \x01(\v2 .iop.wire.v1.CertificateResponseH\x00R\x13certificateResponseB\x05\n" +
-	"\x03msg\"\xf2\x03\n" +
+	"\x14certificate_response\x18\v \x01(\v2 .iop.wire.v1.CertificateResponseH\x00R\x13certificateResponse\x12C\n" +
+	"\x0ecluster_update\x18\f \x01(\v2\x1a.iop.wire.v1.ClusterUpdateH\x00R\rclusterUpdate\x12@\n" +
+	"\redge_stopping\x18\r \x01(\v2\x19.iop.wire.v1.EdgeStoppingH\x00R\fedgeStoppingB\x05\n" +
+	"\x03msg\"\x97\x04\n" +
 	"\x0fRegisterRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fnode_version\x18\x02 \x01(\tR\vnodeVersion\x12)\n" +
@@ -3923,10 +4187,12 @@ const file_wire_proto_rawDesc = "" +
 	"\x06labels\x18\x06 \x03(\v2(.iop.wire.v1.RegisterRequest.LabelsEntryR\x06labels\x124\n" +
 	"\x16max_dispatched_streams\x18\a \x01(\rR\x14maxDispatchedStreams\x12*\n" +
 	"\x11max_request_bytes\x18\b \x01(\x04R\x0fmaxRequestBytes\x12:\n" +
-	"\x19drain_previous_generation\x18\t \x01(\x04R\x17drainPreviousGeneration\x1a9\n" +
+	"\x19drain_previous_generation\x18\t \x01(\x04R\x17drainPreviousGeneration\x12#\n" +
+	"\rcluster_aware\x18\n" +
+	" \x01(\bR\fclusterAware\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf1\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\x02\n" +
 	"\bProvider\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aadapter\x18\x02 \x01(\tR\aadapter\x12-\n" +
@@ -3934,10 +4200,11 @@ const file_wire_proto_rawDesc = "" +
 	"\bcapacity\x18\x04 \x01(\rR\bcapacity\x120\n" +
 	"\x05state\x18\x05 \x01(\x0e2\x1a.iop.wire.v1.ProviderStateR\x05state\x12\"\n" +
 	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12\x16\n" +
-	"\x06detail\x18\a \x01(\tR\x06detail\"4\n" +
+	"\x06detail\x18\a \x01(\tR\x06detail\x12\x15\n" +
+	"\x06in_use\x18\b \x01(\rR\x05inUse\"4\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06health\x18\x02 \x01(\tR\x06health\"\xe2\x02\n" +
+	"\x06health\x18\x02 \x01(\tR\x06health\"\xc6\x03\n" +
 	"\x10RegisterResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x1e\n" +
 	"\n" +
@@ -3949,7 +4216,19 @@ const file_wire_proto_rawDesc = "" +
 	"\x0erefusal_reason\x18\x06 \x01(\tR\rrefusalReason\x12!\n" +
 	"\frefusal_code\x18\a \x01(\x04R\vrefusalCode\x12/\n" +
 	"\x13certificate_renewal\x18\b \x01(\bR\x12certificateRenewal\x12'\n" +
-	"\x0fprevious_drains\x18\t \x01(\bR\x0epreviousDrains\"g\n" +
+	"\x0fprevious_drains\x18\t \x01(\bR\x0epreviousDrains\x12=\n" +
+	"\rcluster_edges\x18\n" +
+	" \x03(\v2\x18.iop.wire.v1.ClusterEdgeR\fclusterEdges\x12#\n" +
+	"\rbusy_refusals\x18\v \x01(\bR\fbusyRefusals\"e\n" +
+	"\vClusterEdge\x12\x17\n" +
+	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12!\n" +
+	"\fquic_address\x18\x02 \x01(\tR\vquicAddress\x12\x1a\n" +
+	"\bstopping\x18\x03 \x01(\bR\bstopping\"?\n" +
+	"\rClusterUpdate\x12.\n" +
+	"\x05edges\x18\x01 \x03(\v2\x18.iop.wire.v1.ClusterEdgeR\x05edges\"P\n" +
+	"\fEdgeStopping\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12(\n" +
+	"\x10deadline_unix_ms\x18\x02 \x01(\x03R\x0edeadlineUnixMs\"g\n" +
 	"\x10NodeReadyRequest\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -4270,7 +4549,7 @@ func file_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_wire_proto_goTypes = []any{
 	(ProviderState)(0),           // 0: iop.wire.v1.ProviderState
 	(RunEventType)(0),            // 1: iop.wire.v1.RunEventType
@@ -4283,103 +4562,110 @@ var file_wire_proto_goTypes = []any{
 	(*Provider)(nil),             // 8: iop.wire.v1.Provider
 	(*Target)(nil),               // 9: iop.wire.v1.Target
 	(*RegisterResponse)(nil),     // 10: iop.wire.v1.RegisterResponse
-	(*NodeReadyRequest)(nil),     // 11: iop.wire.v1.NodeReadyRequest
-	(*NodeReadyResponse)(nil),    // 12: iop.wire.v1.NodeReadyResponse
-	(*Heartbeat)(nil),            // 13: iop.wire.v1.Heartbeat
-	(*HeartbeatAck)(nil),         // 14: iop.wire.v1.HeartbeatAck
-	(*ProviderStatusUpdate)(nil), // 15: iop.wire.v1.ProviderStatusUpdate
-	(*DrainNotice)(nil),          // 16: iop.wire.v1.DrainNotice
-	(*CredentialNotice)(nil),     // 17: iop.wire.v1.CredentialNotice
-	(*StreamHeader)(nil),         // 18: iop.wire.v1.StreamHeader
-	(*HeaderPart)(nil),           // 19: iop.wire.v1.HeaderPart
-	(*LeaseBinding)(nil),         // 20: iop.wire.v1.LeaseBinding
-	(*RunRequest)(nil),           // 21: iop.wire.v1.RunRequest
-	(*CompletionInput)(nil),      // 22: iop.wire.v1.CompletionInput
-	(*ChatMessage)(nil),          // 23: iop.wire.v1.ChatMessage
-	(*Tool)(nil),                 // 24: iop.wire.v1.Tool
-	(*ToolCall)(nil),             // 25: iop.wire.v1.ToolCall
-	(*RunOptions)(nil),           // 26: iop.wire.v1.RunOptions
-	(*RunEvent)(nil),             // 27: iop.wire.v1.RunEvent
-	(*Usage)(nil),                // 28: iop.wire.v1.Usage
-	(*Failure)(nil),              // 29: iop.wire.v1.Failure
-	(*StallObservation)(nil),     // 30: iop.wire.v1.StallObservation
-	(*TunnelRequest)(nil),        // 31: iop.wire.v1.TunnelRequest
-	(*Header)(nil),               // 32: iop.wire.v1.Header
-	(*TunnelFrame)(nil),          // 33: iop.wire.v1.TunnelFrame
-	(*TunnelResponseHead)(nil),   // 34: iop.wire.v1.TunnelResponseHead
-	(*TunnelTerminal)(nil),       // 35: iop.wire.v1.TunnelTerminal
-	(*EmbedRequest)(nil),         // 36: iop.wire.v1.EmbedRequest
-	(*EmbedFrame)(nil),           // 37: iop.wire.v1.EmbedFrame
-	(*EmbedVectors)(nil),         // 38: iop.wire.v1.EmbedVectors
-	(*Vector)(nil),               // 39: iop.wire.v1.Vector
-	(*CommandRequest)(nil),       // 40: iop.wire.v1.CommandRequest
-	(*CommandResult)(nil),        // 41: iop.wire.v1.CommandResult
-	(*TransportStatus)(nil),      // 42: iop.wire.v1.TransportStatus
-	(*CertificateRequest)(nil),   // 43: iop.wire.v1.CertificateRequest
-	(*CertificateResponse)(nil),  // 44: iop.wire.v1.CertificateResponse
-	(*JoinRequest)(nil),          // 45: iop.wire.v1.JoinRequest
-	(*JoinResponse)(nil),         // 46: iop.wire.v1.JoinResponse
-	nil,                          // 47: iop.wire.v1.RegisterRequest.LabelsEntry
-	nil,                          // 48: iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
+	(*ClusterEdge)(nil),          // 11: iop.wire.v1.ClusterEdge
+	(*ClusterUpdate)(nil),        // 12: iop.wire.v1.ClusterUpdate
+	(*EdgeStopping)(nil),         // 13: iop.wire.v1.EdgeStopping
+	(*NodeReadyRequest)(nil),     // 14: iop.wire.v1.NodeReadyRequest
+	(*NodeReadyResponse)(nil),    // 15: iop.wire.v1.NodeReadyResponse
+	(*Heartbeat)(nil),            // 16: iop.wire.v1.Heartbeat
+	(*HeartbeatAck)(nil),         // 17: iop.wire.v1.HeartbeatAck
+	(*ProviderStatusUpdate)(nil), // 18: iop.wire.v1.ProviderStatusUpdate
+	(*DrainNotice)(nil),          // 19: iop.wire.v1.DrainNotice
+	(*CredentialNotice)(nil),     // 20: iop.wire.v1.CredentialNotice
+	(*StreamHeader)(nil),         // 21: iop.wire.v1.StreamHeader
+	(*HeaderPart)(nil),           // 22: iop.wire.v1.HeaderPart
+	(*LeaseBinding)(nil),         // 23: iop.wire.v1.LeaseBinding
+	(*RunRequest)(nil),           // 24: iop.wire.v1.RunRequest
+	(*CompletionInput)(nil),      // 25: iop.wire.v1.CompletionInput
+	(*ChatMessage)(nil),          // 26: iop.wire.v1.ChatMessage
+	(*Tool)(nil),                 // 27: iop.wire.v1.Tool
+	(*ToolCall)(nil),             // 28: iop.wire.v1.ToolCall
+	(*RunOptions)(nil),           // 29: iop.wire.v1.RunOptions
+	(*RunEvent)(nil),             // 30: iop.wire.v1.RunEvent
+	(*Usage)(nil),                // 31: iop.wire.v1.Usage
+	(*Failure)(nil),              // 32: iop.wire.v1.Failure
+	(*StallObservation)(nil),     // 33: iop.wire.v1.StallObservation
+	(*TunnelRequest)(nil),        // 34: iop.wire.v1.TunnelRequest
+	(*Header)(nil),               // 35: iop.wire.v1.Header
+	(*TunnelFrame)(nil),          // 36: iop.wire.v1.TunnelFrame
+	(*TunnelResponseHead)(nil),   // 37: iop.wire.v1.TunnelResponseHead
+	(*TunnelTerminal)(nil),       // 38: iop.wire.v1.TunnelTerminal
+	(*EmbedRequest)(nil),         // 39: iop.wire.v1.EmbedRequest
+	(*EmbedFrame)(nil),           // 40: iop.wire.v1.EmbedFrame
+	(*EmbedVectors)(nil),         // 41: iop.wire.v1.EmbedVectors
+	(*Vector)(nil),               // 42: iop.wire.v1.Vector
+	(*CommandRequest)(nil),       // 43: iop.wire.v1.CommandRequest
+	(*CommandResult)(nil),        // 44: iop.wire.v1.CommandResult
+	(*TransportStatus)(nil),      // 45: iop.wire.v1.TransportStatus
+	(*CertificateRequest)(nil),   // 46: iop.wire.v1.CertificateRequest
+	(*CertificateResponse)(nil),  // 47: iop.wire.v1.CertificateResponse
+	(*JoinRequest)(nil),          // 48: iop.wire.v1.JoinRequest
+	(*JoinResponse)(nil),         // 49: iop.wire.v1.JoinResponse
+	nil,                          // 50: iop.wire.v1.RegisterRequest.LabelsEntry
+	nil,                          // 51: iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
 }
 var file_wire_proto_depIdxs = []int32{
 	7,  // 0: iop.wire.v1.ControlFrame.register_request:type_name -> iop.wire.v1.RegisterRequest
 	10, // 1: iop.wire.v1.ControlFrame.register_response:type_name -> iop.wire.v1.RegisterResponse
-	11, // 2: iop.wire.v1.ControlFrame.ready_request:type_name -> iop.wire.v1.NodeReadyRequest
-	12, // 3: iop.wire.v1.ControlFrame.ready_response:type_name -> iop.wire.v1.NodeReadyResponse
-	13, // 4: iop.wire.v1.ControlFrame.heartbeat:type_name -> iop.wire.v1.Heartbeat
-	14, // 5: iop.wire.v1.ControlFrame.heartbeat_ack:type_name -> iop.wire.v1.HeartbeatAck
-	15, // 6: iop.wire.v1.ControlFrame.provider_status:type_name -> iop.wire.v1.ProviderStatusUpdate
-	16, // 7: iop.wire.v1.ControlFrame.drain:type_name -> iop.wire.v1.DrainNotice
-	17, // 8: iop.wire.v1.ControlFrame.credential_notice:type_name -> iop.wire.v1.CredentialNotice
-	43, // 9: iop.wire.v1.ControlFrame.certificate_request:type_name -> iop.wire.v1.CertificateRequest
-	44, // 10: iop.wire.v1.ControlFrame.certificate_response:type_name -> iop.wire.v1.CertificateResponse
-	8,  // 11: iop.wire.v1.RegisterRequest.providers:type_name -> iop.wire.v1.Provider
-	47, // 12: iop.wire.v1.RegisterRequest.labels:type_name -> iop.wire.v1.RegisterRequest.LabelsEntry
-	9,  // 13: iop.wire.v1.Provider.targets:type_name -> iop.wire.v1.Target
-	0,  // 14: iop.wire.v1.Provider.state:type_name -> iop.wire.v1.ProviderState
-	8,  // 15: iop.wire.v1.NodeReadyRequest.providers:type_name -> iop.wire.v1.Provider
-	8,  // 16: iop.wire.v1.ProviderStatusUpdate.providers:type_name -> iop.wire.v1.Provider
-	48, // 17: iop.wire.v1.CredentialNotice.credential_revisions:type_name -> iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
-	21, // 18: iop.wire.v1.StreamHeader.run:type_name -> iop.wire.v1.RunRequest
-	31, // 19: iop.wire.v1.StreamHeader.tunnel:type_name -> iop.wire.v1.TunnelRequest
-	40, // 20: iop.wire.v1.StreamHeader.command:type_name -> iop.wire.v1.CommandRequest
-	36, // 21: iop.wire.v1.StreamHeader.embed:type_name -> iop.wire.v1.EmbedRequest
-	23, // 22: iop.wire.v1.RunRequest.messages:type_name -> iop.wire.v1.ChatMessage
-	24, // 23: iop.wire.v1.RunRequest.tools:type_name -> iop.wire.v1.Tool
-	26, // 24: iop.wire.v1.RunRequest.options:type_name -> iop.wire.v1.RunOptions
-	20, // 25: iop.wire.v1.RunRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	22, // 26: iop.wire.v1.RunRequest.completion:type_name -> iop.wire.v1.CompletionInput
-	25, // 27: iop.wire.v1.ChatMessage.tool_calls:type_name -> iop.wire.v1.ToolCall
-	1,  // 28: iop.wire.v1.RunEvent.type:type_name -> iop.wire.v1.RunEventType
-	25, // 29: iop.wire.v1.RunEvent.tool_call:type_name -> iop.wire.v1.ToolCall
-	28, // 30: iop.wire.v1.RunEvent.usage:type_name -> iop.wire.v1.Usage
-	29, // 31: iop.wire.v1.RunEvent.failure:type_name -> iop.wire.v1.Failure
-	30, // 32: iop.wire.v1.RunEvent.stall:type_name -> iop.wire.v1.StallObservation
-	2,  // 33: iop.wire.v1.Failure.kind:type_name -> iop.wire.v1.FailureKind
-	32, // 34: iop.wire.v1.TunnelRequest.headers:type_name -> iop.wire.v1.Header
-	20, // 35: iop.wire.v1.TunnelRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	34, // 36: iop.wire.v1.TunnelFrame.head:type_name -> iop.wire.v1.TunnelResponseHead
-	35, // 37: iop.wire.v1.TunnelFrame.terminal:type_name -> iop.wire.v1.TunnelTerminal
-	32, // 38: iop.wire.v1.TunnelResponseHead.headers:type_name -> iop.wire.v1.Header
-	3,  // 39: iop.wire.v1.TunnelTerminal.outcome:type_name -> iop.wire.v1.TunnelOutcome
-	29, // 40: iop.wire.v1.TunnelTerminal.failure:type_name -> iop.wire.v1.Failure
-	30, // 41: iop.wire.v1.TunnelTerminal.stall:type_name -> iop.wire.v1.StallObservation
-	20, // 42: iop.wire.v1.EmbedRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	38, // 43: iop.wire.v1.EmbedFrame.vectors:type_name -> iop.wire.v1.EmbedVectors
-	27, // 44: iop.wire.v1.EmbedFrame.terminal:type_name -> iop.wire.v1.RunEvent
-	39, // 45: iop.wire.v1.EmbedVectors.vectors:type_name -> iop.wire.v1.Vector
-	4,  // 46: iop.wire.v1.CommandRequest.kind:type_name -> iop.wire.v1.CommandKind
-	31, // 47: iop.wire.v1.CommandRequest.tunnel:type_name -> iop.wire.v1.TunnelRequest
-	29, // 48: iop.wire.v1.CommandResult.failure:type_name -> iop.wire.v1.Failure
-	8,  // 49: iop.wire.v1.CommandResult.providers:type_name -> iop.wire.v1.Provider
-	42, // 50: iop.wire.v1.CommandResult.transport_status:type_name -> iop.wire.v1.TransportStatus
-	5,  // 51: iop.wire.v1.JoinResponse.refusal:type_name -> iop.wire.v1.JoinRefusal
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	14, // 2: iop.wire.v1.ControlFrame.ready_request:type_name -> iop.wire.v1.NodeReadyRequest
+	15, // 3: iop.wire.v1.ControlFrame.ready_response:type_name -> iop.wire.v1.NodeReadyResponse
+	16, // 4: iop.wire.v1.ControlFrame.heartbeat:type_name -> iop.wire.v1.Heartbeat
+	17, // 5: iop.wire.v1.ControlFrame.heartbeat_ack:type_name -> iop.wire.v1.HeartbeatAck
+	18, // 6: iop.wire.v1.ControlFrame.provider_status:type_name -> iop.wire.v1.ProviderStatusUpdate
+	19, // 7: iop.wire.v1.ControlFrame.drain:type_name -> iop.wire.v1.DrainNotice
+	20, // 8: iop.wire.v1.ControlFrame.credential_notice:type_name -> iop.wire.v1.CredentialNotice
+	46, // 9: iop.wire.v1.ControlFrame.certificate_request:type_name -> iop.wire.v1.CertificateRequest
+	47, // 10: iop.wire.v1.ControlFrame.certificate_response:type_name -> iop.wire.v1.CertificateResponse
+	12, // 11: iop.wire.v1.ControlFrame.cluster_update:type_name -> iop.wire.v1.ClusterUpdate
+	13, // 12: iop.wire.v1.ControlFrame.edge_stopping:type_name -> iop.wire.v1.EdgeStopping
+	8,  // 13: iop.wire.v1.RegisterRequest.providers:type_name -> iop.wire.v1.Provider
+	50, // 14: iop.wire.v1.RegisterRequest.labels:type_name -> iop.wire.v1.RegisterRequest.LabelsEntry
+	9,  // 15: iop.wire.v1.Provider.targets:type_name -> iop.wire.v1.Target
+	0,  // 16: iop.wire.v1.Provider.state:type_name -> iop.wire.v1.ProviderState
+	11, // 17: iop.wire.v1.RegisterResponse.cluster_edges:type_name -> iop.wire.v1.ClusterEdge
+	11, // 18: iop.wire.v1.ClusterUpdate.edges:type_name -> iop.wire.v1.ClusterEdge
+	8,  // 19: iop.wire.v1.NodeReadyRequest.providers:type_name -> iop.wire.v1.Provider
+	8,  // 20: iop.wire.v1.ProviderStatusUpdate.providers:type_name -> iop.wire.v1.Provider
+	51, // 21: iop.wire.v1.CredentialNotice.credential_revisions:type_name -> iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
+	24, // 22: iop.wire.v1.StreamHeader.run:type_name -> iop.wire.v1.RunRequest
+	34, // 23: iop.wire.v1.StreamHeader.tunnel:type_name -> iop.wire.v1.TunnelRequest
+	43, // 24: iop.wire.v1.StreamHeader.command:type_name -> iop.wire.v1.CommandRequest
+	39, // 25: iop.wire.v1.StreamHeader.embed:type_name -> iop.wire.v1.EmbedRequest
+	26, // 26: iop.wire.v1.RunRequest.messages:type_name -> iop.wire.v1.ChatMessage
+	27, // 27: iop.wire.v1.RunRequest.tools:type_name -> iop.wire.v1.Tool
+	29, // 28: iop.wire.v1.RunRequest.options:type_name -> iop.wire.v1.RunOptions
+	23, // 29: iop.wire.v1.RunRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	25, // 30: iop.wire.v1.RunRequest.completion:type_name -> iop.wire.v1.CompletionInput
+	28, // 31: iop.wire.v1.ChatMessage.tool_calls:type_name -> iop.wire.v1.ToolCall
+	1,  // 32: iop.wire.v1.RunEvent.type:type_name -> iop.wire.v1.RunEventType
+	28, // 33: iop.wire.v1.RunEvent.tool_call:type_name -> iop.wire.v1.ToolCall
+	31, // 34: iop.wire.v1.RunEvent.usage:type_name -> iop.wire.v1.Usage
+	32, // 35: iop.wire.v1.RunEvent.failure:type_name -> iop.wire.v1.Failure
+	33, // 36: iop.wire.v1.RunEvent.stall:type_name -> iop.wire.v1.StallObservation
+	2,  // 37: iop.wire.v1.Failure.kind:type_name -> iop.wire.v1.FailureKind
+	35, // 38: iop.wire.v1.TunnelRequest.headers:type_name -> iop.wire.v1.Header
+	23, // 39: iop.wire.v1.TunnelRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	37, // 40: iop.wire.v1.TunnelFrame.head:type_name -> iop.wire.v1.TunnelResponseHead
+	38, // 41: iop.wire.v1.TunnelFrame.terminal:type_name -> iop.wire.v1.TunnelTerminal
+	35, // 42: iop.wire.v1.TunnelResponseHead.headers:type_name -> iop.wire.v1.Header
+	3,  // 43: iop.wire.v1.TunnelTerminal.outcome:type_name -> iop.wire.v1.TunnelOutcome
+	32, // 44: iop.wire.v1.TunnelTerminal.failure:type_name -> iop.wire.v1.Failure
+	33, // 45: iop.wire.v1.TunnelTerminal.stall:type_name -> iop.wire.v1.StallObservation
+	23, // 46: iop.wire.v1.EmbedRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	41, // 47: iop.wire.v1.EmbedFrame.vectors:type_name -> iop.wire.v1.EmbedVectors
+	30, // 48: iop.wire.v1.EmbedFrame.terminal:type_name -> iop.wire.v1.RunEvent
+	42, // 49: iop.wire.v1.EmbedVectors.vectors:type_name -> iop.wire.v1.Vector
+	4,  // 50: iop.wire.v1.CommandRequest.kind:type_name -> iop.wire.v1.CommandKind
+	34, // 51: iop.wire.v1.CommandRequest.tunnel:type_name -> iop.wire.v1.TunnelRequest
+	32, // 52: iop.wire.v1.CommandResult.failure:type_name -> iop.wire.v1.Failure
+	8,  // 53: iop.wire.v1.CommandResult.providers:type_name -> iop.wire.v1.Provider
+	45, // 54: iop.wire.v1.CommandResult.transport_status:type_name -> iop.wire.v1.TransportStatus
+	5,  // 55: iop.wire.v1.JoinResponse.refusal:type_name -> iop.wire.v1.JoinRefusal
+	56, // [56:56] is the sub-list for method output_type
+	56, // [56:56] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -4399,20 +4685,22 @@ func file_wire_proto_init() {
 		(*ControlFrame_CredentialNotice)(nil),
 		(*ControlFrame_CertificateRequest)(nil),
 		(*ControlFrame_CertificateResponse)(nil),
+		(*ControlFrame_ClusterUpdate)(nil),
+		(*ControlFrame_EdgeStopping)(nil),
 	}
-	file_wire_proto_msgTypes[12].OneofWrappers = []any{
+	file_wire_proto_msgTypes[15].OneofWrappers = []any{
 		(*StreamHeader_Run)(nil),
 		(*StreamHeader_Tunnel)(nil),
 		(*StreamHeader_Command)(nil),
 		(*StreamHeader_Embed)(nil),
 	}
-	file_wire_proto_msgTypes[20].OneofWrappers = []any{}
-	file_wire_proto_msgTypes[27].OneofWrappers = []any{
+	file_wire_proto_msgTypes[23].OneofWrappers = []any{}
+	file_wire_proto_msgTypes[30].OneofWrappers = []any{
 		(*TunnelFrame_Head)(nil),
 		(*TunnelFrame_Body)(nil),
 		(*TunnelFrame_Terminal)(nil),
 	}
-	file_wire_proto_msgTypes[31].OneofWrappers = []any{
+	file_wire_proto_msgTypes[34].OneofWrappers = []any{
 		(*EmbedFrame_Vectors)(nil),
 		(*EmbedFrame_Terminal)(nil),
 	}
@@ -4422,7 +4710,7 @@ func file_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   43,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
