@@ -80,7 +80,7 @@ func statusOf(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case sched.ReasonQueueFull, sched.ReasonQueueTimeout, "rate_limited":
 		return http.StatusTooManyRequests
-	case sched.ReasonNoCandidate, "model_not_ready", "server_busy", "credential_unavailable", "provider_unavailable", "capacity_exhausted":
+	case sched.ReasonNoCandidate, "model_not_ready", "edge_stopping", "server_busy", "credential_unavailable", "provider_unavailable", "capacity_exhausted":
 		return http.StatusServiceUnavailable
 	case "deadline_exceeded", "idle_timeout", "response_stalled":
 		return http.StatusGatewayTimeout

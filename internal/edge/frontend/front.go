@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -31,6 +32,8 @@ type Front struct {
 	metrics *edgemetrics.Metrics
 	log     *slog.Logger
 	live    *inflight.Tracker
+	// stopping: the Edge is stopping and takes no new work (stop.go).
+	stopping atomic.Bool
 }
 
 // Options are the optional parts of a Front.
@@ -183,6 +186,9 @@ func (l *life) serve() *Failure {
 		return Unauthenticated(err)
 	}
 	x.p = p
+	if f := l.f.refuseWhileStopping(); f != nil {
+		return f
+	}
 	// A body larger than one chunk of the door's is read only for a
 	// caller who could be served: authenticated (above), and with some
 	// route it may use served now. Which route the request wants is in
