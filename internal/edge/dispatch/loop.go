@@ -21,10 +21,12 @@ import (
 //	judge that answer:
 //	  it produced something, or ended in a way the client is told  → keep it there
 //	  the Node's slots are still busy with a call the Edge let go of → hold off, try the same candidates
+//	  the Node refused it busy (its slots taken by another Edge)    → mark it full, acquire again: another candidate or the queue
 //	  the Node was lost or refused before doing anything            → move to another candidate
 //	  a stall whose provider call the Node confirmed closed         → move, once (the retry keeps R4's timeout)
 //
-// at most MaxAttempts candidates, and maxHoldOffs hold-offs, per request.
+// at most MaxAttempts candidates, maxHoldOffs hold-offs and maxBusyRefusals
+// busy refusals per request.
 
 // MaxAttempts bounds how many candidates one request tries before its
 // first answer.
@@ -33,6 +35,13 @@ const MaxAttempts = 3
 // maxHoldOffs bounds how often one request waits for a Node whose slots
 // are still finishing (busy): about 2.5 s in all.
 const maxHoldOffs = 7
+
+// maxBusyRefusals bounds how often one request is refused busy by Nodes
+// whose slots other Edges hold (issue 22) before it counts as a failed
+// attempt. Each refusal marks the provider full until its Node reports a
+// slot free or sched.FullBackoff passes, so these are not a hot loop: the
+// request waits in its queue in between.
+const maxBusyRefusals = 20
 
 // Watch is what the caller hears of the work's way to a Node; every field
 // may be nil.
@@ -88,6 +97,7 @@ type verdict int
 const (
 	keep     verdict = iota // the work stays where it is
 	busy                    // hold off, then the same candidates again
+	full                    // mark the candidate full, then acquire again
 	move                    // another candidate
 	moveOnce                // another candidate, and no more stall retries
 )
@@ -113,6 +123,13 @@ func judge(a answer, stallRetried bool) verdict {
 	case OutcomeFailed:
 		switch a.end.Failure.GetKind() {
 		case wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED:
+			if a.end.Failure.GetReason() == nodeserver.BusyReason {
+				// The Node refused the stream busy before its first byte
+				// (quicwire.StreamBusy): its slots are shared with the
+				// cluster's other Edges, and they hold them all. Nothing
+				// ran; this Edge's count of the Node is behind.
+				return full
+			}
 			// The Edge frees a slot when it reads the work's terminal or
 			// cancels it, the Node when the provider call has returned, so
 			// for a moment after a cancel the Edge's count is ahead. That is
@@ -135,7 +152,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string, plan Plan, deadlin
 	var tried []sched.Candidate
 	var lastErr error
 	stallRetried := false
-	holdOffs := 0
+	holdOffs, busyRefusals := 0, 0
 	var session sessionID
 	var last *sched.Candidate // where the session's last turn ran
 	if plan.Session != "" {
@@ -170,9 +187,19 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string, plan Plan, deadlin
 			return nil
 		}
 		w.drop()
+		if v == full && busyRefusals < maxBusyRefusals {
+			// Before the release, which would hand the slot on.
+			d.slots.MarkFull(c)
+		}
 		slot.Release()
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
+		}
+		if v == full && busyRefusals < maxBusyRefusals {
+			busyRefusals++
+			d.busyRefused(id, c)
+			n-- // not a failover: the queue decides where it goes next
+			continue
 		}
 		if v == busy && holdOff(ctx, holdOffs) {
 			holdOffs++
@@ -256,6 +283,11 @@ func noStreamIsBusy(model string, err error) error {
 		return &sched.RefusalError{Reason: sched.ReasonQueueTimeout, Model: model, RetryAfter: time.Second, Detail: err.Error()}
 	}
 	return err
+}
+
+// busyRefused logs a Node's busy refusal of work.
+func (d *Dispatcher) busyRefused(id string, c sched.Candidate) {
+	d.log.Info("node refused work busy (its slots are taken by other edges); marked full, acquiring again", "id", id, "node", c.NodeID, "provider", c.Provider)
 }
 
 // failover logs and counts a move to another candidate.

@@ -33,6 +33,7 @@ const (
 	lost        first = "lost"        // DISCONNECTED: the Node was lost (R9)
 	refuses     first = "refuses"     // FAILED provider_unavailable
 	busyNode    first = "busy"        // FAILED capacity_exhausted: the Node is still finishing a call
+	refusedBusy first = "refusedBusy" // the Node refused the stream busy: other Edges hold its slots (issue 22)
 	stallsOnce  first = "stalls"      // RESPONSE_STALLED, its call confirmed closed (retryable)
 	stallsHard  first = "stallsHard"  // RESPONSE_STALLED, not retryable
 	rejects     first = "rejects"     // FAILED invalid_request: the client's answer
@@ -48,6 +49,7 @@ func TestTheLoopKeepsHoldsOffOrMovesOnEachFirstAnswer(t *testing.T) {
 		kept     string // the node the work stayed on; "" when it failed
 		err      error  // errors.Is the caller's error (when nothing was kept)
 		answer   bool   // the work kept ended before answering (its failure is the client's)
+		full     string // the nodes marked full, in order
 	}
 	busy7 := slices.Repeat([]first{busyNode}, 8)
 	cases := []struct {
@@ -68,6 +70,12 @@ func TestTheLoopKeepsHoldsOffOrMovesOnEachFirstAnswer(t *testing.T) {
 			want{attempts: "n1 n1 n1", kept: "n1"}},
 		{"a Node busy past the hold-offs: the next candidate", []string{"n1", "n2"}, map[string][]first{"n1": busy7, "n2": {answers}},
 			want{attempts: "n1 n1 n1 n1 n1 n1 n1 n1 n2", reasons: "before_first_byte", kept: "n2"}},
+		{"a Node refusing busy is marked full: the next candidate, no failover", []string{"n1", "n2"}, map[string][]first{"n1": {refusedBusy}, "n2": {answers}},
+			want{attempts: "n1 n2", kept: "n2", full: "n1"}},
+		{"the only Node refusing busy: the queue, then the same Node", []string{"n1"}, map[string][]first{"n1": {refusedBusy, refusedBusy, answers}},
+			want{attempts: "n1 n1 n1", kept: "n1", full: "n1 n1"}},
+		{"a Node busy past the busy refusals: a failed attempt", []string{"n1"}, map[string][]first{"n1": slices.Repeat([]first{refusedBusy}, maxBusyRefusals+1)},
+			want{attempts: strings.TrimSpace(strings.Repeat("n1 ", maxBusyRefusals+1)), reasons: "before_first_byte", full: strings.TrimSpace(strings.Repeat("n1 ", maxBusyRefusals)), err: errLastEnding}},
 		{"a confirmed stall is retried once elsewhere", []string{"n1", "n2"}, map[string][]first{"n1": {stallsOnce}, "n2": {answers}},
 			want{attempts: "n1 n2", reasons: "response_stalled", kept: "n2"}},
 		{"a second stall is the client's answer", []string{"n1", "n2", "n3"}, map[string][]first{"n1": {stallsOnce}, "n2": {stallsOnce}},
@@ -101,6 +109,9 @@ func TestTheLoopKeepsHoldsOffOrMovesOnEachFirstAnswer(t *testing.T) {
 					kept, ended, err := start(t, d, kind, plan)
 					if got := strings.Join(fl.attempts, " "); got != c.want.attempts {
 						t.Errorf("attempts %q, want %q", got, c.want.attempts)
+					}
+					if got := strings.Join(fl.marked, " "); got != c.want.full {
+						t.Errorf("marked full %q, want %q", got, c.want.full)
 					}
 					if got := strings.Join(log.reasons(), " "); got != c.want.reasons {
 						t.Errorf("failover reasons %q, want %q", got, c.want.reasons)
@@ -197,6 +208,22 @@ type fakeFleet struct {
 	mu       sync.Mutex
 	attempts []string
 	slots    int // held
+	// marked are the nodes marked full, in order; full, those still
+	// marked: Acquire passes them over while another candidate is free,
+	// and clears the marks when none is, as the scheduler's queue does
+	// once the Node reports a slot free.
+	marked []string
+	full   map[string]bool
+}
+
+func (f *fakeFleet) MarkFull(c sched.Candidate) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.marked = append(f.marked, c.NodeID)
+	if f.full == nil {
+		f.full = map[string]bool{}
+	}
+	f.full[c.NodeID] = true
 }
 
 func newFakeFleet(nodes []string, firsts map[string][]first) *fakeFleet {
@@ -229,6 +256,20 @@ func (f *fakeFleet) Acquire(_ context.Context, r sched.Request) (Slot, error) {
 			return 0
 		})
 	}
+	f.mu.Lock()
+	if !slices.ContainsFunc(cands, func(c sched.Candidate) bool { return !f.full[c.NodeID] }) {
+		clear(f.full) // every one full: the queue waits for a free slot
+	}
+	slices.SortStableFunc(cands, func(a, b sched.Candidate) int {
+		switch {
+		case f.full[a.NodeID] && !f.full[b.NodeID]:
+			return 1
+		case f.full[b.NodeID] && !f.full[a.NodeID]:
+			return -1
+		}
+		return 0
+	})
+	f.mu.Unlock()
 	for _, c := range cands {
 		if r.Match(c) && !slices.ContainsFunc(r.Exclude, func(x sched.Candidate) bool { return x.NodeID == c.NodeID }) {
 			f.mu.Lock()
@@ -371,6 +412,9 @@ func (s *fakeStream) ending() *wirepb.RunEvent {
 		return fail(wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE)
 	case s.first == busyNode:
 		return fail(wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED)
+	case s.first == refusedBusy:
+		return &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
+			Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED, Reason: nodeserver.BusyReason, Retryable: true}}
 	case s.first == stallsOnce:
 		return stall(true)
 	case s.first == stallsHard:

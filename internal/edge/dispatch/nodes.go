@@ -22,6 +22,10 @@ type Slots interface {
 	Acquire(ctx context.Context, r sched.Request) (Slot, error)
 	// Candidates lists every candidate now, as sched.Scheduler.Candidates.
 	Candidates() []sched.Candidate
+	// MarkFull keeps c out of the picks until its Node reports a slot
+	// free, or briefly: its Node refused work busy (sched.Scheduler.
+	// MarkFull).
+	MarkFull(c sched.Candidate)
 }
 
 // Slot is one granted slot (*sched.Slot).
@@ -130,6 +134,7 @@ func (s schedulerSlots) Acquire(ctx context.Context, r sched.Request) (Slot, err
 }
 
 func (s schedulerSlots) Candidates() []sched.Candidate { return s.s.Candidates() }
+func (s schedulerSlots) MarkFull(c sched.Candidate)    { s.s.MarkFull(c) }
 
 type schedulerSlot struct{ s *sched.Slot }
 

@@ -53,6 +53,9 @@ type nodeConn struct {
 	// Register returns; the Link methods never read it.
 	gen *fleet.Conn
 	log *slog.Logger
+	// clusterAware: the Node takes ClusterUpdate and EdgeStopping frames
+	// (RegisterRequest.cluster_aware).
+	clusterAware bool
 	// renewLog spaces the log lines of refused renewals; only the control
 	// loop, which answers them, uses it.
 	renewLog logEvery
@@ -64,7 +67,7 @@ var _ fleet.Link = (*nodeConn)(nil)
 // newNodeConn makes the heartbeat, then publishes the connection to the
 // registry as a new generation of req's Node. Nothing runs yet.
 func newNodeConn(s *Server, qc *quic.Conn, cs *transport.ControlStream, req *wirepb.RegisterRequest, identity string) *nodeConn {
-	c := &nodeConn{srv: s, qc: qc, cs: cs}
+	c := &nodeConn{srv: s, qc: qc, cs: cs, clusterAware: req.GetClusterAware()}
 	// The timeout reads c.gen: it can fire only once run has started the
 	// heartbeat, after gen is set.
 	c.hb = transport.NewHeartbeat(s.opts.Liveness, cs.Send, func() {
@@ -140,6 +143,7 @@ func (c *nodeConn) run() {
 		code, detail, _ := c.gen.FenceReason()
 		c.log.Info("node connection fenced", "reason", code.String(), "detail", detail)
 	}()
+	edges := c.srv.clusterEdges()
 	if err := c.cs.Send(&wirepb.ControlFrame{Msg: &wirepb.ControlFrame_RegisterResponse{RegisterResponse: &wirepb.RegisterResponse{
 		Accepted:           true,
 		Generation:         c.gen.Generation(),
@@ -148,6 +152,8 @@ func (c *nodeConn) run() {
 		LeaseSigningKey:    c.srv.opts.LeaseSigningKey,
 		CertificateRenewal: c.srv.opts.Enrollment != nil && c.srv.opts.Enrollment.Renews(),
 		PreviousDrains:     c.previousDrains(),
+		ClusterEdges:       edges,
+		BusyRefusals:       true,
 	}}}); err != nil {
 		c.fenceFor(err)
 		return
@@ -161,6 +167,9 @@ func (c *nodeConn) run() {
 	g.Go(func() error { c.drainReplaced(ctx); return nil })
 	if c.srv.opts.Credentials != nil {
 		g.Go(func() error { c.sendNotices(ctx); return nil })
+	}
+	if c.clusterAware {
+		g.Go(func() error { c.tellCluster(ctx, edges); return nil })
 	}
 	g.Go(func() error {
 		err := c.controlLoop(g)

@@ -69,6 +69,8 @@ func (e *EmbedStream) Wait(progress func()) ([]*wirepb.Vector, *wirepb.RunEvent)
 		case err == nil:
 		case e.ctx.Err() != nil:
 			return nil, e.end(&wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED})
+		case busy(err):
+			return nil, e.end(&wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: e.d.busyFailure()})
 		case errors.Is(err, quicwire.ErrDisconnected):
 			return nil, e.end(&wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED,
 				Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, Message: err.Error(), Retryable: true}})

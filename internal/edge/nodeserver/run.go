@@ -81,6 +81,8 @@ func (r *RunStream) Next() (*wirepb.RunEvent, error) {
 		return ev, nil
 	case r.ctx.Err() != nil:
 		return r.end(&wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_CANCELLED}), nil
+	case busy(err):
+		return r.end(&wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED, Failure: r.d.busyFailure()}), nil
 	case errors.Is(err, quicwire.ErrDisconnected):
 		return r.end(&wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_DISCONNECTED,
 			Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, Message: err.Error(), Retryable: true}}), nil

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -53,6 +54,12 @@ type Options struct {
 	// checks every Node certificate against its revocations, and renews
 	// certificates on the control stream. Managed mode only.
 	Enrollment Enrollment
+	// Directory, if set, is the cluster's Edge list, which every Node is
+	// told at registration and, if it keeps connections to every Edge
+	// (RegisterRequest.cluster_aware), again at every change (cluster.go).
+	// Nil: this Edge alone; Nodes are sent an empty list and keep the
+	// addresses they were configured with.
+	Directory EdgeDirectory
 	// Refused, if set, records refused connections and registrations
 	// (counted, and logged without flooding: frontdoor.Refusals);
 	// otherwise each is logged at Warn.
@@ -115,6 +122,13 @@ type Server struct {
 	closed bool
 	// wg counts the handlers (one per connection); Shutdown waits for it.
 	wg sync.WaitGroup
+	// stopping is closed by Stopping, which sets stopReason; each
+	// cluster-aware Node's connection tells its Node then (cluster.go).
+	// Guarded by mu.
+	stopping   chan struct{}
+	stopReason string
+	// busyRefusals counts the streams Nodes refused busy (BusyRefusals).
+	busyRefusals atomic.Int64
 }
 
 // NewServer returns a server that records Nodes in reg.
@@ -128,7 +142,7 @@ func NewServer(opts Options, reg *fleet.Registry) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{opts: opts, reg: reg, log: opts.Logger, conns: make(map[*quic.Conn]struct{})}
+	return &Server{opts: opts, reg: reg, log: opts.Logger, conns: make(map[*quic.Conn]struct{}), stopping: make(chan struct{})}
 }
 
 // Registry is the node registry the server feeds.

@@ -321,6 +321,8 @@ func (t *TunnelStream) recv() (*wirepb.TunnelFrame, bool) {
 		t.end(&wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED,
 			Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, Message: "reading the request body: " + bodyErr.Error()}},
 			bodyErr)
+	case busy(err):
+		t.end(&wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_FAILED, Failure: t.d.busyFailure()}, nil)
 	case errors.Is(err, quicwire.ErrDisconnected):
 		t.end(&wirepb.TunnelTerminal{Outcome: wirepb.TunnelOutcome_TUNNEL_OUTCOME_DISCONNECTED,
 			Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROVIDER_UNAVAILABLE, Message: err.Error(), Retryable: true}}, err)

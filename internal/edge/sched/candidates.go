@@ -27,6 +27,12 @@ type Candidate struct {
 	// MaxRequest is the largest request the Node takes, in bytes
 	// (RegisterRequest.max_request_bytes; 0 for one frame).
 	MaxRequest int
+	// InUse is the provider's slots in use as its Node last reported them
+	// (Provider.in_use), by every Edge of the cluster together (issue 22):
+	// a hint that ranks a Node whose slots other Edges hold below a free
+	// one. The slots this Edge grants are counted against Capacity alone;
+	// the Node's busy refusal is the guarantee.
+	InUse int
 }
 
 // providerKey names the capacity a slot counts against: one provider on
@@ -127,6 +133,7 @@ func (s *Scheduler) refreshLocked() bool {
 					Capacity:     int(p.GetCapacity()),
 					Capabilities: p.GetCapabilities(),
 					MaxRequest:   conn.MaxRequest(),
+					InUse:        int(p.GetInUse()),
 				}})
 			}
 		}
@@ -135,6 +142,7 @@ func (s *Scheduler) refreshLocked() bool {
 	slices.SortFunc(s.cands, func(a, b candidate) int {
 		return cmp.Or(strings.Compare(a.NodeID, b.NodeID), strings.Compare(a.Provider, b.Provider), strings.Compare(a.Target, b.Target))
 	})
+	s.unmarkFullLocked()
 	return true
 }
 
@@ -166,10 +174,10 @@ func (s *Scheduler) pickLocked(r *Request) (c candidate, ok bool) {
 			continue
 		}
 		seen = k
-		free := c.Capacity - s.inflight[k]
-		if free <= 0 || s.connSlots[k.conn()] >= c.connSlots {
+		if c.Capacity-s.inflight[k] <= 0 || s.connSlots[k.conn()] >= c.connSlots || s.fullLocked(k) {
 			continue
 		}
+		free := s.rankFree(c)
 		// free/Capacity against bestFree/bestCap, without division.
 		switch d := free*bestCap - bestFree*c.Capacity; {
 		case d > 0 || d == 0 && c.stalls < bestStalls:
@@ -210,13 +218,23 @@ func (s *Scheduler) preferredLocked(r *Request, bestFree, bestCap int) (candidat
 		if !r.matches(c.Candidate) || r.excludes(k) {
 			return candidate{}, false
 		}
-		free := c.Capacity - s.inflight[k]
-		if free <= 0 || s.connSlots[k.conn()] >= c.connSlots {
+		if c.Capacity-s.inflight[k] <= 0 || s.connSlots[k.conn()] >= c.connSlots || s.fullLocked(k) {
 			return candidate{}, false
 		}
+		free := s.rankFree(c)
 		busy := float64(c.Capacity-free) / float64(c.Capacity)
 		least := float64(bestCap-bestFree) / float64(bestCap)
 		return *c, busy <= least+r.PreferSlack
 	}
 	return candidate{}, false
+}
+
+// rankFree is how many of c's slots are free for ranking: its capacity
+// less the larger of this Edge's slots on it and the slots its Node last
+// said were in use by every Edge (Candidate.InUse). Never below zero: a
+// candidate the hint says is full still takes work when it is the only
+// one with room in this Edge's count, and the Node refuses it busy if the
+// hint was right.
+func (s *Scheduler) rankFree(c *candidate) int {
+	return max(c.Capacity-max(s.inflight[c.key()], c.InUse), 0)
 }

@@ -78,6 +78,8 @@ type Scheduler struct {
 	connSlots map[connKey]int
 	models    map[string]*modelCount // present while a model waits or runs
 	waiting   []*waiter              // every model's waiters, in arrival order
+	// full marks providers their Node refused busy, until when (full.go).
+	full map[providerKey]time.Time
 	tied      []int                  // pickLocked's scratch
 	rr        uint64                 // turns among tied candidates
 }

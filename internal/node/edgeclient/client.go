@@ -93,6 +93,17 @@ type Options struct {
 	PacketConn net.PacketConn
 	Logger     *slog.Logger
 	Faults     *Faults
+	// Edge, if set, is asked about the Edge a connection reaches, by the
+	// id its certificate names (managed mode) once the handshake is done,
+	// and by the id its registration answer names: an error (another
+	// connection of this Node already reaches that Edge) ends the
+	// connection before it registers, or right after, and the attempt
+	// fails with it (cluster.go keeps one connection per Edge).
+	Edge func(edgeID string) error
+	// Cluster, if set, is told the cluster's Edge list at each
+	// registration and at each change the Edge announces
+	// (RegisterResponse.cluster_edges, ClusterUpdate).
+	Cluster func(edges []*wirepb.ClusterEdge)
 }
 
 // DefaultMaxRequest is the largest request a Node takes unless configured
@@ -122,6 +133,12 @@ type Status struct {
 	LastError   error
 	LastRTT     time.Duration
 	ConnectedAt time.Time
+	// EdgeID is the id of the Edge the last registration reached.
+	EdgeID string
+	// Stopping: the Edge said it is stopping (EdgeStopping), on the
+	// current connection; its reason in StoppingReason.
+	Stopping       bool
+	StoppingReason string
 }
 
 // Client keeps one Node connected to the Edge. Run it with Run; stop it by
@@ -157,6 +174,9 @@ type connection struct {
 	// certAnswers carries the Edge's answers to certificate requests from
 	// the control loop to the renewal (one request at a time).
 	certAnswers chan *wirepb.CertificateResponse
+	// busyRefusals: the Edge reads StreamBusy (RegisterResponse.
+	// busy_refusals); the handler learns it from its stream's context.
+	busyRefusals bool
 }
 
 // New checks opts and returns a client.
@@ -313,6 +333,8 @@ type registered struct {
 	// previousDrains: the Edge lets the generation named by the
 	// registration's drain_previous_generation drain (race.go).
 	previousDrains bool
+	edgeID         string
+	busyRefusals   bool
 }
 
 // dial makes one handshake attempt, bounded by wait.
@@ -326,6 +348,18 @@ func (c *Client) dial(ctx context.Context, tr *quic.Transport, wait time.Duratio
 	qc, err := tr.Dial(dctx, addr, c.opts.TLS, transport.NodeQUICConfig(c.opts.Liveness, c.streams()))
 	if err != nil {
 		return nil, fmt.Errorf("dial edge %s: %w", c.opts.EdgeAddr, quicwire.DescribeHandshakeError(err))
+	}
+	if c.opts.Edge != nil {
+		// Managed mode: the certificate names the Edge, before this Node
+		// registers there (and would supersede its other connection).
+		if certs := qc.ConnectionState().TLS.PeerCertificates; len(certs) > 0 {
+			if id, ierr := quicwire.IdentityFromCert(certs[0]); ierr == nil && id.Kind == quicwire.KindEdge {
+				if err := c.opts.Edge(id.ID); err != nil {
+					quicwire.CloseNormal.Close(qc, "")
+					return nil, err
+				}
+			}
+		}
 	}
 	return qc, nil
 }
@@ -350,8 +384,19 @@ func (c *Client) registerOn(ctx context.Context, qc *quic.Conn, drainPrevious ui
 		}
 		return nil, err
 	}
+	if c.opts.Edge != nil && resp.GetEdgeId() != "" {
+		// Loopback mode names the Edge only here.
+		if err := c.opts.Edge(resp.GetEdgeId()); err != nil {
+			quicwire.CloseNormal.Close(qc, "")
+			return nil, err
+		}
+	}
+	if c.opts.Cluster != nil {
+		c.opts.Cluster(resp.GetClusterEdges())
+	}
 	return &registered{qc: qc, cs: cs, gen: resp.GetGeneration(), edgeKey: resp.GetLeaseSigningKey(),
-		renews: resp.GetCertificateRenewal(), previousDrains: resp.GetPreviousDrains()}, nil
+		renews: resp.GetCertificateRenewal(), previousDrains: resp.GetPreviousDrains(),
+		edgeID: resp.GetEdgeId(), busyRefusals: resp.GetBusyRefusals()}, nil
 }
 
 // establish dials and registers one connection.
@@ -377,7 +422,8 @@ func (c *Client) serve(ctx context.Context, tr *quic.Transport, r *registered) (
 		// Edge process (another key) is refused as it should be.
 		c.opts.Leases.SetEdgeKey(r.edgeKey)
 	}
-	conn := &connection{qc: qc, cs: cs, sess: transport.NewSession(c.opts.NodeID, gen, time.Now()), certAnswers: make(chan *wirepb.CertificateResponse, 1)}
+	conn := &connection{qc: qc, cs: cs, sess: transport.NewSession(c.opts.NodeID, gen, time.Now()), certAnswers: make(chan *wirepb.CertificateResponse, 1),
+		busyRefusals: r.busyRefusals}
 	conn.hb = transport.NewHeartbeat(c.opts.Liveness, cs.Send, func() {
 		quicwire.CloseHeartbeatTimeout.Close(qc, fmt.Sprintf("no heartbeat answer within %v", c.opts.Liveness.ResponseWait))
 	})
@@ -406,6 +452,7 @@ func (c *Client) serve(ctx context.Context, tr *quic.Transport, r *registered) (
 	c.mu.Unlock()
 	c.update(func(s *Status) {
 		s.State, s.Generation, s.ConnectedAt = StateRegistering, gen, conn.sess.ConnectedAt()
+		s.EdgeID, s.Stopping, s.StoppingReason = r.edgeID, false, ""
 		s.Connects++
 	})
 
@@ -491,6 +538,7 @@ func (c *Client) register(st *quic.Stream, cs *transport.ControlStream, drainPre
 		Labels:               c.opts.Labels,
 		MaxDispatchedStreams: uint32(c.streams()),
 		MaxRequestBytes:      uint64(c.opts.MaxRequest),
+		ClusterAware:         true,
 
 		DrainPreviousGeneration: drainPrevious,
 	}}})
@@ -529,11 +577,21 @@ func (c *Client) announce(ctx context.Context, conn *connection) {
 		}}}); err != nil {
 			return
 		}
+		sentAt := time.Now()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-changed:
+			}
+			// Slots in use change with every call: at most one update per
+			// statusEvery, the last state always sent.
+			if wait := statusEvery - time.Since(sentAt); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
 			}
 			changed = c.opts.Providers.Changed()
 			// The sequence is read before the providers: every observation
@@ -545,9 +603,15 @@ func (c *Client) announce(ctx context.Context, conn *connection) {
 			}}}); err != nil {
 				return
 			}
+			sentAt = time.Now()
 		}
 	}
 }
+
+// statusEvery spaces the Node's provider status updates: each carries the
+// slots in use (Provider.in_use), which change with every call, for the
+// schedulers of every Edge (issue 22). A hint, so a few a second is enough.
+const statusEvery = 200 * time.Millisecond
 
 // controlLoop serves the control stream until it ends and returns why.
 func (c *Client) controlLoop(conn *connection, ready *atomic.Bool) error {
@@ -592,6 +656,17 @@ func (c *Client) controlLoop(conn *connection, ready *atomic.Bool) error {
 			default:
 				return &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: certificate response not asked for", transport.ErrUnexpectedFrame)}
 			}
+		case *wirepb.ControlFrame_ClusterUpdate:
+			if c.opts.Cluster != nil {
+				c.opts.Cluster(m.ClusterUpdate.GetEdges())
+			}
+		case *wirepb.ControlFrame_EdgeStopping:
+			// The Edge closes the connection once its streams are done;
+			// until then they go on, and new work goes to the Node's
+			// other Edges (the Edge takes none).
+			reason := m.EdgeStopping.GetReason()
+			c.update(func(s *Status) { s.Stopping, s.StoppingReason = true, reason })
+			c.log.Info("edge stopping", "reason", reason, "edge", c.opts.EdgeAddr)
 		default:
 			return &transport.ProtocolError{Stream: "control", Err: fmt.Errorf("%w: %T from the edge", transport.ErrUnexpectedFrame, m)}
 		}

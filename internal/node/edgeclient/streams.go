@@ -82,7 +82,22 @@ func (c *Client) serveStream(ctx context.Context, conn *connection, raw *quic.St
 		st.Cancel(quicwire.StreamRefused)
 		return
 	}
+	if conn.busyRefusals {
+		ctx = context.WithValue(ctx, busyRefusalsKey{}, true)
+	}
 	c.opts.Handler.ServeStream(ctx, conn.sess, hdr, st)
+}
+
+type busyRefusalsKey struct{}
+
+// BusyRefusals reports whether the Edge a stream came from reads
+// quicwire.StreamBusy (RegisterResponse.busy_refusals), from the context
+// ServeStream was given: a handler then refuses a call its provider has
+// no slot for with that code, before the first byte, and otherwise with a
+// CAPACITY_EXHAUSTED failure terminal, as before (issue 22).
+func BusyRefusals(ctx context.Context) bool {
+	ok, _ := ctx.Value(busyRefusalsKey{}).(bool)
+	return ok
 }
 
 // Drain stops taking new work and tells the Edge, which stops dispatching

@@ -7,7 +7,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/iop-dev/iop/internal/node/edgeclient"
 	"github.com/iop-dev/iop/internal/transport"
+	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 )
@@ -94,6 +96,32 @@ func (h *Handler) admit(sess *transport.Session, a admission) (*admitted, *wirep
 		return refused(rejected)
 	}
 	return &admitted{prov: prov, plugin: plugin, release: release, cred: cred, stall: stall, route: route}, nil
+}
+
+// refuseBusy refuses a call its provider has no slot for with
+// quicwire.StreamBusy, before the first byte, when the Edge it came from
+// reads that code (edgeclient.BusyRefusals): the Edge then moves the work
+// to another candidate or back to its queue, as for any refusal before the
+// first byte. The Node's slots are shared by every Edge it is connected to
+// (issue 22), so an Edge's own count of them can be behind. It reports
+// whether it refused; otherwise the caller ends the call with f as its
+// terminal, as for an Edge that does not read the code.
+// provider, adapter and target are the call's, to count the refusal on its
+// provider.
+func (h *Handler) refuseBusy(ctx context.Context, st Stream, f *wirepb.Failure, provider, adapter, target string) bool {
+	if f.GetKind() != wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED || !edgeclient.BusyRefusals(ctx) {
+		return false
+	}
+	c, ok := st.(interface{ Cancel(quicwire.StreamCode) })
+	if !ok {
+		return false
+	}
+	c.Cancel(quicwire.StreamBusy)
+	if p, err := h.set.Lookup(provider, adapter, target); err == nil {
+		p.busy.Add(1)
+		p.metrics.Busy()
+	}
+	return true
 }
 
 // capabilityWork says what a capability lets an adapter do, for refusals.

@@ -97,6 +97,9 @@ func (h *Handler) serveEmbed(ctx context.Context, sess *transport.Session, req *
 	a, refused := h.admit(sess, admission{kind: nodemetrics.Embed, stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(), adapter: req.GetAdapter(),
 		target: req.GetTarget(), capability: sdk.CapEmbed, sealed: req.GetSealedLease(), binding: req.GetBinding()})
 	if refused != nil {
+		if h.refuseBusy(ctx, st, refused, req.GetProvider(), req.GetAdapter(), req.GetTarget()) {
+			return
+		}
 		out.finish(refusedOutcome(refused).RunEvent())
 		return
 	}

@@ -100,6 +100,8 @@ type Provider struct {
 	// its breaker's state (nodemetrics.CircuitClosed, ...), for scrapes.
 	metrics *nodemetrics.Provider
 	circuit atomic.Value
+	// busy counts StreamBusy refusals (BusyRefusals).
+	busy atomic.Int64
 
 	mu        sync.Mutex
 	state     wirepb.ProviderState
@@ -152,6 +154,7 @@ func (p *Provider) Wire() *wirepb.Provider {
 		State:        p.state,
 		Detail:       p.detail,
 		Capabilities: slices.Clone(p.caps),
+		InUse:        uint32(len(p.slots)),
 	}
 	for _, t := range p.targets {
 		wt := &wirepb.Target{Name: t}
@@ -189,13 +192,23 @@ func (p *Provider) Acquire() (pl Plugin, release func(), err error) {
 		return nil, nil, fmt.Errorf("provider %s: %w (plugin exited; restarting)", p.cfg.Name, ErrProviderOffline)
 	default:
 	}
+	// The slots are the Node's, shared by every Edge it is connected to
+	// (issue 22): this is where two Edges cannot oversubscribe it.
 	select {
 	case p.slots <- struct{}{}:
 	default:
 		return nil, nil, fmt.Errorf("provider %s: %w: all %d slots busy", p.cfg.Name, ErrCapacityExhausted, p.cfg.Capacity)
 	}
+	// Every Edge hears of the slots in use (Provider.in_use), a hint for
+	// its scheduler.
+	p.notify()
 	var once sync.Once
-	return pl, func() { once.Do(func() { <-p.slots }) }, nil
+	return pl, func() {
+		once.Do(func() {
+			<-p.slots
+			p.notify()
+		})
+	}, nil
 }
 
 // Current returns the running plugin without taking a capacity slot, for
@@ -211,6 +224,10 @@ func (p *Provider) Current() (Plugin, error) {
 
 // InUse is the number of busy slots.
 func (p *Provider) InUse() int { return len(p.slots) }
+
+// BusyRefusals counts the calls refused with quicwire.StreamBusy because
+// every slot was taken.
+func (p *Provider) BusyRefusals() int64 { return p.busy.Load() }
 
 // Online reports whether the provider is online: its plugin runs and its
 // model server listed its targets.

@@ -87,6 +87,9 @@ func (h *Handler) serveRun(ctx context.Context, sess *transport.Session, req *wi
 	a, refused := h.admit(sess, admission{kind: nodemetrics.Run, stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(), adapter: req.GetAdapter(),
 		target: req.GetTarget(), capability: capability, sealed: req.GetSealedLease(), binding: req.GetBinding()})
 	if refused != nil {
+		if h.refuseBusy(ctx, st, refused, req.GetProvider(), req.GetAdapter(), req.GetTarget()) {
+			return
+		}
 		out.finish(refusedOutcome(refused).RunEvent())
 		return
 	}

@@ -132,6 +132,9 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req 
 	a, refused := h.admit(sess, admission{kind: tunnelKind(req), stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(),
 		target: req.GetTarget(), capability: sdk.CapTunnel, noSlot: req.GetMetadata(), sealed: req.GetSealedLease(), binding: req.GetBinding()})
 	if refused != nil {
+		if h.refuseBusy(ctx, st, refused, req.GetProvider(), "", req.GetTarget()) {
+			return
+		}
 		out.finish(refusedOutcome(refused).TunnelTerminal())
 		return
 	}

@@ -94,6 +94,7 @@ type Metrics struct {
 	stalls        *prometheus.CounterVec
 	restarts      *prometheus.CounterVec
 	leaseRefusals *prometheus.CounterVec
+	busy          *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them, with a collector that reads
@@ -121,8 +122,12 @@ func New(opts Options) *Metrics {
 			Name: "iop_node_lease_refusals_total",
 			Help: "Credential leases the Node refused (no provider call followed), by reason (revoked, disabled, expired, stale, replayed, wrong_recipient, mismatched, malformed). " + boundedLabels,
 		}, []string{"reason"}),
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iop_node_busy_refusals_total",
+			Help: "Runs, tunnels and embedding calls the Node refused before their first byte (stream code busy) because every slot of their provider was taken; the slots are shared by every Edge the Node is connected to. By provider. " + boundedLabels,
+		}, []string{"provider"}),
 	}
-	m.reg.MustRegister(m.calls, m.failures, m.stalls, m.restarts, m.leaseRefusals, &stateCollector{opts: opts},
+	m.reg.MustRegister(m.calls, m.failures, m.stalls, m.restarts, m.leaseRefusals, m.busy, &stateCollector{opts: opts},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The reasons are a closed set: they start at zero, so that the series
 	// are there before the first refusal (as a provider's are, Provider).
@@ -157,7 +162,7 @@ func (m *Metrics) Provider(name string) *Provider {
 		return nil
 	}
 	p := &Provider{m: m, name: name, calls: make(map[[2]string]prometheus.Counter, len(Kinds)*len(Outcomes)),
-		stalls: make(map[string]prometheus.Counter, len(Classifications)), restarts: m.restarts.WithLabelValues(name)}
+		stalls: make(map[string]prometheus.Counter, len(Classifications)), restarts: m.restarts.WithLabelValues(name), busy: m.busy.WithLabelValues(name)}
 	for _, k := range Kinds {
 		for _, o := range Outcomes {
 			p.calls[[2]string{k, o}] = m.calls.WithLabelValues(k, name, o)
@@ -177,6 +182,7 @@ type Provider struct {
 	calls    map[[2]string]prometheus.Counter // by kind, outcome; read only
 	stalls   map[string]prometheus.Counter    // by classification; read only
 	restarts prometheus.Counter
+	busy     prometheus.Counter
 }
 
 // Ended counts a call of kind that ended with outcome; failure is the
@@ -205,6 +211,14 @@ func (p *Provider) Stalled(classification string) {
 		return
 	}
 	p.m.stalls.WithLabelValues(p.name, classification).Inc()
+}
+
+// Busy counts a call refused with the busy stream code: every slot of the
+// provider was taken.
+func (p *Provider) Busy() {
+	if p != nil {
+		p.busy.Inc()
+	}
 }
 
 // Restarted counts a start of the provider's plugin after it exited or

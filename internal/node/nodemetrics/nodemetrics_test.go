@@ -112,7 +112,7 @@ func TestLabelledMetricsSayTheirLabelsAreBounded(t *testing.T) {
 			t.Errorf("%s: help does not say the labels are bounded: %q", f.GetName(), f.GetHelp())
 		}
 	}
-	if seen != 9 {
-		t.Errorf("%d metrics labelled by provider or reason, want 9", seen)
+	if seen != 10 {
+		t.Errorf("%d metrics labelled by provider or reason, want 10", seen)
 	}
 }
