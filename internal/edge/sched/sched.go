@@ -80,8 +80,8 @@ type Scheduler struct {
 	waiting   []*waiter              // every model's waiters, in arrival order
 	// full marks providers their Node refused busy, until when (full.go).
 	full map[providerKey]time.Time
-	tied      []int                  // pickLocked's scratch
-	rr        uint64                 // turns among tied candidates
+	tied []int  // pickLocked's scratch
+	rr   uint64 // turns among tied candidates
 }
 
 type modelCount struct{ waiting, inflight int }
