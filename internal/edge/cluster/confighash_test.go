@@ -67,12 +67,16 @@ func TestConfigHashCoversTheSharedSectionsOnly(t *testing.T) {
 		t.Errorf("the same configuration in another order hashes differently")
 	}
 	for name, change := range map[string]func(string) string{
-		"a key":         func(f string) string { return strings.Replace(f, strings.Repeat("b", 64), strings.Repeat("c", 64), 1) },
-		"a principal":   func(f string) string { return strings.Replace(f, "{name: bob, routes: [chat]}", "{name: bob, routes: [chat, code]}", 1) },
-		"a route":       func(f string) string { return strings.Replace(f, "{target: llama3.1}", "{target: llama3.1:8b}", 1) },
-		"targets order": func(f string) string { return strings.Replace(f, "{target: llama3.2:latest}, {target: llama3.1}", "{target: llama3.1}, {target: llama3.2:latest}", 1) },
-		"a profile":     func(f string) string { return strings.Replace(f, "queue_timeout: 30s", "queue_timeout: 31s", 1) },
-		"an origin":     func(f string) string { return strings.Replace(f, `"https://b.example"`, `"https://c.example"`, 1) },
+		"a key": func(f string) string { return strings.Replace(f, strings.Repeat("b", 64), strings.Repeat("c", 64), 1) },
+		"a principal": func(f string) string {
+			return strings.Replace(f, "{name: bob, routes: [chat]}", "{name: bob, routes: [chat, code]}", 1)
+		},
+		"a route": func(f string) string { return strings.Replace(f, "{target: llama3.1}", "{target: llama3.1:8b}", 1) },
+		"targets order": func(f string) string {
+			return strings.Replace(f, "{target: llama3.2:latest}, {target: llama3.1}", "{target: llama3.1}, {target: llama3.2:latest}", 1)
+		},
+		"a profile": func(f string) string { return strings.Replace(f, "queue_timeout: 30s", "queue_timeout: 31s", 1) },
+		"an origin": func(f string) string { return strings.Replace(f, `"https://b.example"`, `"https://c.example"`, 1) },
 	} {
 		if cluster.ConfigHash(parse(t, change(sharedFile("edge-a")))) == base {
 			t.Errorf("changing %s left the hash as it was", name)
