@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -144,6 +145,9 @@ type Cluster struct {
 
 	// sess is the session connection: the Edge's lock and LISTEN.
 	sess session
+	// nodeWrites counts the writes of this Edge's Nodes (for tests of the
+	// batching).
+	nodeWrites atomic.Uint64
 
 	// cancel ends the loops but the session's; cancelSession the
 	// session's, which closes sessionDone when it returns.

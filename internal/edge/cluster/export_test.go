@@ -20,3 +20,6 @@ func (c *Cluster) Kill() {
 
 // WriteLedger writes what the ledger holds now, as its next flush would.
 func (l *Ledger) WriteLedger(ctx context.Context) error { return l.write(ctx) }
+
+// NodeWrites is how many times c wrote its Nodes.
+func (c *Cluster) NodeWrites() uint64 { return c.nodeWrites.Load() }

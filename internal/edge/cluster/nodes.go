@@ -112,6 +112,7 @@ func (c *Cluster) writeNodes(ctx context.Context, links []NodeLink) error {
 		c.self.ID, nodes, gens, states, suspect, since)
 	// A batch runs in one implicit transaction: the others never read a
 	// half-written set.
+	c.nodeWrites.Add(1)
 	return c.pool.SendBatch(ctx, b).Close()
 }
 
