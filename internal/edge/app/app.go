@@ -71,14 +71,29 @@ func Run(cfg *edgeconfig.Config, extra ...fx.Option) error {
 	case <-stop:
 	case <-a.Wait():
 	}
+	// A planned stop drains first (drain.go); a second signal cuts it short.
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Grace())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	a.Drain(ctx)
 	return a.Stop()
 }
 
 // Edge is a started Edge.
 type Edge struct {
-	fx   *fx.App
-	http *HTTPServer
-	quic *quic.Listener
+	fx    *fx.App
+	http  *HTTPServer
+	quic  *quic.Listener
+	front *frontend.Front
+	runs  *inflight.Tracker
+	nodes *nodeserver.Server
+	log   *slog.Logger
 }
 
 // Start builds the Edge of cfg, with extra options (the dev command adds
@@ -86,7 +101,7 @@ type Edge struct {
 // cause, not fx's whole chain.
 func Start(cfg *edgeconfig.Config, extra ...fx.Option) (*Edge, error) {
 	e := &Edge{}
-	opts := append([]fx.Option{Module(cfg), fx.StopTimeout(StopTimeout), fx.Populate(&e.http, &e.quic)}, extra...)
+	opts := append([]fx.Option{Module(cfg), fx.StopTimeout(StopTimeout), fx.Populate(&e.http, &e.quic, &e.front, &e.runs, &e.nodes, &e.log)}, extra...)
 	e.fx = fx.New(opts...)
 	if err := e.fx.Err(); err != nil {
 		return nil, dig.RootCause(err)
@@ -425,7 +440,9 @@ type HTTPServer struct {
 	certs   *frontdoor.CertFiles // nil: plain HTTP
 	addr    string
 	serving atomic.Bool
-	bound   net.Addr
+	// stopping: the Edge drains; /readyz says so (drain.go).
+	stopping atomic.Bool
+	bound    net.Addr
 }
 
 // newHTTPServer mounts everything the Edge serves over HTTP on one
@@ -450,6 +467,9 @@ func newHTTPServer(cfg *edgeconfig.Config, reg *fleet.Registry, s *sched.Schedul
 		Credentials: store, Queues: func() any { return s.Snapshot() },
 		Models: func() any { return s.Models() }, Sessions: func() any { return d.Sessions() }, NotYetBack: func() any { return d.NotYetBack() }, Load: s.InFlight, Runs: runs}
 	admin := adminapi.Handler(reg, func() error {
+		if h.stopping.Load() {
+			return errors.New("stopping: this Edge takes no new work")
+		}
 		if !h.serving.Load() {
 			return errors.New("starting")
 		}
