@@ -11,6 +11,7 @@ import (
 // recorded.
 //
 //	GET    /_fake/requests       the recorded requests, as JSON (see Request)
+//	GET    /_fake/concurrency    generation requests in flight now and at most (Concurrency)
 //	POST   /_fake/reset          forget the recorded requests
 //	PUT    /_fake/models         add or replace a model (a Model as JSON)
 //	DELETE /_fake/models/{name}  remove a model
@@ -24,6 +25,8 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && path == "requests":
 		writeJSON(w, http.StatusOK, s.Requests())
+	case r.Method == http.MethodGet && path == "concurrency":
+		writeJSON(w, http.StatusOK, s.Concurrency())
 	case r.Method == http.MethodPost && path == "reset":
 		s.Reset()
 		w.WriteHeader(http.StatusNoContent)

@@ -99,6 +99,7 @@ type Server struct {
 	changed chan struct{} // closed and replaced when a request is recorded
 	cache   *fakemodel.PromptCache
 
+	gen      meter          // generation requests in flight (concurrency.go)
 	handlers sync.WaitGroup // in-flight API requests
 	serving  sync.WaitGroup // Serve goroutines
 }

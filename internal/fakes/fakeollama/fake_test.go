@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -329,5 +331,32 @@ func TestEmbedDimensionsAndGenerateWithASuffix(t *testing.T) {
 	var se api.StatusError
 	if !errors.As(err, &se) || se.StatusCode != http.StatusBadRequest || se.ErrorMessage != "does not support insert" {
 		t.Errorf("a suffix on a model without insert: %v", err)
+	}
+}
+
+// The fake counts the generation requests it answers at once, and their
+// peak, for tests that bound a Node's concurrency where the work lands.
+func TestTheFakeCountsConcurrentGenerations(t *testing.T) {
+	s := New(Model{Name: "slow:latest", Text: "a b c", TokenDelay: time.Second})
+	t.Cleanup(s.Close)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			resp, err := http.Post(s.URL()+"/api/generate", "application/json", strings.NewReader(`{"model":"slow","prompt":"hi"}`))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Concurrency().Now < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	wg.Wait()
+	if c := s.Concurrency(); c.Now != 0 || c.Max != 3 {
+		t.Errorf("concurrency %+v, want none now and 3 at most", c)
 	}
 }

@@ -66,8 +66,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(rw, "Ollama is running")
 	case "POST /api/chat":
+		defer s.gen.enter()()
 		s.chat(ctx, rw, body)
 	case "POST /api/generate":
+		defer s.gen.enter()()
 		s.generate(ctx, rw, body)
 	case "POST /api/embed":
 		s.embed(ctx, rw, body)
