@@ -23,3 +23,9 @@ func (l *Ledger) WriteLedger(ctx context.Context) error { return l.write(ctx) }
 
 // NodeWrites is how many times c wrote its Nodes.
 func (c *Cluster) NodeWrites() uint64 { return c.nodeWrites.Load() }
+
+// SendBatch sends rows as the batch id, as a write sent again after its
+// connection broke does.
+func (l *Ledger) SendBatch(ctx context.Context, id int64, principal string, prompt int64) error {
+	return l.send(ctx, id, map[usageKey]Counts{{minute: l.now().Unix() / 60, principal: principal}: {Requests: 1, PromptTokens: prompt}})
+}

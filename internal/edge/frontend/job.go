@@ -189,6 +189,11 @@ func (l *life) embed(ctx context.Context, plan dispatch.Plan, j *EmbedJob, watch
 		return StartFailure(err, context.Cause(ctx), plan.Model)
 	}
 	l.id, l.node = emb.ID, emb.Node.NodeID
+	if u := emb.Terminal.GetUsage(); u != nil {
+		// An embedding's usage comes with its terminal: the status page's
+		// entry takes it, and with it the usage ledger (inflight.Options.Usage).
+		x.live.Usage(u.GetPromptTokens(), u.GetCompletionTokens())
+	}
 	if emb.Terminal.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
 		return RunFailure(emb.Terminal, context.Cause(ctx))
 	}

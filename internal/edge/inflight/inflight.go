@@ -91,12 +91,26 @@ type Options struct {
 	Recent int
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Usage, when set, is told the usage of every piece of work that
+	// ends after it was dispatched: the cluster's usage ledger (issue 22).
+	Usage UsageRecorder
+}
+
+// UsageRecorder takes the usage of a piece of work as it ends: who asked
+// (the principal's name), for which model (as the client named it), the
+// Node it last ran on, and the tokens its provider reported (0 when it
+// reported none). It is called once per piece of work, on the goroutine
+// that ends it, outside the tracker's lock: it must be quick (an addition
+// in memory), never a write per call.
+type UsageRecorder interface {
+	Record(principal, model, node string, promptTokens, completionTokens int64)
 }
 
 // Tracker holds the live work and the recent terminals. A nil *Tracker
 // tracks nothing: Start returns a nil *Entry, whose methods do nothing.
 type Tracker struct {
-	now func() time.Time
+	now   func() time.Time
+	usage UsageRecorder
 
 	mu      sync.Mutex
 	live    map[*Entry]struct{}
@@ -114,7 +128,7 @@ type bucket struct {
 
 // New returns an empty tracker.
 func New(opts Options) *Tracker {
-	t := &Tracker{now: opts.Now, live: make(map[*Entry]struct{})}
+	t := &Tracker{now: opts.Now, usage: opts.Usage, live: make(map[*Entry]struct{})}
 	if t.now == nil {
 		t.now = time.Now
 	}
@@ -243,16 +257,18 @@ func (e *Entry) Usage(prompt, completion int64) {
 }
 
 // End ends the work with reason (Completed, or the failure's code): it
-// leaves the live set and is counted in its minute. Only the first call
-// counts.
+// leaves the live set and is counted in its minute, and work that was
+// dispatched is recorded with Options.Usage, whatever its reason (a failed
+// or cancelled answer cost what its provider reported of it). Only the
+// first call counts.
 func (e *Entry) End(reason string) {
 	if e == nil {
 		return
 	}
 	t := e.t
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if e.done {
+		t.mu.Unlock()
 		return
 	}
 	e.done = true
@@ -264,6 +280,10 @@ func (e *Entry) End(reason string) {
 	t.next = (t.next + 1) % len(t.recent)
 	t.ended++
 	t.countLocked(now, reason)
+	t.mu.Unlock()
+	if t.usage != nil && v.Node != "" {
+		t.usage.Record(v.Principal, v.Model, v.Node, v.PromptTokens, v.CompletionTokens)
+	}
 }
 
 // countLocked counts reason in the bucket of now's minute.

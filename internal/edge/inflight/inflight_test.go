@@ -246,3 +246,41 @@ func BenchmarkAdd(b *testing.B) {
 		e.Add(1)
 	}
 }
+
+// usageLog is a UsageRecorder that keeps every call.
+type usageLog struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (u *usageLog) Record(principal, model, node string, prompt, completion int64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.calls = append(u.calls, fmt.Sprintf("%s %s %s %d %d", principal, model, node, prompt, completion))
+}
+
+// Issue 22: the usage ledger hears of every piece of work that ran on a
+// Node, once, as it ends, with the provider's last counts; work that never
+// reached a Node is not a Node's usage.
+func TestEndTellsTheUsageLedgerOnce(t *testing.T) {
+	u := &usageLog{}
+	tr := New(Options{Usage: u})
+	done := tr.Start(Work{Kind: Run, Model: "llama3.2", Principal: "alice"})
+	done.Dispatched("n1", "ollama", "llama3.2:latest")
+	done.Usage(12, 3)
+	done.Usage(12, 7)
+	done.End(Completed)
+	done.End("cancelled")
+
+	failed := tr.Start(Work{Kind: Tunnel, Model: "qwen", Principal: "bob"})
+	failed.Dispatched("n1", "ollama", "qwen")
+	failed.Dispatched("n2", "ollama", "qwen") // a failover: the Node it last ran on
+	failed.End("response_stalled")
+
+	tr.Start(Work{Kind: Run, Model: "m", Principal: "carol"}).End("queue_timeout")
+
+	want := []string{"alice llama3.2 n1 12 7", "bob qwen n2 0 0"}
+	if fmt.Sprint(u.calls) != fmt.Sprint(want) {
+		t.Errorf("recorded %q, want %q", u.calls, want)
+	}
+}
