@@ -2,7 +2,7 @@
 // list, liveness and readiness, and the credential state with the
 // operations that change it (revoke, reload, disable, enable).
 //
-// The read endpoints (nodes, queues, runs, credentials, and the Edge's
+// The read endpoints (nodes, queues, runs, credentials, cluster, usage, and the Edge's
 // /metrics through ReadAccess) follow the config's api.admin_reads
 // (Options.OpenReads):
 // open to anyone, or only to an admin principal, since they show the fleet
@@ -73,6 +73,9 @@ type Options struct {
 	// Reloader serves POST /admin/v1/reload (reload.go); nil leaves it
 	// answering 404.
 	Reloader *reload.Reloader
+	// Cluster serves GET /admin/v1/cluster and /admin/v1/usage
+	// (cluster.go); nil leaves them answering 404.
+	Cluster Cluster
 	// Logger logs every change made through the admin endpoints, at Warn;
 	// nil logs nothing.
 	Logger *slog.Logger
@@ -109,13 +112,15 @@ func newHandler(opts Options) *handler {
 //	                     terminals by reason, per minute
 //
 // and, with Options.Credentials, the credential endpoints of
-// credentials.go. Without it they answer 404.
+// credentials.go, with Options.Cluster the cluster view and the usage
+// ledger of cluster.go. Without them those answer 404.
 func Handler(reg *fleet.Registry, ready Readiness, opts Options) http.Handler {
 	h := newHandler(opts)
 	queues := opts.Queues
 	mux := http.NewServeMux()
 	h.credentialRoutes(mux)
 	h.reloadRoutes(mux)
+	h.clusterRoutes(mux, opts.Cluster)
 	mux.HandleFunc("GET /admin/v1/queues", h.read(func(w http.ResponseWriter, r *http.Request) {
 		var q any = []any{}
 		if queues != nil {
