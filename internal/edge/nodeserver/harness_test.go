@@ -167,12 +167,24 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 		}
 		pc = h.packetConnAt(addr)
 	}
+	e := h.edgeOn(pc, genBase, "edge-1", nil)
+	h.mu.Lock()
+	h.edge = e
+	h.mu.Unlock()
+	return e
+}
+
+// edgeOn starts an Edge named id on pc, with a registry whose generations
+// start above genBase, telling its Nodes the cluster's Edge list dir
+// (nil: an Edge alone).
+func (h *harness) edgeOn(pc net.PacketConn, genBase uint64, id string, dir nodeserver.EdgeDirectory) *edgeInstance {
+	h.t.Helper()
 	var tlsConf *tls.Config
 	reg := fleet.New(fleet.Options{GenerationBase: genBase})
 	e := &edgeInstance{reg: reg, done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(h.edgeLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if h.ca != nil {
-		cert, err := h.ca.IssueTLS(quicwire.EdgeIdentity(h.trustDomain, "edge-1"), pki.Options{NotBefore: notBefore, Validity: 100 * 365 * 24 * time.Hour})
+		cert, err := h.ca.IssueTLS(quicwire.EdgeIdentity(h.trustDomain, id), pki.Options{NotBefore: notBefore, Validity: 100 * 365 * 24 * time.Hour})
 		if err != nil {
 			h.t.Fatal(err)
 		}
@@ -183,7 +195,7 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 			if e.store, err = registrar.OpenStore(h.enrollDir, 5*time.Second, time.Now()); err != nil {
 				h.t.Fatal(err)
 			}
-			e.enrolled = registrar.New(e.store, registrar.Options{EdgeID: "edge-1", TrustDomain: h.trustDomain, CACert: h.ca.Cert, CA: h.ca,
+			e.enrolled = registrar.New(e.store, registrar.Options{EdgeID: id, TrustDomain: h.trustDomain, CACert: h.ca.Cert, CA: h.ca,
 				Lifetime: h.certLifetime, Registry: reg, Logger: log})
 			tlsConf = wireenroll.WithJoin(tlsConf, wireenroll.EdgeJoinTLSConfig(cert, h.ca.Cert))
 		}
@@ -208,7 +220,7 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 		h.t.Fatal(err)
 	}
 	opts := nodeserver.Options{
-		EdgeID: "edge-1", Liveness: h.live, Managed: h.ca != nil, TrustDomain: h.trustDomain, Logger: log,
+		EdgeID: id, Liveness: h.live, Managed: h.ca != nil, TrustDomain: h.trustDomain, Logger: log, Directory: dir,
 	}
 	if e.enrolled != nil {
 		opts.Enrollment = e.enrolled
@@ -220,9 +232,6 @@ func (h *harness) startEdge(genBase uint64) *edgeInstance {
 		defer close(e.done)
 		srv.Serve(ctx, ln)
 	}()
-	h.mu.Lock()
-	h.edge = e
-	h.mu.Unlock()
 	h.t.Cleanup(func() { h.stopEdge(e) })
 	return e
 }

@@ -159,6 +159,8 @@ type Client struct {
 	status  Status
 	current *connection
 	changed chan struct{}
+	// lastEdge is the Edge id of the last registration (cluster.go).
+	lastEdge string
 }
 
 // connection is one live connection (one generation).
@@ -391,6 +393,9 @@ func (c *Client) registerOn(ctx context.Context, qc *quic.Conn, drainPrevious ui
 			return nil, err
 		}
 	}
+	c.mu.Lock()
+	c.lastEdge = resp.GetEdgeId()
+	c.mu.Unlock()
 	if c.opts.Cluster != nil {
 		c.opts.Cluster(resp.GetClusterEdges())
 	}

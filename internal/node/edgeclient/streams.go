@@ -83,12 +83,19 @@ func (c *Client) serveStream(ctx context.Context, conn *connection, raw *quic.St
 		return
 	}
 	if conn.busyRefusals {
-		ctx = context.WithValue(ctx, busyRefusalsKey{}, true)
+		ctx = WithBusyRefusals(ctx)
 	}
 	c.opts.Handler.ServeStream(ctx, conn.sess, hdr, st)
 }
 
 type busyRefusalsKey struct{}
+
+// WithBusyRefusals returns ctx marked as BusyRefusals reads it. The Client
+// marks the context of every stream from an Edge that reads StreamBusy;
+// tests of a Handler mark their own.
+func WithBusyRefusals(ctx context.Context) context.Context {
+	return context.WithValue(ctx, busyRefusalsKey{}, true)
+}
 
 // BusyRefusals reports whether the Edge a stream came from reads
 // quicwire.StreamBusy (RegisterResponse.busy_refusals), from the context

@@ -7,6 +7,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/iop-dev/iop/internal/node/edgeclient"
+	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 )
@@ -243,3 +245,46 @@ func serve(h *Handler, ctx context.Context, req *wirepb.RunRequest, st *fakeStre
 	defer st.cancel()
 	h.serveRun(ctx, nil, req, st)
 }
+
+// Issue 22: the Node's slots are shared by every Edge it is connected to.
+// Over capacity, a run from an Edge that reads the busy stream code is
+// refused with it, before its first byte (no event at all), and counted;
+// from an Edge that does not, it ends with a capacity_exhausted terminal
+// as before.
+func TestOverCapacityIsRefusedBusyBeforeTheFirstByte(t *testing.T) {
+	started, finish := make(chan struct{}, 1), make(chan struct{})
+	pl := newFakePlugin(func(ctx context.Context, _ *wirepb.RunRequest, _ func(*wirepb.RunEvent) error) (*sdk.Result, error) {
+		started <- struct{}{}
+		<-finish
+		return &sdk.Result{}, nil
+	})
+	set, h := onlineSet(t, 1, pl)
+	done := make(chan struct{})
+	go func() { serve(h, t.Context(), run("holds"), newFakeStream()); close(done) }()
+	<-started
+	defer func() { close(finish); <-done }()
+
+	st := &cancellableStream{fakeStream: newFakeStream()}
+	h.serveRun(edgeclient.WithBusyRefusals(t.Context()), nil, run("over"), st)
+	st.cancel()
+	if st.code != quicwire.StreamBusy || len(st.events()) != 0 {
+		t.Errorf("over capacity from a busy-reading Edge: stream cancelled with %v after %d events, want busy before any", st.code, len(st.events()))
+	}
+	if n := set.Providers()[0].BusyRefusals(); n != 1 {
+		t.Errorf("busy refusals counted %d, want 1", n)
+	}
+	old := &cancellableStream{fakeStream: newFakeStream()}
+	h.serveRun(t.Context(), nil, run("over-old"), old)
+	old.cancel()
+	if term := requireOneTerminal(t, old.events()); old.code != 0 || term.GetFailure().GetKind() != wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED {
+		t.Errorf("over capacity from an older Edge: code %v, terminal %v", old.code, term)
+	}
+}
+
+// cancellableStream records the code a handler cancels it with.
+type cancellableStream struct {
+	*fakeStream
+	code quicwire.StreamCode
+}
+
+func (s *cancellableStream) Cancel(code quicwire.StreamCode) { s.code = code }

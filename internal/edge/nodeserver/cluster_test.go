@@ -1,0 +1,343 @@
+package nodeserver_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/iop-dev/iop/internal/edge/nodeserver"
+	nodetransport "github.com/iop-dev/iop/internal/node/edgeclient"
+	"github.com/iop-dev/iop/internal/transport"
+	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/wirepb"
+)
+
+// Issue 22: several Edges, and every Node connected to every one of them.
+// These tests run real Edges and a real Node cluster client over the
+// in-memory network, in fake time.
+
+// memDirectory is an in-memory cluster Edge list (the PostgreSQL one is
+// the cluster package's).
+type memDirectory struct {
+	mu      sync.Mutex
+	edges   []nodeserver.Edge
+	changed chan struct{}
+}
+
+func newMemDirectory() *memDirectory { return &memDirectory{changed: make(chan struct{})} }
+
+func (d *memDirectory) Edges() []nodeserver.Edge {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.edges)
+}
+
+func (d *memDirectory) Changed() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.changed
+}
+
+// set replaces the list with the given Edges.
+func (d *memDirectory) set(es ...*clusterEdge) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.edges = d.edges[:0]
+	for _, e := range es {
+		d.edges = append(d.edges, nodeserver.Edge{ID: e.id, QUICAddr: e.addr})
+	}
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+// clusterEdge is one Edge of a test cluster.
+type clusterEdge struct {
+	id, addr string
+	*edgeInstance
+}
+
+// startClusterEdge starts Edge id on a new address, telling its Nodes dir.
+func (h *harness) startClusterEdge(id string, dir nodeserver.EdgeDirectory) *clusterEdge {
+	h.t.Helper()
+	pc := h.packetConn()
+	return &clusterEdge{id: id, addr: pc.LocalAddr().String(), edgeInstance: h.edgeOn(pc, 0, id, dir)}
+}
+
+// twoEdges starts Edges e1 and e2, each telling its Nodes both.
+func (h *harness) twoEdges() (*memDirectory, *clusterEdge, *clusterEdge) {
+	h.t.Helper()
+	dir := newMemDirectory()
+	e1, e2 := h.startClusterEdge("e1", dir), h.startClusterEdge("e2", dir)
+	dir.set(e1, e2)
+	return dir, e1, e2
+}
+
+// waitOnBoth waits until node id is ready on e1 and e2.
+func (h *harness) waitOnBoth(id string, e1, e2 *clusterEdge) {
+	h.t.Helper()
+	h.waitFor(id+" on both edges", 30*time.Second, func() bool { return e1.holds(id) && e2.holds(id) })
+}
+
+// holds reports whether e has node id ready to take work.
+func (e *clusterEdge) holds(id string) bool {
+	_, err := e.reg.Dispatchable(id)
+	return err == nil
+}
+
+// clusterNode is a Node's cluster client.
+type clusterNode struct {
+	c      *nodetransport.Cluster
+	log    *syncBuffer
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startClusterNode starts Node id with seeds, serving streams with
+// handler (nil: none), its total capacity capacity.
+func (h *harness) startClusterNode(id string, seeds []string, capacity int, handler nodetransport.Handler) *clusterNode {
+	h.t.Helper()
+	n := &clusterNode{log: new(syncBuffer), done: make(chan struct{})}
+	log := slog.New(slog.NewTextHandler(n.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, err := nodetransport.NewCluster(nodetransport.ClusterOptions{
+		Seeds: seeds,
+		TLS: func(addr, _ string) (*tls.Config, error) {
+			if !quicwire.IsLoopbackAddr(addr) {
+				return nil, errors.New("loopback mode dials loopback addresses only")
+			}
+			return quicwire.LoopbackNodeTLSConfig(), nil
+		},
+		Client: nodetransport.Options{
+			NodeID:   id,
+			Version:  "test",
+			Liveness: h.live,
+			Backoff:  nodetransport.Backoff{Initial: time.Second, Max: 4 * time.Second},
+			Capacity: capacity,
+			Providers: nodetransport.StaticProviders([]*wirepb.Provider{{
+				Name: "sim", Adapter: "simulator", Capacity: uint32(capacity), State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
+				Targets: []*wirepb.Target{{Name: "sim-small"}},
+			}}),
+			Handler: handler,
+		},
+		PacketConn:   h.packetConn,
+		DrainTimeout: 10 * time.Second,
+		Logger:       log,
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	n.c = c
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() {
+		defer close(n.done)
+		c.Run(ctx)
+	}()
+	h.t.Cleanup(func() { cancel(); <-n.done })
+	return n
+}
+
+// edge returns n's connection to addr, if it has one.
+func (n *clusterNode) edge(addr string) (nodetransport.EdgeStatus, bool) {
+	for _, e := range n.c.Edges() {
+		if e.Addr == addr {
+			return e, true
+		}
+	}
+	return nodetransport.EdgeStatus{}, false
+}
+
+func TestANodeLearnsAThirdEdgeFromTheListAndConnects(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimHarness(t)
+		dir, e1, e2 := h.twoEdges()
+		n := h.startClusterNode("n1", []string{e1.addr}, 2, nil)
+		h.waitOnBoth("n1", e1, e2)
+
+		e3 := h.startClusterEdge("e3", dir)
+		dir.set(e1, e2, e3)
+		h.waitFor("n1 on the third edge", 30*time.Second, func() bool { return e3.holds("n1") })
+		if got := len(n.c.Edges()); got != 3 {
+			t.Fatalf("%d edge connections, want 3 (the seed's edge is not dialled twice): %+v", got, n.c.Edges())
+		}
+		// The seed and the listed address of e1 are one connection: e1
+		// holds generation 1 of n1, never superseded.
+		if c, _ := e1.reg.Dispatchable("n1"); c.Generation() != 1 {
+			t.Errorf("n1 on e1 at generation %d, want 1", c.Generation())
+		}
+
+		// Step 2: an Edge the list leaves out is drained and dropped.
+		dir.set(e1, e2)
+		h.waitFor("n1 gone from e3", 30*time.Second, func() bool {
+			_, ok := n.edge(e3.addr)
+			return !ok && !e3.holds("n1")
+		})
+		if !e1.holds("n1") || !e2.holds("n1") {
+			t.Errorf("n1 left e1 or e2 when e3 was dropped")
+		}
+		// A seed is never dropped, even when the list leaves it out.
+		dir.set(e2)
+		synctestSettle(time.Second)
+		if _, ok := n.edge(e1.addr); !ok || !e1.holds("n1") {
+			t.Errorf("the seed e1 was dropped when the list left it out")
+		}
+	})
+}
+
+// synctestSettle lets fake time pass for d, for what should not happen.
+func synctestSettle(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
+func TestOneEdgeUnreachableTheNodeServesThroughTheOther(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimHarness(t)
+		dead := h.packetConn().LocalAddr().String() // nothing listens here
+		e2 := h.startClusterEdge("e2", nil)
+		n := h.startClusterNode("n1", []string{dead, e2.addr}, 2, handlerFunc(func(ctx context.Context, sess *transport.Session, hdr *wirepb.StreamHeader, st *transport.Stream) {
+			_ = st.Send(&wirepb.RunEvent{Seq: 1, Type: wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED})
+		}))
+		// Ready as soon as one Edge is: the other does not hold it back.
+		h.waitFor("n1 ready on e2", 30*time.Second, func() bool { return e2.holds("n1") && n.c.Ready() })
+		rs, err := e2.srv.Run(t.Context(), "n1", &wirepb.RunRequest{RunId: "r1", Target: "sim-small"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev, err := rs.Next(); err != nil || ev.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
+			t.Fatalf("run through e2: %v, %v", ev, err)
+		}
+		if st, _ := n.edge(dead); st.State == nodetransport.StateReady {
+			t.Fatalf("the unreachable edge shows ready")
+		}
+	})
+}
+
+func TestAnEdgesStoppingNoticeReachesTheNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimHarness(t)
+		_, e1, e2 := h.twoEdges()
+		n := h.startClusterNode("n1", []string{e1.addr, e2.addr}, 2, nil)
+		h.waitOnBoth("n1", e1, e2)
+
+		e1.srv.Stopping("upgrade")
+		h.waitFor("the node told e1 stops", 10*time.Second, func() bool {
+			st, _ := n.edge(e1.addr)
+			return st.Stopping && st.StoppingReason == "upgrade"
+		})
+		if st, _ := n.edge(e2.addr); st.Stopping {
+			t.Errorf("e2 shows stopping too")
+		}
+		// Still ready: through e2, which is not stopping.
+		h.waitFor("n1 ready through e2", 10*time.Second, n.c.Ready)
+		// A Node registering on a stopping Edge is told at once.
+		n2 := h.startClusterNode("n2", []string{e1.addr}, 2, nil)
+		h.waitFor("n2 told e1 stops", 30*time.Second, func() bool {
+			st, _ := n2.edge(e1.addr)
+			return st.Stopping
+		})
+	})
+}
+
+// slotHandler is a Node's provider of capacity slots, shared by all its
+// Edge connections: a run past them is refused busy, as the execution
+// handler does; an admitted run holds its slot until release is closed.
+type slotHandler struct {
+	slots   chan struct{}
+	release chan struct{}
+	running atomic.Int32
+	most    atomic.Int32
+	busy    atomic.Int32
+}
+
+func (s *slotHandler) ServeStream(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		if nodetransport.BusyRefusals(ctx) {
+			s.busy.Add(1)
+			st.Cancel(quicwire.StreamBusy)
+			return
+		}
+		_ = st.Send(&wirepb.RunEvent{Seq: 1, Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
+			Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED}})
+		return
+	}
+	defer func() { <-s.slots }()
+	n := s.running.Add(1)
+	defer s.running.Add(-1)
+	for m := s.most.Load(); n > m && !s.most.CompareAndSwap(m, n); m = s.most.Load() {
+	}
+	_ = st.Send(&wirepb.RunEvent{Seq: 1, Type: wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA, Text: "a"})
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+	}
+	_ = st.Send(&wirepb.RunEvent{Seq: 2, Type: wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED})
+}
+
+// Two Edges can never oversubscribe a Node: with capacity 2, two runs from
+// one Edge hold it, a third from the other is refused busy before its
+// first byte (a CAPACITY_EXHAUSTED node_busy failure the dispatcher moves
+// or requeues), and served once a slot is free.
+func TestTwoEdgesNeverOversubscribeANode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimHarness(t)
+		_, e1, e2 := h.twoEdges()
+		sh := &slotHandler{slots: make(chan struct{}, 2), release: make(chan struct{})}
+		h.startClusterNode("n1", []string{e1.addr}, 2, sh)
+		h.waitOnBoth("n1", e1, e2)
+
+		var held []*nodeserver.RunStream
+		for _, id := range []string{"a", "b"} {
+			rs, err := e1.srv.Run(t.Context(), "n1", &wirepb.RunRequest{RunId: id, Target: "sim-small"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev, err := rs.Next(); err != nil || ev.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA {
+				t.Fatalf("run %s: %v, %v", id, ev, err)
+			}
+			held = append(held, rs)
+		}
+		rs, err := e2.srv.Run(t.Context(), "n1", &wirepb.RunRequest{RunId: "c", Target: "sim-small"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, _ := rs.Next()
+		if f := ev.GetFailure(); ev.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_FAILED ||
+			f.GetKind() != wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED || f.GetReason() != nodeserver.BusyReason || !f.GetRetryable() {
+			t.Fatalf("the third run: %v, want a retryable capacity_exhausted %s failure", ev, nodeserver.BusyReason)
+		}
+		if sh.busy.Load() != 1 || e2.srv.BusyRefusals() != 1 {
+			t.Errorf("busy refusals: node %d, edge %d; want 1 and 1", sh.busy.Load(), e2.srv.BusyRefusals())
+		}
+
+		close(sh.release)
+		for _, rs := range held {
+			for {
+				if _, err := rs.Next(); err == io.EOF {
+					break
+				}
+			}
+		}
+		synctest.Wait()
+		rs, err = e2.srv.Run(t.Context(), "n1", &wirepb.RunRequest{RunId: "c", Target: "sim-small"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev, err := rs.Next(); err != nil || ev.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA {
+			t.Fatalf("the third run once a slot is free: %v, %v", ev, err)
+		}
+		rs.Close()
+		if most := sh.most.Load(); most > 2 {
+			t.Errorf("%d runs at once on a Node of capacity 2", most)
+		}
+	})
+}
