@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/iop-dev/iop/internal/edge/cluster"
 	"github.com/iop-dev/iop/internal/edge/fleet"
 )
 
@@ -61,10 +62,34 @@ type Metrics struct {
 	ConfigReloads *prometheus.CounterVec
 }
 
+// Options are the optional parts of the metrics.
+type Options struct {
+	// EdgeID, when set, labels every series the Edge exports with
+	// edge="<id>" (issue 22): several Edges scraped into one Prometheus
+	// stay apart, and a sum over the label is the cluster's. Empty: no
+	// edge label, as an Edge alone has always exported.
+	EdgeID string
+	// Cluster, when set, adds the cluster's figures read at scrape time:
+	// iop_edge_cluster_members, _members_alive, _database_reachable (with a
+	// cluster configured), _ledger_buffered and _ledger_dropped_total.
+	Cluster ClusterStats
+}
+
+// ClusterStats are the cluster's figures (*cluster.Cluster, or
+// *cluster.Single for an Edge alone).
+type ClusterStats interface {
+	Stats() cluster.Stats
+}
+
 // New creates the metrics and registers them, with collectors that read
 // the node registry (connections by state, heartbeat round trips) and the
 // queue depths from depth at scrape time.
 func New(reg *fleet.Registry, depth func() map[string]int) *Metrics {
+	return NewWith(reg, depth, Options{})
+}
+
+// NewWith is New with opts: the edge label and the cluster's figures.
+func NewWith(reg *fleet.Registry, depth func() map[string]int, opts Options) *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -117,7 +142,14 @@ func New(reg *fleet.Registry, depth func() map[string]int) *Metrics {
 			Name: "iop_edge_config_reloads_total", Help: "Configuration reloads (SIGHUP or POST /admin/v1/reload) by result: applied or refused.",
 		}, []string{"result"}),
 	}
-	m.reg.MustRegister(m.ConfigReloads, m.Requests, m.TimeToFirstToken, m.PromptTokens, m.CompletionTokens, m.TokensPerSecond, m.QueueWait, m.Active, m.Cancellations, m.Failovers, m.Stalls, m.SessionTurns, m.Refusals,
+	var r prometheus.Registerer = m.reg
+	if opts.EdgeID != "" {
+		r = prometheus.WrapRegistererWith(prometheus.Labels{"edge": opts.EdgeID}, m.reg)
+	}
+	if opts.Cluster != nil {
+		r.MustRegister(&clusterCollector{stats: opts.Cluster})
+	}
+	r.MustRegister(m.ConfigReloads, m.Requests, m.TimeToFirstToken, m.PromptTokens, m.CompletionTokens, m.TokensPerSecond, m.QueueWait, m.Active, m.Cancellations, m.Failovers, m.Stalls, m.SessionTurns, m.Refusals,
 		&nodeCollector{reg: reg, depth: depth},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The label values of closed sets start at zero, so that every series
@@ -180,7 +212,8 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// Registry is the registry the metrics live on.
+// Registry is the registry the metrics live on. A collector registered on
+// it later has no edge label.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // nodeCollector reads connection states, heartbeat RTTs and queue depths at
@@ -247,4 +280,38 @@ var RefusalKinds = []string{
 	"browser_host", "browser_cross_site", "browser_content_type",
 	// Node connections, joins and the admin socket
 	"node_identity", "registration", "join", "admin_socket",
+}
+
+// clusterCollector reads the cluster's figures at scrape time.
+type clusterCollector struct{ stats ClusterStats }
+
+var (
+	membersDesc   = prometheus.NewDesc("iop_edge_cluster_members", "Edges of the cluster this Edge knows of (its view; dead ones until they are forgotten), this one included.", nil, nil)
+	aliveDesc     = prometheus.NewDesc("iop_edge_cluster_members_alive", "Edges of the cluster alive now as this Edge sees them (holding their database lock, heartbeat fresh), this one included.", nil, nil)
+	reachableDesc = prometheus.NewDesc("iop_edge_cluster_database_reachable", "1 while the cluster's database answers this Edge, 0 while it does not (the Edge then keeps what it last knew). Only with a cluster configured.", nil, nil)
+	bufferedDesc  = prometheus.NewDesc("iop_edge_cluster_ledger_buffered", "Usage aggregates (a minute, principal, model and Node each) waiting to be written to the cluster's usage ledger.", nil, nil)
+	droppedDesc   = prometheus.NewDesc("iop_edge_cluster_ledger_dropped_total", "Usage aggregates dropped unwritten: the ledger's buffer was full while the database was away.", nil, nil)
+)
+
+func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- membersDesc
+	ch <- aliveDesc
+	ch <- reachableDesc
+	ch <- bufferedDesc
+	ch <- droppedDesc
+}
+
+func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats.Stats()
+	ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(s.Members))
+	ch <- prometheus.MustNewConstMetric(aliveDesc, prometheus.GaugeValue, float64(s.Alive))
+	if s.Clustered {
+		reachable := 0.0
+		if s.DatabaseReachable {
+			reachable = 1
+		}
+		ch <- prometheus.MustNewConstMetric(reachableDesc, prometheus.GaugeValue, reachable)
+	}
+	ch <- prometheus.MustNewConstMetric(bufferedDesc, prometheus.GaugeValue, float64(s.LedgerBuffered))
+	ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(s.LedgerDropped))
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/iop-dev/iop/internal/edge/cluster"
 	"github.com/iop-dev/iop/internal/edge/edgemetrics"
 	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/quicwire"
@@ -140,4 +141,77 @@ func TestLabelledMetricsSayTheirLabelsAreBounded(t *testing.T) {
 	if seen != 8 {
 		t.Errorf("%d metrics labelled by model, principal or node, want 8", seen)
 	}
+}
+
+// stats is a cluster's figures, fixed.
+type stats cluster.Stats
+
+func (s stats) Stats() cluster.Stats { return cluster.Stats(s) }
+
+// Issue 22: with the Edge's id given, every series it exports carries
+// edge="<id>", under the same names; the cluster's figures are read at
+// scrape time.
+func TestEveryMetricCarriesTheEdgeLabel(t *testing.T) {
+	reg := fleet.New(fleet.Options{})
+	c := reg.Register(fleet.ConnInfo{NodeID: "n1", Link: rttLink{2 * time.Millisecond, time.Now()}})
+	reg.MarkReady(c, c.Generation(), nil)
+	m := edgemetrics.NewWith(reg, func() map[string]int { return map[string]int{"m": 1} }, edgemetrics.Options{
+		EdgeID:  "edge-1",
+		Cluster: stats{Clustered: true, Members: 3, Alive: 2, DatabaseReachable: true, LedgerBuffered: 5, LedgerDropped: 7},
+	})
+	m.Requests.WithLabelValues("openai_chat", "m", "alice", "ok").Inc()
+	m.CountUsage("m", "alice", "n1", 1, 2)
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		for _, s := range f.GetMetric() {
+			edge := ""
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "edge" {
+					edge = l.GetValue()
+				}
+			}
+			if edge != "edge-1" {
+				t.Errorf("%s %v has no edge label", f.GetName(), s.GetLabel())
+			}
+		}
+	}
+	out := scrape(t, m)
+	for _, want := range []string{
+		`iop_edge_requests_total{edge="edge-1",model="m",outcome="ok",principal="alice",route="openai_chat"} 1`,
+		`iop_edge_prompt_tokens_total{edge="edge-1",model="m",node="n1",principal="alice"} 1`,
+		`iop_edge_node_connections{edge="edge-1",state="ready"} 1`,
+		`iop_edge_heartbeat_rtt_seconds{edge="edge-1",node="n1"} 0.002`,
+		`go_goroutines{edge="edge-1"}`,
+		`iop_edge_cluster_members{edge="edge-1"} 3`,
+		`iop_edge_cluster_members_alive{edge="edge-1"} 2`,
+		`iop_edge_cluster_database_reachable{edge="edge-1"} 1`,
+		`iop_edge_cluster_ledger_buffered{edge="edge-1"} 5`,
+		`iop_edge_cluster_ledger_dropped_total{edge="edge-1"} 7`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+}
+
+// An Edge alone: one member, and no database to be reachable or not.
+func TestAnEdgeAloneHasNoDatabaseMetric(t *testing.T) {
+	solo := cluster.NewSingle(cluster.Self{ID: "solo"}, nil, cluster.LedgerOptions{})
+	out := scrape(t, edgemetrics.NewWith(fleet.New(fleet.Options{}), nil, edgemetrics.Options{Cluster: solo}))
+	if !strings.Contains(out, "iop_edge_cluster_members_alive 1") || strings.Contains(out, "iop_edge_cluster_database_reachable") {
+		t.Errorf("an Edge alone's cluster metrics:\n%s", grep(out, "iop_edge_cluster_"))
+	}
+}
+
+func grep(out, prefix string) string {
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "\n")
 }
