@@ -1,7 +1,9 @@
 // Package statuspage serves the Edge's live status page: one HTML page,
 // its script and its style sheet, embedded in the binary, that poll the
-// admin reads (/admin/v1/nodes, /admin/v1/queues, /admin/v1/runs) and draw
-// the Nodes, the models, the work in flight and how recent work ended.
+// admin reads (/admin/v1/nodes, /admin/v1/queues, /admin/v1/runs, and
+// /admin/v1/cluster when the Edge serves it) and draw the cluster's Edges,
+// the Nodes with the Edges each is connected to, the models, the work in
+// flight and how recent work ended.
 //
 // The page loads nothing from anywhere else, so it works on a LAN without
 // internet access; its Content-Security-Policy says so to the browser too

@@ -71,7 +71,23 @@
     body.replaceChildren(...rows);
   }
 
-  function renderNodes(nodes) {
+  // edgeChips shows the Edges a Node is connected to (the cluster view's
+  // links), each with its connection's state there.
+  function edgeChips(links, self) {
+    const cell = td({ class: 'wrap' });
+    for (const l of links || []) {
+      const state = l.suspect && l.state === 'ready' ? 'suspect' : l.state;
+      cell.append(el('span', { class: 'chip' + (l.edge === self ? ' self' : ''), data: { edge: l.edge, state: state },
+        title: 'generation ' + l.generation + ', connected ' + ago(l.since) }, l.edge + ' ', badge(state)));
+    }
+    if (!(links || []).length) cell.append(el('span', { class: 'muted', text: '–' }));
+    return cell;
+  }
+
+  function renderNodes(nodes, cluster) {
+    const links = {};
+    for (const n of (cluster && cluster.nodes) || []) links[n.id] = n.edges;
+    const self = cluster && cluster.self;
     const rows = nodes.map((n) => {
       // A suspect Node keeps its generation's state but takes no work:
       // it is shown as suspect, not ready, with how long it was silent.
@@ -111,9 +127,49 @@
         td({ class: 'mono', text: n.generation }),
         td({ class: 'num', text: n.last_heartbeat_rtt_ms === undefined ? '–' : n.last_heartbeat_rtt_ms.toFixed(2) + ' ms' }),
         td({ text: n.state === 'fenced' ? 'gone' : ago(n.connected_at), title: n.connected_at }),
+        cluster ? edgeChips(links[n.id], self) : td({ class: 'muted', text: '–' }),
         providers);
     });
-    fill('nodes', rows, 6, 'No Node has connected yet.');
+    // Nodes connected to other Edges of the cluster only.
+    const here = new Set(nodes.map((n) => n.id));
+    for (const n of (cluster && cluster.nodes) || []) {
+      if (here.has(n.id)) continue;
+      rows.push(el('tr', { data: { node: n.id, state: 'elsewhere' } },
+        td(null, el('strong', { text: n.id })),
+        td(null, badge('elsewhere', 'other Edges only')),
+        td({ class: 'muted', text: '–' }), td({ class: 'num muted', text: '–' }), td({ class: 'muted', text: '–' }),
+        edgeChips(n.edges, self),
+        td({ class: 'muted', text: 'not connected to this Edge' })));
+    }
+    fill('nodes', rows, 7, 'No Node has connected yet.');
+  }
+
+  // edgeState is an Edge's state as the page shows it.
+  function edgeState(e) {
+    if (!e.alive) return 'dead';
+    return e.stopping ? 'stopping' : 'alive';
+  }
+
+  function renderCluster(c) {
+    $('cluster').hidden = !c;
+    if (!c) return;
+    $('clusternote').textContent = !c.clustered
+      ? 'this Edge alone: no cluster configured'
+      : (c.database === 'unreachable' ? 'the cluster database is unreachable: the other Edges as last known' : 'the cluster as this Edge sees it');
+    const rows = (c.edges || []).map((e) => {
+      const state = edgeState(e);
+      const config = td(null, el('span', { class: 'mono', title: e.config_hash || '', text: e.config_hash ? e.config_hash.replace('sha256:', '').slice(0, 12) : '–' }));
+      if (e.config_differs) config.append(' ', badge('differs', 'differs'));
+      return el('tr', { data: { edge: e.id, state: state, differs: !!e.config_differs } },
+        td(null, el('strong', { text: e.id }), e.self ? ' ' : null, e.self ? el('span', { class: 'chip self', text: 'this Edge' }) : null,
+          e.version ? el('div', { class: 'small muted', text: 'v' + e.version }) : null),
+        td(null, badge(state), state === 'dead' ? el('div', { class: 'small muted', text: 'last heard ' + ago(e.heartbeat_at) }) : null),
+        td(null, el('div', { class: 'mono', text: 'quic ' + (e.quic_address || '–') }), el('div', { class: 'mono', text: 'http ' + (e.http_address || '–') })),
+        td({ class: 'num', text: e.self ? '–' : fmtDur(e.heartbeat_age_ms) }),
+        config,
+        td({ class: 'num', text: e.nodes }));
+    });
+    fill('edges', rows, 6, 'No Edge is known.');
   }
 
   function renderModels(models) {
@@ -184,7 +240,18 @@
     fill('recent', rows, 7, 'Nothing has ended yet.');
   }
 
-  function renderTiles(nodes, queues, runs) {
+  // clusterTiles: the Edges alive, and which differ in configuration.
+  function clusterTiles(tile, c) {
+    if (!c) return [];
+    const edges = c.edges || [];
+    const alive = edges.filter((e) => e.alive).length;
+    const out = [tile('edges', alive + ' / ' + edges.length, c.clustered ? 'Edges alive' + (c.database === 'unreachable' ? ' (database unreachable: as last known)' : '') : 'Edge, alone')];
+    const differ = edges.filter((e) => e.config_differs).map((e) => e.id);
+    if (differ.length) out.push(tile('configdiffers', differ.length, 'configuration differs from the others: ' + differ.join(', ')));
+    return out;
+  }
+
+  function renderTiles(nodes, queues, runs, cluster) {
     const ready = nodes.filter((n) => n.state === 'ready' && !n.suspect).length;
     const phases = { queued: 0, prefill: 0, streaming: 0 };
     for (const r of runs.live) phases[r.phase] = (phases[r.phase] || 0) + 1;
@@ -196,6 +263,7 @@
     }
     const tile = (id, n, label) => el('div', { class: 'tile', data: { tile: id } }, el('div', { class: 'n', text: n }), el('div', { class: 'l', text: label }));
     $('tiles').replaceChildren(
+      ...clusterTiles(tile, cluster),
       tile('nodes', ready + ' / ' + nodes.length, 'Nodes ready'),
       tile('live', runs.live.length, 'in flight'),
       tile('prefill', phases.prefill, 'in prefill'),
@@ -244,13 +312,16 @@
     }
   }
 
-  async function getJSON(path) {
+  // getJSON reads path; optional: a 404 (an Edge without that read) is
+  // null rather than an error.
+  async function getJSON(path, optional) {
     const headers = key ? { Authorization: 'Bearer ' + key } : {};
     const r = await fetch(path, { headers, cache: 'no-store', credentials: 'omit' });
     if (r.status === 401 || r.status === 403) {
       const body = await r.json().catch(() => ({}));
       throw new Locked(r.status, body.error || r.statusText);
     }
+    if (optional && r.status === 404) return null;
     if (!r.ok) throw new Error(path + ' answered ' + r.status);
     return r.json();
   }
@@ -263,10 +334,12 @@
   async function tick() {
     try {
       // Relative paths: the page works behind a proxy that adds a prefix.
-      const [nodes, queues, runs] = await Promise.all([getJSON('admin/v1/nodes'), getJSON('admin/v1/queues'), getJSON('admin/v1/runs')]);
+      const [nodes, queues, runs, cluster] = await Promise.all([getJSON('admin/v1/nodes'), getJSON('admin/v1/queues'), getJSON('admin/v1/runs'),
+        getJSON('admin/v1/cluster', true)]);
       skew = Date.parse(runs.now) - Date.now();
-      renderTiles(nodes.nodes, queues, runs);
-      renderNodes(nodes.nodes);
+      renderTiles(nodes.nodes, queues, runs, cluster);
+      renderCluster(cluster);
+      renderNodes(nodes.nodes, cluster);
       renderModels(queues.models);
       renderLive(runs.live);
       renderTerminals(runs.terminals);
