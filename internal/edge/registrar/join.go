@@ -237,16 +237,22 @@ func (s *Service) join(req *wirepb.JoinRequest, remote string) *wirepb.JoinRespo
 			chain = [][]byte{cert.Raw, s.opts.CACert.Raw}
 			return rec, nil
 		}
-		issued, err = s.store.Redeem(req.GetTokenId(), check, issue, now)
+		ctx := withActor(context.Background(), "join from "+remote)
+		issued, err = s.store.Redeem(ctx, req.GetTokenId(), check, issue, now)
 		return err
 	}()
 	if err != nil {
 		var r *refusal
-		if !errors.As(err, &r) {
+		switch {
+		case errors.As(err, &r):
+			s.refuse("join refused", "remote", remote, "token", req.GetTokenId(), "reason", r.code.String(), "detail", r.detail)
+		case errors.Is(err, ErrDatabaseUnreachable):
+			// Said to the Node as it is: it is no verdict on the token.
+			s.log.Warn("join refused", "remote", remote, "token", req.GetTokenId(), "err", err)
+			r = &refusal{wirepb.JoinRefusal_JOIN_REFUSAL_UNAVAILABLE, err.Error()}
+		default:
 			s.log.Error("join failed", "remote", remote, "token", req.GetTokenId(), "err", err)
 			r = &refusal{wirepb.JoinRefusal_JOIN_REFUSAL_UNAVAILABLE, "the Edge failed to issue a certificate; see its log"}
-		} else {
-			s.refuse("join refused", "remote", remote, "token", req.GetTokenId(), "reason", r.code.String(), "detail", r.detail)
 		}
 		return &wirepb.JoinResponse{Refusal: r.code, RefusalDetail: r.detail}
 	}

@@ -35,7 +35,7 @@ func prune(tx *bolt.Tx, cutoff time.Time) error {
 }
 
 // Prune deletes what ended as of now and returns how many records went.
-func (s *Store) Prune(now time.Time) (int, error) {
+func (s *Store) Prune(_ context.Context, now time.Time) (int, error) {
 	var n int
 	err := s.db.Update(func(tx *bolt.Tx) (err error) {
 		n, err = pruneAt(tx, now)
@@ -121,7 +121,7 @@ func (s *Service) keepPruned(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		n, err := s.store.Prune(s.opts.Now())
+		n, err := s.store.Prune(ctx, s.opts.Now())
 		switch {
 		case err != nil:
 			s.log.Error("enrollment store: prune failed", "err", err)

@@ -54,7 +54,7 @@ func TestARemovedNodeGetsNoTokenUntilItsRemovalIsLifted(t *testing.T) {
 	if _, _, err := f.svc.NewToken("gpu-1", time.Hour); !errors.Is(err, ErrNodeRemoved) || !strings.Contains(err.Error(), "edged node restore gpu-1") {
 		t.Fatalf("token for a removed node: %v, want ErrNodeRemoved naming `edged node restore gpu-1`", err)
 	}
-	content, _ := f.st.Contents()
+	content, _ := f.backend.Contents(t.Context())
 	if len(content.Tokens) != 1 {
 		t.Errorf("tokens after the refusal: %+v, want the used one alone", content.Tokens)
 	}
@@ -154,7 +154,7 @@ func TestARenewalRacingARemovalLeavesNoUnrevokedCertificate(t *testing.T) {
 			}
 		})
 		wg.Wait()
-		content, err := f.st.Contents()
+		content, err := f.backend.Contents(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,7 +40,7 @@ func TestRenewalsAreRateLimitedPerNode(t *testing.T) {
 	if _, err := f.svc.Renew("gpu-1", csr(t)); err != nil {
 		t.Errorf("once the spacing ended: %v", err)
 	}
-	content, _ := f.st.Contents()
+	content, _ := f.backend.Contents(t.Context())
 	if n := countCerts(content, "gpu-1"); n != 2 {
 		t.Errorf("gpu-1 has %d certificates recorded, want 2", n)
 	}
@@ -91,8 +91,8 @@ func TestPruneDropsExpiredAndSupersededRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pruned, err := f.st.Prune(f.now)
-	content, _ := f.st.Contents()
+	pruned, err := f.backend.Prune(t.Context(), f.now)
+	content, _ := f.backend.Contents(t.Context())
 	if err != nil || pruned != 1 || countCerts(content, "gpu-1") != 2 {
 		t.Fatalf("prune at +100m: %d pruned (%v), certificates %+v; want the join's (expired, superseded) alone pruned", pruned, err, content.Certs)
 	}
@@ -108,18 +108,18 @@ func TestPruneDropsExpiredAndSupersededRecords(t *testing.T) {
 	// The newest certificate is kept until keepAfterExpiry after its end.
 	newest := chainLeaf(t, chain)
 	f.now = newest.NotAfter.Add(keepAfterExpiry - time.Second)
-	if _, err := f.st.Prune(f.now); err != nil {
+	if _, err := f.backend.Prune(t.Context(), f.now); err != nil {
 		t.Fatal(err)
 	}
-	content, _ = f.st.Contents()
+	content, _ = f.backend.Contents(t.Context())
 	if len(content.Certs) != 1 || content.Certs[0].Serial != Serial(newest) {
 		t.Errorf("before its margin ends: %+v, want the newest certificate alone", content.Certs)
 	}
 	f.now = newest.NotAfter.Add(keepAfterExpiry + time.Second)
-	if _, err := f.st.Prune(f.now); err != nil {
+	if _, err := f.backend.Prune(t.Context(), f.now); err != nil {
 		t.Fatal(err)
 	}
-	content, _ = f.st.Contents()
+	content, _ = f.backend.Contents(t.Context())
 	if len(content.Certs)+len(content.Tokens) != 0 {
 		t.Errorf("past every margin: %+v", content)
 	}
@@ -144,7 +144,7 @@ func TestARunningEdgePrunesTheStorePeriodically(t *testing.T) {
 
 		time.Sleep(time.Hour + keepAfterExpiry + pruneEvery + time.Minute)
 		synctest.Wait()
-		content, err := f.st.Contents()
+		content, err := f.backend.Contents(t.Context())
 		if err != nil || len(content.Certs) != 0 {
 			t.Errorf("a week after the certificate ended: %+v %v, want it pruned", content.Certs, err)
 		}

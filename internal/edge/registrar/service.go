@@ -1,11 +1,13 @@
 // Package registrar is the Edge's side of Node enrollment: join tokens, the
 // join exchange, certificate renewal over a Node's connection, revocation
 // (`edged node remove`) and the check of every Node connection against it,
-// all recorded in a bbolt store in the Edge's data_dir (store.go). The
-// token format and the join wire are in quicwire/enroll.
+// all recorded in a Backend: a bbolt store in the Edge's data_dir
+// (store.go), or, for a cluster of Edges, the cluster's PostgreSQL
+// (pgstore.go). The token format and the join wire are in quicwire/enroll.
 package registrar
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -132,8 +134,13 @@ type Options struct {
 	// a flood flood the log (frontdoor.Refusals); otherwise each is logged
 	// at Warn.
 	Refused Refuser
-	Now     func() time.Time
-	Logger  *slog.Logger
+	// OnRemoved, if set, is called when another Edge of the cluster
+	// removed a Node (PGStore tells within about a second), after this
+	// Edge fenced the Node's connection in Registry. It runs on the
+	// backend's listener: it must not block.
+	OnRemoved func(nodeID string)
+	Now       func() time.Time
+	Logger    *slog.Logger
 }
 
 // Refuser records a refusal of kind with its message and log attributes.
@@ -154,7 +161,7 @@ func (s *Service) refuse(msg string, args ...any) {
 // for concurrent use; the store serializes writes.
 type Service struct {
 	opts  Options
-	store *Store
+	store Backend
 	log   *slog.Logger
 	joins chan struct{} // semaphore of join exchanges in progress (join.go)
 	// sources counts the join exchanges in progress per source address
@@ -162,8 +169,10 @@ type Service struct {
 	sources joinSources
 }
 
-// New returns a service over store.
-func New(store *Store, opts Options) *Service {
+// New returns a service over store. When store tells of changes made by
+// other Edges (PGStore), the Service fences the connection of a Node
+// removed elsewhere, as Remove does for its own.
+func New(store Backend, opts Options) *Service {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -173,7 +182,32 @@ func New(store *Store, opts Options) *Service {
 	if opts.Lifetime <= 0 {
 		opts.Lifetime = 24 * time.Hour
 	}
-	return &Service{opts: opts, store: store, log: opts.Logger, joins: make(chan struct{}, maxJoins)}
+	s := &Service{opts: opts, store: store, log: opts.Logger, joins: make(chan struct{}, maxJoins)}
+	if w, ok := store.(watched); ok {
+		w.watch(s.removedElsewhere)
+	}
+	return s
+}
+
+// watched is a backend that tells of removals and restores made by any
+// Edge of the cluster, this one's too.
+type watched interface {
+	watch(onRemoved func(nodeID string))
+}
+
+// removedElsewhere fences the connection of a Node that an Edge of the
+// cluster removed (this one's own removals find it fenced already), then
+// tells Options.OnRemoved.
+func (s *Service) removedElsewhere(nodeID string) {
+	if reg := s.opts.Registry; reg != nil {
+		if conn, ok := reg.Current(nodeID); ok && conn.State() != fleet.Fenced {
+			reg.Fence(conn, quicwire.CloseUnauthenticated, "node removed: its certificate is revoked")
+			s.log.Info("node removed by another Edge: connection fenced", "node", nodeID)
+		}
+	}
+	if s.opts.OnRemoved != nil {
+		s.opts.OnRemoved(nodeID)
+	}
 }
 
 // CACert is the CA certificate the Service's tokens name.
@@ -187,6 +221,11 @@ func (s *Service) Renews() bool { return s.opts.CA != nil }
 // (ErrNodeRemoved) until `edged node restore` lifts its removal: a token
 // must not undo a removal by the way.
 func (s *Service) NewToken(nodeID string, ttl time.Duration) (wireenroll.Token, time.Time, error) {
+	return s.NewTokenBy(context.Background(), ActorAdminSocket, nodeID, ttl)
+}
+
+// NewTokenBy is NewToken on behalf of actor (the audit log's).
+func (s *Service) NewTokenBy(ctx context.Context, actor, nodeID string, ttl time.Duration) (wireenroll.Token, time.Time, error) {
 	if err := quicwire.ValidateID(nodeID); err != nil {
 		return wireenroll.Token{}, time.Time{}, fmt.Errorf("node id: %w", err)
 	}
@@ -203,7 +242,7 @@ func (s *Service) NewToken(nodeID string, ttl time.Duration) (wireenroll.Token, 
 	tok := wireenroll.Token{ID: base64.RawURLEncoding.EncodeToString(id), Secret: secret, CAHash: wireenroll.CAHash(s.opts.CACert)}
 	now := s.opts.Now()
 	rec := TokenRecord{ID: tok.ID, NodeID: nodeID, SecretHash: wireenroll.SecretHash(secret), Created: now, Expires: now.Add(ttl)}
-	if err := s.store.AddToken(rec); err != nil {
+	if err := s.store.AddToken(withActor(ctx, actor), rec); err != nil {
 		return wireenroll.Token{}, time.Time{}, err
 	}
 	s.log.Info("join token made", "node", nodeID, "token", tok.ID, "expires", rec.Expires.UTC().Format(time.RFC3339))
@@ -307,7 +346,8 @@ func (s *Service) Renew(nodeID string, csrDER []byte) ([][]byte, error) {
 		cert, rec, err = s.sign(nodeID, csr, "renew")
 		return rec, err
 	}
-	rec, err := s.store.Renew(nodeID, check, issue, now)
+	ctx := withActor(context.Background(), "node "+nodeID)
+	rec, err := s.store.Renew(ctx, nodeID, check, issue, now)
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +363,7 @@ func (s *Service) Admit(nodeID string, leaf *x509.Certificate) error {
 	if err := s.Check(nodeID, leaf); err != nil {
 		return err
 	}
-	if err := s.store.Seen(nodeID, Serial(leaf), s.opts.Now()); err != nil {
+	if err := s.store.Seen(context.Background(), nodeID, Serial(leaf), s.opts.Now()); err != nil {
 		s.log.Warn("could not record node sighting", "node", nodeID, "err", err)
 	}
 	return nil
@@ -337,7 +377,7 @@ func (s *Service) Admit(nodeID string, leaf *x509.Certificate) error {
 // the store does not know (made by hand) that starts before the removal.
 func (s *Service) Check(nodeID string, leaf *x509.Certificate) error {
 	serial := Serial(leaf)
-	st, err := s.store.Standing(nodeID, serial)
+	st, err := s.store.Standing(context.Background(), nodeID, serial)
 	if err != nil {
 		return fmt.Errorf("revocation check: %w", err)
 	}
@@ -360,10 +400,15 @@ func (s *Service) Check(nodeID string, leaf *x509.Certificate) error {
 // refused, and so do hand-made ones from before it. What it allows is a
 // new token (`edged node add`), so the Node can join again.
 func (s *Service) Restore(nodeID string) (removedAt time.Time, err error) {
+	return s.RestoreBy(context.Background(), ActorAdminSocket, nodeID)
+}
+
+// RestoreBy is Restore on behalf of actor (the audit log's).
+func (s *Service) RestoreBy(ctx context.Context, actor, nodeID string) (removedAt time.Time, err error) {
 	if err := quicwire.ValidateID(nodeID); err != nil {
 		return time.Time{}, fmt.Errorf("node id: %w", err)
 	}
-	removedAt, err = s.store.Restore(nodeID, s.opts.Now())
+	removedAt, err = s.store.Restore(withActor(ctx, actor), nodeID, s.opts.Now())
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -375,13 +420,18 @@ func (s *Service) Restore(nodeID string) (removedAt time.Time, err error) {
 // now on (until `edged node restore` lifts the removal and it joins again),
 // drops its pending tokens, and fences its live connection at once.
 func (s *Service) Remove(nodeID string) (revoked []string, fenced bool, err error) {
+	return s.RemoveBy(context.Background(), ActorAdminSocket, nodeID)
+}
+
+// RemoveBy is Remove on behalf of actor (the audit log's).
+func (s *Service) RemoveBy(ctx context.Context, actor, nodeID string) (revoked []string, fenced bool, err error) {
 	var conn *fleet.Conn
 	if reg := s.opts.Registry; reg != nil {
 		conn, _ = reg.Current(nodeID)
 	}
 	// A Node the store never saw but the Edge knows from a connection
 	// (a certificate made by hand) is marked removed all the same.
-	known, revoked, err := s.store.Remove(nodeID, s.opts.Now(), conn != nil)
+	known, revoked, err := s.store.Remove(withActor(ctx, actor), nodeID, s.opts.Now(), conn != nil)
 	if err != nil {
 		return nil, false, err
 	}
@@ -425,8 +475,8 @@ func (s *Service) List() ([]NodeStatus, error) {
 
 // List reads the Nodes of store; reg, if set, adds their connection state
 // as of now.
-func List(store *Store, trustDomain string, reg *fleet.Registry, now time.Time) ([]NodeStatus, error) {
-	c, err := store.Contents()
+func List(store Backend, trustDomain string, reg *fleet.Registry, now time.Time) ([]NodeStatus, error) {
+	c, err := store.Contents(context.Background())
 	if err != nil {
 		return nil, err
 	}

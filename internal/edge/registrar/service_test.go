@@ -18,14 +18,17 @@ import (
 )
 
 // fixture is a Service over a store in a temporary directory, on a clock
-// the test moves.
+// the test moves; under onPostgreSQL, over a PGStore.
 type fixture struct {
 	t   testing.TB
 	dir string
 	ca  *pki.CA
 	now time.Time
 	svc *Service
-	st  *Store
+	st  *Store // the bbolt store; nil on PostgreSQL
+	pg  *pgEnv // set on PostgreSQL
+	// backend is st or the PGStore.
+	backend Backend
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -34,27 +37,35 @@ func newFixture(t testing.TB) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, dir: t.TempDir(), ca: ca, now: time.Now()}
+	// PostgreSQL keeps microseconds: so does the clock, so that times read
+	// back are equal to the ones written.
+	f := &fixture{t: t, dir: t.TempDir(), ca: ca, now: time.Now().Truncate(time.Microsecond), pg: fixturePG}
 	f.open()
 	return f
 }
 
 func (f *fixture) open() {
 	f.t.Helper()
-	st, err := OpenStore(f.dir, time.Second, f.now)
-	if err != nil {
-		f.t.Fatal(err)
+	if f.pg != nil {
+		f.backend = f.pg.open(f.t)
+	} else {
+		st, err := OpenStore(f.dir, time.Second, f.now)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		f.t.Cleanup(func() { st.Close() })
+		f.st, f.backend = st, st
 	}
-	f.t.Cleanup(func() { st.Close() })
-	f.st = st
-	f.svc = New(st, Options{EdgeID: "edge-1", TrustDomain: "iop.test", CACert: f.ca.Cert, CA: f.ca,
+	f.svc = New(f.backend, Options{EdgeID: "edge-1", TrustDomain: "iop.test", CACert: f.ca.Cert, CA: f.ca,
 		Lifetime: time.Hour, Now: func() time.Time { return f.now }})
 }
 
 // restart closes the store and opens it again, as an Edge restart does.
 func (f *fixture) restart() {
 	f.t.Helper()
-	if err := f.st.Close(); err != nil {
+	if f.pg != nil {
+		f.pg.close()
+	} else if err := f.st.Close(); err != nil {
 		f.t.Fatal(err)
 	}
 	f.open()
@@ -138,7 +149,7 @@ func TestAnExpiredTokenIsRefused(t *testing.T) {
 	if resp.GetRefusal() != wirepb.JoinRefusal_JOIN_REFUSAL_EXPIRED_TOKEN || !strings.Contains(resp.GetRefusalDetail(), "edged node add gpu-1") {
 		t.Errorf("at expiry: %v %q", resp.GetRefusal(), resp.GetRefusalDetail())
 	}
-	content, _ := f.st.Contents()
+	content, _ := f.backend.Contents(t.Context())
 	if len(content.Certs) != 0 {
 		t.Errorf("certificates issued: %+v", content.Certs)
 	}

@@ -47,7 +47,11 @@ type RestoreResult struct {
 
 // AddToken makes a token for nodeID valid for ttl.
 func (s *Service) AddToken(nodeID string, ttl time.Duration) (TokenResult, error) {
-	tok, exp, err := s.NewToken(nodeID, ttl)
+	return s.addToken(context.Background(), nodeID, ttl)
+}
+
+func (s *Service) addToken(ctx context.Context, nodeID string, ttl time.Duration) (TokenResult, error) {
+	tok, exp, err := s.NewTokenBy(ctx, ActorAdminSocket, nodeID, ttl)
 	if err != nil {
 		return TokenResult{}, err
 	}
@@ -66,6 +70,7 @@ var socketErrors = []struct {
 	{"unknown_node", ErrUnknownNode, http.StatusNotFound},
 	{"node_removed", ErrNodeRemoved, http.StatusConflict},
 	{"not_removed", ErrNotRemoved, http.StatusConflict},
+	{"database_unreachable", ErrDatabaseUnreachable, http.StatusServiceUnavailable},
 }
 
 // socketError is an error as the socket carries it.
@@ -106,15 +111,15 @@ func (s *Service) Handler() http.Handler {
 			reply(w, nil, fmt.Errorf("the running Edge would refuse the join: %w (then restart it)", ErrDisabled))
 			return
 		}
-		res, err := s.AddToken(r.PathValue("id"), ttl)
+		res, err := s.addToken(r.Context(), r.PathValue("id"), ttl)
 		reply(w, res, err)
 	})
 	mux.HandleFunc("DELETE /nodes/{id}", func(w http.ResponseWriter, r *http.Request) {
-		revoked, fenced, err := s.Remove(r.PathValue("id"))
+		revoked, fenced, err := s.RemoveBy(r.Context(), ActorAdminSocket, r.PathValue("id"))
 		reply(w, RemoveResult{NodeID: r.PathValue("id"), Revoked: revoked, Fenced: fenced}, err)
 	})
 	mux.HandleFunc("POST /nodes/{id}/restore", func(w http.ResponseWriter, r *http.Request) {
-		removed, err := s.Restore(r.PathValue("id"))
+		removed, err := s.RestoreBy(r.Context(), ActorAdminSocket, r.PathValue("id"))
 		reply(w, RestoreResult{NodeID: r.PathValue("id"), Removed: removed}, err)
 	})
 	mux.HandleFunc("GET /nodes", func(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package registrar
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -187,7 +188,7 @@ func all[T any](tx *bolt.Tx, bucket []byte) ([]T, error) {
 // AddToken records a new pending token, unless its Node is removed: then
 // it refuses with ErrNodeRemoved. One transaction with the check, so a
 // token racing a removal is either deleted by it or refused.
-func (s *Store) AddToken(t TokenRecord) error {
+func (s *Store) AddToken(_ context.Context, t TokenRecord) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketTokens).Get([]byte(t.ID)) != nil {
 			return fmt.Errorf("enrollment store: token %s exists", t.ID)
@@ -212,7 +213,7 @@ func (s *Store) AddToken(t TokenRecord) error {
 // of a removed Node is refused with ErrNodeRemoved. Remove deletes a Node's
 // pending tokens and NewToken makes none for a removed Node, so only a
 // store changed by hand gets there.
-func (s *Store) Redeem(id string, check func(TokenRecord, bool) error, issue func(nodeID string) (CertRecord, error), now time.Time) (CertRecord, error) {
+func (s *Store) Redeem(_ context.Context, id string, check func(TokenRecord, bool) error, issue func(nodeID string) (CertRecord, error), now time.Time) (CertRecord, error) {
 	var issued CertRecord
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		t, ok, err := get[TokenRecord](tx, bucketTokens, id)
@@ -252,7 +253,7 @@ func (s *Store) Redeem(id string, check func(TokenRecord, bool) error, issue fun
 // first, and the removal revokes the certificate it issued, or sees the
 // removal and is refused: no certificate of a removed Node stays
 // unrevoked.
-func (s *Store) Renew(nodeID string, check func(NodeRecord) error, issue func() (CertRecord, error), now time.Time) (CertRecord, error) {
+func (s *Store) Renew(_ context.Context, nodeID string, check func(NodeRecord) error, issue func() (CertRecord, error), now time.Time) (CertRecord, error) {
 	var issued CertRecord
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		n, _, err := get[NodeRecord](tx, bucketNodes, nodeID)
@@ -300,7 +301,7 @@ type Standing struct {
 }
 
 // Standing reads the standing of nodeID's certificate serial.
-func (s *Store) Standing(nodeID, serial string) (Standing, error) {
+func (s *Store) Standing(_ context.Context, nodeID, serial string) (Standing, error) {
 	var st Standing
 	err := s.db.View(func(tx *bolt.Tx) error {
 		n, _, err := get[NodeRecord](tx, bucketNodes, nodeID)
@@ -323,7 +324,7 @@ func (s *Store) Standing(nodeID, serial string) (Standing, error) {
 }
 
 // Seen records that a connection of nodeID with serial was admitted now.
-func (s *Store) Seen(nodeID, serial string, now time.Time) error {
+func (s *Store) Seen(_ context.Context, nodeID, serial string, now time.Time) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		n, _, err := get[NodeRecord](tx, bucketNodes, nodeID)
 		if err != nil {
@@ -339,7 +340,7 @@ func (s *Store) Seen(nodeID, serial string, now time.Time) error {
 // all (a node, a certificate or a token) and which serials it revoked. A
 // node it does not know is marked removed only when mark is set (the Edge
 // knows it from a connection).
-func (s *Store) Remove(nodeID string, now time.Time, mark bool) (known bool, revoked []string, err error) {
+func (s *Store) Remove(_ context.Context, nodeID string, now time.Time, mark bool) (known bool, revoked []string, err error) {
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		n, ok, err := get[NodeRecord](tx, bucketNodes, nodeID)
 		if err != nil {
@@ -395,7 +396,7 @@ func (s *Store) Remove(nodeID string, now time.Time, mark bool) (known bool, rev
 // (RevokedBefore): what lifting lets in is a new join, or a certificate
 // made after the removal. ErrUnknownNode if the store does not know the
 // Node, ErrNotRemoved if it is not removed.
-func (s *Store) Restore(nodeID string, now time.Time) (removedAt time.Time, err error) {
+func (s *Store) Restore(_ context.Context, nodeID string, now time.Time) (removedAt time.Time, err error) {
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		n, ok, err := get[NodeRecord](tx, bucketNodes, nodeID)
 		switch {
@@ -424,7 +425,7 @@ type Contents struct {
 }
 
 // Contents reads the whole store.
-func (s *Store) Contents() (Contents, error) {
+func (s *Store) Contents(context.Context) (Contents, error) {
 	var c Contents
 	err := s.db.View(func(tx *bolt.Tx) error {
 		var err error

@@ -39,7 +39,7 @@ func idOf(t *testing.T, dir string) string {
 func TestAStoreThatWentMissingIsNotMadeAgain(t *testing.T) {
 	dir := t.TempDir()
 	s := openTestStore(t, dir)
-	if err := s.AddToken(TokenRecord{ID: "t1", NodeID: "gpu-1", Created: time.Now(), Expires: time.Now().Add(time.Hour)}); err != nil {
+	if err := s.AddToken(t.Context(), TokenRecord{ID: "t1", NodeID: "gpu-1", Created: time.Now(), Expires: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -70,7 +70,7 @@ func TestAStoreThatWentMissingIsNotMadeAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = openTestStore(t, dir)
-	if c, err := s.Contents(); err != nil || len(c.Tokens) != 1 {
+	if c, err := s.Contents(t.Context()); err != nil || len(c.Tokens) != 1 {
 		t.Errorf("the store put back: %+v %v", c, err)
 	}
 	s.Close()
@@ -84,7 +84,7 @@ func TestAStoreThatWentMissingIsNotMadeAgain(t *testing.T) {
 	}
 	s = openTestStore(t, dir)
 	defer s.Close()
-	if c, err := s.Contents(); err != nil || len(c.Tokens) != 0 {
+	if c, err := s.Contents(t.Context()); err != nil || len(c.Tokens) != 0 {
 		t.Errorf("the new store: %+v %v, want empty", c, err)
 	}
 	if got := idOf(t, dir); got == id || got == "" {
@@ -98,7 +98,7 @@ func TestAReplacedStoreIsRefused(t *testing.T) {
 	mine, theirs := t.TempDir(), t.TempDir()
 	openTestStore(t, mine).Close()
 	s := openTestStore(t, theirs)
-	if err := s.AddToken(TokenRecord{ID: "evil", NodeID: "gpu-1", Created: time.Now(), Expires: time.Now().Add(time.Hour)}); err != nil {
+	if err := s.AddToken(t.Context(), TokenRecord{ID: "evil", NodeID: "gpu-1", Created: time.Now(), Expires: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
