@@ -33,13 +33,19 @@ type fixture struct {
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
+	return newFixtureOn(t, fixturePG)
+}
+
+// newFixtureOn is newFixture over pg (nil: a bbolt store).
+func newFixtureOn(t testing.TB, pg *pgEnv) *fixture {
+	t.Helper()
 	ca, err := pki.NewCA("iop.test", pki.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// PostgreSQL keeps microseconds: so does the clock, so that times read
 	// back are equal to the ones written.
-	f := &fixture{t: t, dir: t.TempDir(), ca: ca, now: time.Now().Truncate(time.Microsecond), pg: fixturePG}
+	f := &fixture{t: t, dir: t.TempDir(), ca: ca, now: time.Now().Truncate(time.Microsecond), pg: pg}
 	f.open()
 	return f
 }
