@@ -1,6 +1,7 @@
 // Package agent is the Node daemon's core: it turns a Node configuration
-// into a running connection to the Edge (TLS identity, lease key, providers,
-// the transport client and the stream handler) with Start and Stop.
+// into running connections to its Edges (TLS identity, lease key,
+// providers, the transport cluster and the stream handlers) with Start and
+// Stop.
 package agent
 
 import (
@@ -15,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,7 +53,7 @@ type Options struct {
 type Agent struct {
 	cfg       *nodeconfig.Config
 	log       *slog.Logger
-	client    *edgeclient.Client
+	cluster   *edgeclient.Cluster
 	key       *leasekey.Key
 	providers *execution.Set
 	metrics   *nodemetrics.Metrics
@@ -70,7 +72,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 	if opts.Liveness == (quicwire.Liveness{}) {
 		opts.Liveness = quicwire.DefaultLiveness
 	}
-	tlsConf, certs, err := nodeTLS(cfg)
+	dialTLS, certs, err := nodeTLS(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -89,13 +91,10 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 	if opts.Supervision != nil {
 		sup = *opts.Supervision
 	}
-	// The lease opener (R11): this Node's X25519 key; the Edge's signing
-	// key arrives with each registration.
-	leases := lease.NewOpener(lease.OpenerConfig{Key: &key.Private, Public: &key.Public})
 	stall := execution.Liveness{CloseGrace: time.Duration(cfg.Stall.CloseGrace), ProbeTimeout: time.Duration(cfg.Stall.ProbeTimeout)}
 	sup.ProbeTimeout = stall.ProbeTimeout
 	a := &Agent{cfg: cfg, log: opts.Logger, key: key, providers: execution.NewSet()}
-	a.metrics = nodemetrics.New(nodemetrics.Options{Providers: a.providerStates, Edge: func() edgeclient.Status { return a.client.Status() }})
+	a.metrics = nodemetrics.New(nodemetrics.Options{Providers: a.providerStates, Edges: func() []edgeclient.EdgeStatus { return a.cluster.Edges() }})
 	for _, p := range cfg.Providers {
 		launch, err := launcher(p, opts.Self, opts.Logger)
 		if err != nil {
@@ -111,27 +110,34 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 			Metrics:        a.metrics,
 		}, sup, opts.Logger, a.providers.Notify))
 	}
-	a.client, err = edgeclient.New(edgeclient.Options{
-		NodeID:         cfg.NodeID,
-		Version:        opts.Version,
-		EdgeAddr:       cfg.Edge.Address,
-		TLS:            tlsConf,
-		Liveness:       opts.Liveness,
-		Backoff:        edgeclient.Backoff{Initial: time.Duration(cfg.Reconnect.InitialBackoff), Max: time.Duration(cfg.Reconnect.MaxBackoff)},
-		LeasePublicKey: key.Public[:],
-		Capacity:       cfg.TotalCapacity(),
-		MaxRequest:     cfg.Limits.MaxRequest(),
-		Labels:         cfg.Labels,
-		Providers:      a.providers,
-		Leases:         leases,
-		Certificates:   certs,
-		Handler: execution.NewHandler(a.providers, opts.Logger, execution.HandlerOptions{
-			Status:  func() edgeclient.Status { return a.client.Status() },
-			Stall:   stall,
-			Leases:  leases,
-			Metrics: a.metrics,
-		}),
-		Logger: opts.Logger,
+	a.cluster, err = edgeclient.NewCluster(edgeclient.ClusterOptions{
+		Seeds:  cfg.Edge.Seeds(),
+		TLS:    dialTLS,
+		Pinned: cfg.Identity.EdgeID != "",
+		Client: edgeclient.Options{
+			NodeID:         cfg.NodeID,
+			Version:        opts.Version,
+			Liveness:       opts.Liveness,
+			Backoff:        edgeclient.Backoff{Initial: time.Duration(cfg.Reconnect.InitialBackoff), Max: time.Duration(cfg.Reconnect.MaxBackoff)},
+			LeasePublicKey: key.Public[:],
+			Capacity:       cfg.TotalCapacity(),
+			MaxRequest:     cfg.Limits.MaxRequest(),
+			Labels:         cfg.Labels,
+			Providers:      a.providers,
+			Certificates:   certs,
+		},
+		// Each Edge signs its leases with its own key and sends its own
+		// revocations: a lease opener per Edge connection (R11), sealed
+		// to this Node's one X25519 key. The providers, and their slots,
+		// are the Node's, shared by every Edge (issue 22).
+		PerEdge: func(status func() edgeclient.Status) (edgeclient.Handler, edgeclient.Leases) {
+			leases := lease.NewOpener(lease.OpenerConfig{Key: &key.Private, Public: &key.Public})
+			return execution.NewHandler(a.providers, opts.Logger, execution.HandlerOptions{
+				Status: status, Stall: stall, Leases: leases, Metrics: a.metrics,
+			}), leases
+		},
+		DrainTimeout: time.Duration(cfg.DrainTimeout),
+		Logger:       opts.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -161,30 +167,68 @@ func launcher(p nodeconfig.Provider, self []string, log *slog.Logger) (execution
 	}, nil
 }
 
-// nodeTLS builds the Node's TLS configuration for its identity mode, and in
-// managed mode the certificate the transport renews (its TLS configuration
-// presents the renewed one from the next connection on).
-func nodeTLS(cfg *nodeconfig.Config) (*tls.Config, edgeclient.Certificates, error) {
+// dialTLS is the TLS configuration that dials one Edge (edgeclient.
+// ClusterOptions.TLS).
+type dialTLS = func(addr, edgeID string) (*tls.Config, error)
+
+// nodeTLS builds the Node's TLS configuration for each Edge it dials, for
+// its identity mode, and in managed mode the certificate the transport
+// renews (its TLS configuration presents the renewed one from the next
+// connection on).
+//
+// Managed mode identifies an Edge by the edge identity its certificate
+// names: at a seed address, any Edge of the trust domain, or only
+// identity.edge_id when it is set (the Node is then pinned to that one
+// Edge); at an address learned from a cluster's list, only the Edge the
+// list names there. Loopback mode authenticates no Edge, so it dials only
+// loopback addresses, listed ones included. Every Edge is sent
+// edge.server_name, or its address's host, as its TLS server name.
+func nodeTLS(cfg *nodeconfig.Config) (dialTLS, edgeclient.Certificates, error) {
 	id := cfg.Identity
-	if id.Mode == yamlconf.ModeLoopback {
-		host, _, err := net.SplitHostPort(cfg.Edge.Address)
-		if err != nil || !yamlconf.IsLoopbackHost(host) {
-			return nil, nil, fmt.Errorf("loopback mode does not authenticate the Edge, so the Node may only dial a loopback address, not %q", cfg.Edge.Address)
+	serverName := func(addr string) string {
+		if cfg.Edge.ServerName != "" {
+			return cfg.Edge.ServerName
 		}
-		return quicwire.LoopbackNodeTLSConfig(), nil, nil
+		host, _, _ := net.SplitHostPort(addr)
+		return host
+	}
+	if id.Mode == yamlconf.ModeLoopback {
+		loopback := func(addr, _ string) (*tls.Config, error) {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil || !yamlconf.IsLoopbackHost(host) {
+				return nil, fmt.Errorf("loopback mode does not authenticate the Edge, so the Node may only dial a loopback address, not %q", addr)
+			}
+			c := quicwire.LoopbackNodeTLSConfig()
+			c.ServerName = serverName(addr)
+			return c, nil
+		}
+		for _, addr := range cfg.Edge.Seeds() {
+			if _, err := loopback(addr, ""); err != nil {
+				return nil, nil, err
+			}
+		}
+		return loopback, nil, nil
 	}
 	certs, _, err := nodecert.Load(id.CAFile, id.CertFile, id.KeyFile, quicwire.NodeIdentity(id.TrustDomain, cfg.NodeID))
 	if err != nil {
 		return nil, nil, err
 	}
-	return certs.TLSConfig(id.TrustDomain, id.EdgeID), certs, nil
+	return func(addr, listedID string) (*tls.Config, error) {
+		want := id.EdgeID
+		if listedID != "" {
+			want = listedID
+		}
+		c := certs.TLSConfig(id.TrustDomain, want)
+		c.ServerName = serverName(addr)
+		return c, nil
+	}, certs, nil
 }
 
 // Providers are the Node's providers.
 func (a *Agent) Providers() *execution.Set { return a.providers }
 
-// Client is the transport client, for status.
-func (a *Agent) Client() *edgeclient.Client { return a.client }
+// Cluster is the Node's connections to its Edges, for status.
+func (a *Agent) Cluster() *edgeclient.Cluster { return a.cluster }
 
 // Metrics are the Node's metrics, which HealthHandler serves at /metrics.
 func (a *Agent) Metrics() *nodemetrics.Metrics { return a.metrics }
@@ -213,9 +257,9 @@ func (a *Agent) Start(context.Context) error {
 	a.providers.Start()
 	go func() {
 		defer close(a.done)
-		a.client.Run(ctx)
+		a.cluster.Run(ctx)
 	}()
-	a.log.Info("node starting", "edge_addr", a.cfg.Edge.Address, "identity", a.cfg.Identity.Mode)
+	a.log.Info("node starting", "edges", a.cfg.Edge.Seeds(), "identity", a.cfg.Identity.Mode)
 	return nil
 }
 
@@ -230,7 +274,7 @@ func (a *Agent) Stop(ctx context.Context) error {
 		return nil
 	}
 	dctx, dcancel := context.WithTimeout(ctx, time.Duration(a.cfg.DrainTimeout))
-	err := a.client.Drain(dctx, "node shutting down")
+	err := a.cluster.Drain(dctx, "node shutting down")
 	dcancel()
 	cancel()
 	select {
@@ -243,14 +287,24 @@ func (a *Agent) Stop(ctx context.Context) error {
 	return err
 }
 
-// Ready reports nil when the Node's connection is registered and ready.
+// Ready reports nil when the Node serves through at least one Edge: a
+// connection registered and ready on an Edge that is not stopping. The
+// others, unreachable or stopping, do not hold it back (issue 22);
+// otherwise the error says where each connection is.
 func (a *Agent) Ready() error {
-	st := a.client.Status()
-	if st.State == edgeclient.StateReady {
+	if a.cluster.Ready() {
 		return nil
 	}
-	if st.LastError != nil {
-		return fmt.Errorf("%s: %w", st.State, st.LastError)
+	var why []string
+	for _, e := range a.cluster.Edges() {
+		s := fmt.Sprintf("%s: %s", e.Addr, e.State)
+		switch {
+		case e.Stopping:
+			s += " (edge stopping)"
+		case e.LastError != nil:
+			s += ": " + e.LastError.Error()
+		}
+		why = append(why, s)
 	}
-	return fmt.Errorf("%s", st.State)
+	return errors.New(strings.Join(why, "; "))
 }

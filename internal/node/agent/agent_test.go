@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"encoding/json"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -88,5 +90,51 @@ func TestHealthHandlerServesTheNodesMetrics(t *testing.T) {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, rec.Body)
 		}
+	}
+}
+
+// Issue 22: a Node given several Edge addresses keeps a connection to
+// each; /edges lists them all, and /readyz says where each one is while
+// none is ready.
+func TestEveryEdgeAddressIsAConnection(t *testing.T) {
+	cfg := loopbackConfig()
+	cfg.Edge.Addresses = []string{"127.0.0.1:7444", "localhost:7445"}
+	a, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	a.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/edges", nil))
+	var edges []struct {
+		Addr  string `json:"addr"`
+		Seed  bool   `json:"seed"`
+		State string `json:"state"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &edges); err != nil {
+		t.Fatalf("GET /edges: %v: %s", err, rec.Body)
+	}
+	var addrs []string
+	for _, e := range edges {
+		if !e.Seed || e.State != "connecting" {
+			t.Errorf("edge %+v: want a seed, connecting", e)
+		}
+		addrs = append(addrs, e.Addr)
+	}
+	if want := []string{"127.0.0.1:7443", "127.0.0.1:7444", "localhost:7445"}; !slices.Equal(addrs, want) {
+		t.Errorf("edges %q, want %q", addrs, want)
+	}
+	err = a.Ready()
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:7444: connecting") {
+		t.Errorf("Ready before any connection: %v", err)
+	}
+}
+
+// Loopback mode authenticates no Edge: it dials loopback addresses only,
+// every seed included.
+func TestLoopbackRefusesARemoteEdgeAddress(t *testing.T) {
+	cfg := loopbackConfig()
+	cfg.Edge.Addresses = []string{"10.0.0.2:7443"}
+	if _, err := New(cfg, Options{}); err == nil || !strings.Contains(err.Error(), `not "10.0.0.2:7443"`) {
+		t.Errorf("New with a remote edge in loopback mode: %v", err)
 	}
 }

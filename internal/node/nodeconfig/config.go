@@ -81,12 +81,35 @@ type Config struct {
 	Log       Log               `yaml:"log"`
 }
 
-// Edge is the `edge` section: the Edge this Node dials.
+// Edge is the `edge` section: the Edge or Edges this Node dials first.
+//
+// With several Edges (a cluster, issue 22), the Node keeps a connection to every Edge: it dials
+// the addresses given here (its seeds), learns the cluster's Edge list from each Edge it
+// registers with, dials the Edges listed there too, and drops a listed Edge when a later list
+// leaves it out. The seeds are never dropped, and one Edge reached both through a seed and at
+// its listed address is one connection. A seed may be a load balancer's or a DNS round robin's
+// name in front of the Edges.
 type Edge struct {
-	Address string `yaml:"address"` // host:port of the Edge's QUIC listener; required
-	// ServerName is the TLS server name expected in the Edge's certificate; empty means the host
-	// of Address.
+	// Address is one Edge's QUIC listener, host:port. Address or Addresses is required; both may
+	// be set.
+	Address string `yaml:"address"`
+	// Addresses are more Edges' QUIC listeners, host:port each.
+	Addresses []string `yaml:"addresses,omitempty"`
+	// ServerName is the TLS server name sent to every Edge this Node dials (SNI); empty means the
+	// host of each Edge's address. Managed mode identifies an Edge by the edge identity in its
+	// certificate, not by this name.
 	ServerName string `yaml:"server_name"`
+}
+
+// Seeds are the Edge addresses the Node dials first: Address, then Addresses, without repeats.
+func (e Edge) Seeds() []string {
+	var out []string
+	for _, a := range append([]string{e.Address}, e.Addresses...) {
+		if a != "" && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Identity is the `identity` section: the shared mode, trust domain and certificate files, plus
@@ -94,8 +117,10 @@ type Edge struct {
 // key_file against the configuration file's directory.
 type Identity struct {
 	yamlconf.Identity `yaml:",inline"`
-	// EdgeID, when set, is the only Edge id this Node accepts; empty accepts any Edge the
-	// identity mode admits.
+	// EdgeID, when set, pins the Node to the one Edge with this id: it accepts no other, dials
+	// its one edge address only and ignores the cluster's Edge list. Empty (what a cluster
+	// needs) accepts at a seed address any Edge the identity mode admits, and at an address
+	// learned from a cluster list only the Edge the list names there.
 	EdgeID string `yaml:"edge_id"`
 }
 
@@ -297,20 +322,25 @@ func (c *Config) Validate() error { return c.validate(false) }
 func (c *Config) validate(decoded bool) error {
 	var es yamlconf.Errors
 	es.Append(yamlconf.CheckID("node_id", c.NodeID))
-	host, port, addrErr := yamlconf.CheckHostPort("edge.address", c.Edge.Address)
-	switch {
-	case addrErr != nil:
-		es.Append(addrErr)
-	case host == "":
-		es.Add("edge.address", "needs a host to dial, got %q", c.Edge.Address)
-	case port == 0:
-		es.Add("edge.address", "needs a port from 1 to 65535, got %q", c.Edge.Address)
-	case c.Identity.Mode == yamlconf.ModeLoopback && !yamlconf.IsLoopbackHost(host):
-		es.Add("edge.address", "loopback mode does not authenticate the Edge, so the Node may only dial a loopback address; got %q", c.Edge.Address)
+	if c.Edge.Address == "" && len(c.Edge.Addresses) == 0 {
+		es.Add("edge.address", "required, as host:port (or edge.addresses, a list of them)")
+	} else if c.Edge.Address != "" {
+		es.Append(c.checkEdgeAddress("edge.address", c.Edge.Address)...)
+	}
+	for i, a := range c.Edge.Addresses {
+		path := fmt.Sprintf("edge.addresses[%d]", i)
+		if a == c.Edge.Address || slices.Index(c.Edge.Addresses, a) < i {
+			es.Add(path, "duplicate edge address %q", a)
+			continue
+		}
+		es.Append(c.checkEdgeAddress(path, a)...)
 	}
 	es.Append(c.Identity.Validate("identity")...)
 	if c.Identity.EdgeID != "" {
 		es.Append(yamlconf.CheckID("identity.edge_id", c.Identity.EdgeID))
+		if len(c.Edge.Seeds()) > 1 {
+			es.Add("identity.edge_id", "pins the Node to one Edge, but edge lists %d addresses: leave edge_id empty for a cluster (each Edge learned from the cluster's list must present the id the list names)", len(c.Edge.Seeds()))
+		}
 	}
 	if d := time.Duration(c.DrainTimeout); d <= 0 || d > MaxDrainTimeout {
 		es.Add("drain_timeout", "must be more than 0s and at most %s, got %s", MaxDrainTimeout, d)
@@ -337,6 +367,23 @@ func (c *Config) validate(decoded bool) error {
 	}
 	es.Append(c.Log.Validate("log")...)
 	return es.Err()
+}
+
+// checkEdgeAddress checks one Edge address at path.
+func (c *Config) checkEdgeAddress(path, addr string) []*yamlconf.Error {
+	var es yamlconf.Errors
+	host, port, err := yamlconf.CheckHostPort(path, addr)
+	switch {
+	case err != nil:
+		es.Append(err)
+	case host == "":
+		es.Add(path, "needs a host to dial, got %q", addr)
+	case port == 0:
+		es.Add(path, "needs a port from 1 to 65535, got %q", addr)
+	case c.Identity.Mode == yamlconf.ModeLoopback && !yamlconf.IsLoopbackHost(host):
+		es.Add(path, "loopback mode does not authenticate the Edge, so the Node may only dial a loopback address; got %q", addr)
+	}
+	return es
 }
 
 func (r Reconnect) validate() []*yamlconf.Error {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,16 @@ func TestValidateReportsFieldAndReason(t *testing.T) {
 		{"edge address without host", func(c *Config) { c.Edge.Address = ":7443" }, "edge.address", `needs a host to dial, got ":7443"`},
 		{"edge address port zero", func(c *Config) { c.Edge.Address = "edge:0" }, "edge.address", "needs a port from 1 to 65535"},
 		{"edge address port too big", func(c *Config) { c.Edge.Address = "edge:65536" }, "edge.address", "port must be a number from 0 to 65535"},
+		{"a listed edge address without port", func(c *Config) { c.Edge.Addresses = []string{"edge-2.example.com:7443", "edge-3"} }, "edge.addresses[1]", "must be host:port"},
+		{"an edge address twice", func(c *Config) { c.Edge.Addresses = []string{c.Edge.Address} }, "edge.addresses[0]", "duplicate edge address"},
+		{"edge_id pins one of several edges", func(c *Config) { c.Identity.EdgeID = "e1"; c.Edge.Addresses = []string{"edge-2.example.com:7443"} },
+			"identity.edge_id", "pins the Node to one Edge, but edge lists 2 addresses"},
+		{"loopback dials a listed remote edge", func(c *Config) {
+			toLoopback(c)
+			c.Edge.Address = "127.0.0.1:7443"
+			c.Edge.Addresses = []string{"10.0.0.2:7443"}
+		}, "edge.addresses[0]",
+			"loopback mode does not authenticate the Edge"},
 		{"loopback dials a remote edge", func(c *Config) { toLoopback(c) }, "edge.address",
 			"loopback mode does not authenticate the Edge, so the Node may only dial a loopback address"},
 		{"unknown mode", func(c *Config) { c.Identity.Mode = "none" }, "identity.mode", `must be "mtls" or "loopback", got "none"`},
@@ -462,4 +473,27 @@ func paths(err error) []string {
 		out = append(out, e.Path)
 	}
 	return out
+}
+
+// Issue 22: a Node of a cluster is given several Edge addresses (edge.addresses), alone or beside
+// edge.address; its seeds are all of them, in order, once each.
+func TestEdgeAddressesAreTheSeeds(t *testing.T) {
+	c, err := Parse([]byte(`node_id: n
+edge:
+  addresses: [edge-1.example.com:7443, edge-2.example.com:7443]
+identity: {ca_file: ca.pem, cert_file: node.pem, key_file: node.key}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Edge.Seeds(); !slices.Equal(got, []string{"edge-1.example.com:7443", "edge-2.example.com:7443"}) {
+		t.Errorf("seeds %q", got)
+	}
+	c.Edge.Address = "lb.example.com:7443"
+	if got := c.Edge.Seeds(); len(got) != 3 || got[0] != "lb.example.com:7443" {
+		t.Errorf("seeds with an address too: %q", got)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("address and addresses together: %v", err)
+	}
 }

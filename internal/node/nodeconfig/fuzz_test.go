@@ -39,6 +39,8 @@ func FuzzParse(f *testing.F) {
 		"node_id: n\nedge: {address: '127.0.0.1:1'}\nidentity: {mode: loopback}\nproviders: [{name: x, adapter: external, binary: /x, sha256: " +
 			"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef}]\n",
 		"providers:\n- <<: {name: a}\n",
+		"node_id: n\nedge: {addresses: ['127.0.0.1:1', '127.0.0.1:2']}\nidentity: {mode: loopback}\n",
+		"node_id: n\nedge: {address: 'a:1', addresses: ['a:1', 'b']}\nidentity: {edge_id: e}\n",
 		loopbackFile + "  -\n    name: third\n",
 		loopbackFile + "labels: {\"a b\": x, \"q[\\\"].x\": y}\n",
 	} {

@@ -15,6 +15,7 @@ package nodemetrics
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -76,8 +77,12 @@ type Options struct {
 	// Providers returns the state of every provider, in configuration
 	// order.
 	Providers func() []ProviderState
-	// Edge returns the state of the connection to the Edge.
+	// Edge returns the state of the connection to the Edge, for a Node
+	// with one; Edges, if set, is used instead.
 	Edge func() edgeclient.Status
+	// Edges returns the state of every Edge connection (a cluster, issue
+	// 22).
+	Edges func() []edgeclient.EdgeStatus
 }
 
 // boundedLabels is said in the help of every metric labelled by provider,
@@ -238,13 +243,19 @@ var (
 	inUseDesc    = prometheus.NewDesc("iop_node_provider_slots_in_use", "Capacity slots of the provider taken by calls in flight, by provider. "+boundedLabels, []string{"provider"}, nil)
 	capacityDesc = prometheus.NewDesc("iop_node_provider_capacity", "Capacity slots of the provider, by provider. "+boundedLabels, []string{"provider"}, nil)
 	circuitDesc  = prometheus.NewDesc("iop_node_plugin_circuit", "State of the provider's plugin circuit breaker: 1 for the current state (closed, open, half_open), 0 for the others, by provider. "+boundedLabels, []string{"provider", "state"}, nil)
-	edgeDesc     = prometheus.NewDesc("iop_node_edge_state", "State of the connection to the Edge: 1 for the current state (connecting, registering, ready, draining, stopped), 0 for the others.", []string{"state"}, nil)
-	connectsDesc = prometheus.NewDesc("iop_node_edge_connections_total", "Connections to the Edge that registered.", nil, nil)
-	rttDesc      = prometheus.NewDesc("iop_node_heartbeat_rtt_seconds", "Round trip of the last answered heartbeat to the Edge.", nil, nil)
+	edgeDesc     = prometheus.NewDesc("iop_node_edge_state", "State of the Node's connection to its Edges: 1 for the best state any Edge connection is in (ready, registering, draining, connecting, stopped, in that order), 0 for the others.", []string{"state"}, nil)
+	edgesDesc    = prometheus.NewDesc("iop_node_edge_connections", "Edge connections of the Node (one per Edge of its cluster), by state.", []string{"state"}, nil)
+	connectsDesc = prometheus.NewDesc("iop_node_edge_connections_total", "Connections to an Edge that registered, every Edge together.", nil, nil)
+	rttDesc      = prometheus.NewDesc("iop_node_heartbeat_rtt_seconds", "Round trip of the last answered heartbeat to the Edge; with several Edges, the shortest of the ready connections'.", nil, nil)
 )
 
+// stateRank orders connection states from the best: the Node's state is
+// its best connection's.
+var stateRank = map[edgeclient.State]int{edgeclient.StateReady: 0, edgeclient.StateRegistering: 1,
+	edgeclient.StateDraining: 2, edgeclient.StateConnecting: 3, edgeclient.StateStopped: 4}
+
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{onlineDesc, inUseDesc, capacityDesc, circuitDesc, edgeDesc, connectsDesc, rttDesc} {
+	for _, d := range []*prometheus.Desc{onlineDesc, inUseDesc, capacityDesc, circuitDesc, edgeDesc, edgesDesc, connectsDesc, rttDesc} {
 		ch <- d
 	}
 }
@@ -269,14 +280,33 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	if c.opts.Edge != nil {
-		st := c.opts.Edge()
-		for _, s := range edgeStates {
-			gauge(edgeDesc, one(st.State == s), string(s))
+	var edges []edgeclient.EdgeStatus
+	switch {
+	case c.opts.Edges != nil:
+		edges = c.opts.Edges()
+	case c.opts.Edge != nil:
+		edges = []edgeclient.EdgeStatus{{Status: c.opts.Edge()}}
+	default:
+		return
+	}
+	best, connects, rtt := edgeclient.StateStopped, 0, time.Duration(0)
+	count := make(map[edgeclient.State]int, len(edgeStates))
+	for _, e := range edges {
+		count[e.State]++
+		connects += e.Connects
+		if stateRank[e.State] < stateRank[best] {
+			best = e.State
 		}
-		ch <- prometheus.MustNewConstMetric(connectsDesc, prometheus.CounterValue, float64(st.Connects))
-		if st.LastRTT > 0 {
-			gauge(rttDesc, st.LastRTT.Seconds())
+		if e.LastRTT > 0 && (rtt == 0 || e.LastRTT < rtt) && e.State == edgeclient.StateReady {
+			rtt = e.LastRTT
 		}
+	}
+	for _, s := range edgeStates {
+		gauge(edgeDesc, one(best == s), string(s))
+		gauge(edgesDesc, float64(count[s]), string(s))
+	}
+	ch <- prometheus.MustNewConstMetric(connectsDesc, prometheus.CounterValue, float64(connects))
+	if rtt > 0 {
+		gauge(rttDesc, rtt.Seconds())
 	}
 }

@@ -116,3 +116,29 @@ func TestLabelledMetricsSayTheirLabelsAreBounded(t *testing.T) {
 		t.Errorf("%d metrics labelled by provider or reason, want 10", seen)
 	}
 }
+
+// Issue 22: a Node of a cluster has a connection per Edge. Its state is
+// its best connection's, each state counts its connections, and the
+// registrations add up.
+func TestScrapeShowsEveryEdgeConnection(t *testing.T) {
+	m := nodemetrics.New(nodemetrics.Options{Edges: func() []edgeclient.EdgeStatus {
+		return []edgeclient.EdgeStatus{
+			{Addr: "e1:7443", Status: edgeclient.Status{State: edgeclient.StateConnecting, Connects: 1}},
+			{Addr: "e2:7443", Status: edgeclient.Status{State: edgeclient.StateReady, Connects: 2, LastRTT: 5 * time.Millisecond}},
+			{Addr: "e3:7443", Status: edgeclient.Status{State: edgeclient.StateReady, Connects: 1, LastRTT: 2 * time.Millisecond}},
+		}
+	}})
+	out := scrape(t, m)
+	for _, want := range []string{
+		`iop_node_edge_state{state="ready"} 1`,
+		`iop_node_edge_state{state="connecting"} 0`,
+		`iop_node_edge_connections{state="ready"} 2`,
+		`iop_node_edge_connections{state="connecting"} 1`,
+		`iop_node_edge_connections_total 4`,
+		`iop_node_heartbeat_rtt_seconds 0.002`,
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+}
