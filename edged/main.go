@@ -24,6 +24,7 @@ import (
 	edgeapp "github.com/iop-dev/iop/internal/edge/app"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/nodecli"
+	"github.com/iop-dev/iop/internal/edge/storecli"
 	"github.com/iop-dev/iop/internal/edge/tlscli"
 )
 
@@ -49,6 +50,7 @@ func main() {
 
 	tlscli.Register(app, os.Stdout)
 	nodeCmd := nodecli.Register(app, os.Stdout)
+	nodeCmd = storecli.Register(app, os.Stdout, nodeCmd)
 
 	check := app.Command("config", "Configuration tools.").Command("check", "Validate a configuration file and exit.")
 	checkPath := check.Arg("file", "Edge configuration file.").Required().String()
