@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -13,7 +14,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/dispatch"
+	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
+	"github.com/iop-dev/iop/internal/edge/sched"
 	nodetransport "github.com/iop-dev/iop/internal/node/edgeclient"
 	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
@@ -339,5 +344,74 @@ func TestTwoEdgesNeverOversubscribeANode(t *testing.T) {
 		if most := sh.most.Load(); most > 2 {
 			t.Errorf("%d runs at once on a Node of capacity 2", most)
 		}
+	})
+}
+
+// The same through each Edge's own scheduler and dispatcher, as an Edge
+// serves clients: runs from two Edges to one Node of capacity 2 never run
+// more than 2 at once; the one the Node refuses busy waits (its provider
+// marked full on that Edge) and is served once a slot is free, without a
+// failover and without an error to its client.
+func TestTwoEdgesDispatchingToOneNodeShareItsCapacity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimHarness(t)
+		_, e1, e2 := h.twoEdges()
+		sh := &slotHandler{slots: make(chan struct{}, 2), release: make(chan struct{})}
+		h.startClusterNode("n1", []string{e1.addr}, 2, sh)
+		h.waitOnBoth("n1", e1, e2)
+		cfg, err := edgeconfig.Parse([]byte("listen: {http: \"127.0.0.1:8080\", quic: \"127.0.0.1:7443\"}\nidentity: {mode: loopback}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dispatcher := func(e *clusterEdge) *dispatch.Dispatcher {
+			s := sched.New(e.reg, sched.Options{})
+			go s.Run(t.Context())
+			return dispatch.New(cfg, dispatch.SchedulerSlots(s), dispatch.ServerNodes(e.srv), dispatch.Options{})
+		}
+		d1, d2 := dispatcher(e1), dispatcher(e2)
+		start := func(d *dispatch.Dispatcher) (*dispatch.Run, error) {
+			plan, err := d.Resolve(auth.Principal{Name: "p", Routes: []string{edgeconfig.AllRoutes}}, "sim-small")
+			if err != nil {
+				return nil, err
+			}
+			return d.StartRun(t.Context(), plan, &wirepb.RunRequest{}, dispatch.Watch{})
+		}
+		for range 2 {
+			if _, err := start(d1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		third := make(chan error, 1)
+		go func() {
+			r, err := start(d2)
+			if err == nil {
+				defer r.Close()
+				var ev *wirepb.RunEvent
+				if ev, err = r.Next(); err == nil && ev.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA {
+					err = fmt.Errorf("first event %v", ev)
+				}
+			}
+			third <- err
+		}()
+		time.Sleep(2 * time.Second) // refused busy, and waiting
+		synctest.Wait()
+		select {
+		case err := <-third:
+			t.Fatalf("the third run ended while the Node was full: %v", err)
+		default:
+		}
+		// Refused, and retried only as the full mark's backoff ends
+		// (this Node reports no slots in use): no retry loop.
+		if n := sh.busy.Load(); n == 0 || n > int32(2*time.Second/sched.FullBackoff)+1 {
+			t.Fatalf("the Node refused the third run busy %d times in 2 s; want 1 to %d", n, 2*time.Second/sched.FullBackoff+1)
+		}
+		close(sh.release)
+		if err := <-third; err != nil {
+			t.Fatalf("the third run once a slot is free: %v", err)
+		}
+		if most := sh.most.Load(); most > 2 {
+			t.Errorf("%d runs at once on a Node of capacity 2", most)
+		}
+		t.Logf("busy refusals before the third run was served: %d in 2 s", sh.busy.Load())
 	})
 }
