@@ -38,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/iop-dev/iop/internal/edge/fleet"
+	"github.com/iop-dev/iop/internal/edge/inflight"
 )
 
 // Defaults of Options.
@@ -188,6 +189,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Cluster, error) {
 	}
 	c.members = []Member{c.selfMember()}
 	c.ledger = newLedger(pool, opts.Self.ID, opts.Ledger, log)
+	c.ledger.reached = c.setReachable
 	return c, nil
 }
 
@@ -254,6 +256,14 @@ func (c *Cluster) leave(ctx context.Context) error {
 	}
 	return nil
 }
+
+// The ledger takes the usage of every piece of work as it ends
+// (inflight.Options.Usage), an Edge alone's as well as a cluster's.
+var (
+	_ inflight.UsageRecorder = (*Cluster)(nil)
+	_ inflight.UsageRecorder = (*Single)(nil)
+	_ inflight.UsageRecorder = (*Ledger)(nil)
+)
 
 // Ledger is the usage ledger this Edge writes.
 func (c *Cluster) Ledger() *Ledger { return c.ledger }

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"slices"
@@ -157,13 +158,24 @@ func TestTheDatabaseGoneKeepsTheLastKnownMembers(t *testing.T) {
 	dsn := srv.CreateDatabase(t)
 	a, b := join(t, dsn, "edge-a", cluster.Options{}), join(t, dsn, "edge-b", cluster.Options{})
 	waitFor(t, a, 10*time.Second, "a sees b", membersAre("edge-a", "edge-b"))
+	connect(t, b.reg, "n1")
+	waitView(t, a, 10*time.Second, "n1=edge-b")
 	srv.Stop(t)
 	waitStats(t, a, 10*time.Second, "a notices the database gone", func(s cluster.Stats) bool { return !s.DatabaseReachable })
 	if got := ids(a.Members()); !slices.Equal(got, []string{"edge-a", "edge-b"}) {
 		t.Errorf("members with the database gone = %v, want the last known", got)
 	}
-	if v := a.View(context.Background()); v.Database != "unreachable" || len(v.Edges) != 2 {
-		t.Errorf("view with the database gone: database %q, edges %+v", v.Database, v.Edges)
+	// The reads answer at once, from what was last read.
+	start := time.Now()
+	v := a.View(context.Background())
+	if v.Database != "unreachable" || len(v.Edges) != 2 || !slices.Equal(edgesOf(v), []string{"n1=edge-b"}) {
+		t.Errorf("view with the database gone: database %q, edges %+v, nodes %q", v.Database, v.Edges, edgesOf(v))
+	}
+	if _, err := a.Usage(context.Background(), cluster.UsageQuery{From: start.Add(-time.Hour), To: start}); !errors.Is(err, cluster.ErrUnreachable) {
+		t.Errorf("usage with the database gone: %v, want ErrUnreachable", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the reads took %v with the database gone, want an answer at once", took)
 	}
 	srv.Start(t)
 	waitStats(t, a, 15*time.Second, "a reaches the database again", func(s cluster.Stats) bool { return s.DatabaseReachable && s.Alive == 2 })

@@ -86,6 +86,9 @@ type Ledger struct {
 	flush time.Duration
 	max   int
 	log   *slog.Logger
+	// reached is told each write's outcome: the cluster's view of whether
+	// the database is reachable. Nil for Single.
+	reached func(error)
 
 	mu      sync.Mutex
 	current map[usageKey]Counts
@@ -261,6 +264,9 @@ func (l *Ledger) write(ctx context.Context) error {
 		l.mu.Unlock()
 
 		err := l.send(ctx, b.id, rows)
+		if l.reached != nil {
+			l.reached(err)
+		}
 
 		l.mu.Lock()
 		switch {

@@ -197,19 +197,21 @@ func (c *Cluster) beat(ctx context.Context, dirty bool) {
 	c.mu.Unlock()
 }
 
+// heldLocks are the keys of the advisory locks held now in this database:
+// pg_locks shows the two halves of a bigint key as classid and objid, with
+// objsubid 1.
+const heldLocks = `
+	SELECT (classid::int8 << 32) | objid::int8 AS key FROM pg_locks
+	WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
 // membersQuery reads every Edge's row with its heartbeat's age and whether
-// its advisory lock is held now (pg_locks shows the two halves of a bigint
-// key as classid and objid, with objsubid 1).
+// its advisory lock is held now.
 const membersQuery = `
 SELECT e.edge_id, e.quic_address, e.http_address, e.version, e.config_hash, e.started_at, e.heartbeat_at, e.stopping,
 	extract(epoch FROM clock_timestamp() - e.heartbeat_at)::float8,
-	l.key IS NOT NULL
+	e.lock_key IN (` + heldLocks + `)
 FROM iop_edges e
-LEFT JOIN (
-	SELECT DISTINCT (classid::int8 << 32) | objid::int8 AS key FROM pg_locks
-	WHERE locktype = 'advisory' AND granted AND objsubid = 1
-		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-) l ON l.key = e.lock_key
 ORDER BY e.edge_id`
 
 // refresh reads the members. On failure the list stays as it was (fail
@@ -282,8 +284,7 @@ func (c *Cluster) removeDead(ctx context.Context, dead, forget []string) {
 		// Only while the Edge is still without its lock: one that came
 		// back in between rewrites its Nodes anyway, but need not.
 		b.Queue(`DELETE FROM iop_edge_nodes n USING iop_edges e WHERE n.edge_id = e.edge_id AND e.edge_id = ANY($1)
-			AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-				AND ((l.classid::int8 << 32) | l.objid::int8) = e.lock_key)`, dead)
+			AND e.lock_key NOT IN (`+heldLocks+`)`, dead)
 	}
 	if len(forget) > 0 {
 		b.Queue(`DELETE FROM iop_edge_nodes WHERE edge_id = ANY($1)`, forget)

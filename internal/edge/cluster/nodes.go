@@ -132,18 +132,24 @@ func (c *Cluster) readNodes(ctx context.Context, alive map[string]bool) ([]NodeL
 		})
 	}
 	c.setReachable(err)
+	if err == nil {
+		c.mu.Lock()
+		c.others = links
+		c.mu.Unlock()
+	}
+	return c.lastNodes(alive), err
+}
+
+// lastNodes are the links of the other Edges last read, of the Edges alive
+// only: a dead Edge's rows say nothing of where its Nodes are connected.
+func (c *Cluster) lastNodes(alive map[string]bool) []NodeLink {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err == nil {
-		c.others = links
-	}
-	// Rows of an Edge not alive are ignored: its Nodes are not connected
-	// to it, whatever it last wrote.
 	out := make([]NodeLink, 0, len(c.others))
 	for _, l := range c.others {
 		if alive[l.Edge] {
 			out = append(out, l)
 		}
 	}
-	return out, err
+	return out
 }

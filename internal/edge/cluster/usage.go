@@ -3,6 +3,7 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -25,6 +26,10 @@ type UsageQuery struct {
 	From, To time.Time
 	By       []string
 }
+
+// ErrUnreachable is Usage's error while the database is known to be
+// unreachable: the report would be this Edge's usage alone.
+var ErrUnreachable = errors.New("cluster: usage: the cluster database is unreachable; the ledger's totals are not available until it is back")
 
 // ErrBadDimension is a UsageQuery's By naming what the ledger does not
 // group by.
@@ -121,6 +126,12 @@ var usageColumns = map[string]string{ByPrincipal: "principal", ByModel: "model",
 func (c *Cluster) Usage(ctx context.Context, q UsageQuery) (UsageReport, error) {
 	if err := q.Check(); err != nil {
 		return UsageReport{}, err
+	}
+	c.mu.Lock()
+	reachable := c.reachable
+	c.mu.Unlock()
+	if !reachable {
+		return UsageReport{}, ErrUnreachable
 	}
 	cols := make([]string, 4)
 	var group []string

@@ -61,11 +61,18 @@ func (c *Cluster) View(ctx context.Context) View {
 	for _, m := range members {
 		alive[m.ID] = m.Alive
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.fresh)
-	defer cancel()
-	links, err := c.readNodes(ctx, alive)
-	if err != nil {
-		reachable = false
+	var links []NodeLink
+	if reachable {
+		ctx, cancel := context.WithTimeout(ctx, c.fresh)
+		defer cancel()
+		var err error
+		if links, err = c.readNodes(ctx, alive); err != nil {
+			reachable = false
+		}
+	} else {
+		// Known unreachable: answer at once from what was last read; the
+		// membership loop notices the database's return.
+		links = c.lastNodes(alive)
 	}
 	if c.fleet != nil {
 		links = append(links, linksOf(c.self.ID, c.fleet.Snapshot())...)
