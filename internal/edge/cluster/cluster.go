@@ -37,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/inflight"
 )
@@ -256,6 +257,32 @@ func (c *Cluster) leave(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Membership is what an Edge's wiring holds of its cluster, whichever it
+// is: *Cluster, or *Single for an Edge alone. The admin reads, the status
+// page and the metrics show either the same way.
+type Membership interface {
+	// Members are the Edges alive now, this one included.
+	Members() []Member
+	// View is every Edge and every Node's Edges, for the admin reads.
+	View(ctx context.Context) View
+	// Usage is the usage ledger's totals over a window.
+	Usage(ctx context.Context, q UsageQuery) (UsageReport, error)
+	// Stats are the figures of the metrics.
+	Stats() Stats
+	// Record takes one piece of work's usage (inflight.Options.Usage).
+	Record(principal, model, node string, promptTokens, completionTokens int64)
+	// MarkStopping shows this Edge as stopping (draining).
+	MarkStopping()
+	// PublishConfig shows the hash of the configuration's shared sections;
+	// call it at start and after each applied reload.
+	PublishConfig(cfg *edgeconfig.Config)
+}
+
+var (
+	_ Membership = (*Cluster)(nil)
+	_ Membership = (*Single)(nil)
+)
 
 // The ledger takes the usage of every piece of work as it ends
 // (inflight.Options.Usage), an Edge alone's as well as a cluster's.
