@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +95,40 @@ func TestASingleEdgeKeepsNoAuditLog(t *testing.T) {
 	}
 	if _, err := f.svc.AuditLog(context.Background(), 0, 10); !errors.Is(err, ErrNoAuditLog) {
 		t.Errorf("AuditLog: %v, want ErrNoAuditLog", err)
+	}
+}
+
+// The admin socket serves the audit log a page at a time, and says when
+// there is none; a cluster Edge whose database is gone refuses a removal
+// on the socket with ErrDatabaseUnreachable, which the client matches.
+func TestTheAdminSocketServesTheAuditLog(t *testing.T) {
+	srv := pgtest.NewServer(t)
+	f := newFixtureOn(t, newPGEnv(t, srv.CreateDatabase(t), "edge-1"))
+	c := serveSocket(t, f)
+	for _, id := range []string{"gpu-1", "gpu-2", "gpu-3"} {
+		if _, err := c.AddToken(id, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, err := c.AuditLog(0, 2)
+	if err != nil || len(page) != 2 || page[0].Subject != "gpu-3" || page[1].Subject != "gpu-2" {
+		t.Fatalf("first page: %+v %v", page, err)
+	}
+	page, err = c.AuditLog(page[1].ID, 2)
+	if err != nil || len(page) != 1 || page[0].Subject != "gpu-1" || page[0].Action != ActionTokenIssued {
+		t.Fatalf("second page: %+v %v", page, err)
+	}
+	if _, err := c.AuditLog(0, MaxAuditPage+1); err == nil {
+		t.Error("a page over the bound was served")
+	}
+
+	srv.Stop(t)
+	if _, err := c.Remove("gpu-1"); !errors.Is(err, ErrDatabaseUnreachable) || !strings.Contains(err.Error(), "joins and removals need it") {
+		t.Errorf("remove with the database stopped: %v", err)
+	}
+
+	single := newFixture(t)
+	if _, err := serveSocket(t, single).AuditLog(0, 10); !errors.Is(err, ErrNoAuditLog) {
+		t.Errorf("a single Edge's audit log: %v, want ErrNoAuditLog", err)
 	}
 }

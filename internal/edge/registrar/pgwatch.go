@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/iop-dev/iop/internal/edge/clusterdb"
+	"github.com/iop-dev/iop/quicwire"
 )
 
 // How a cluster Edge follows the others and fails static.
@@ -43,6 +45,31 @@ const (
 type change struct {
 	Op   string `json:"op"`
 	Node string `json:"node"`
+}
+
+// maxChangePayload bounds a notification's payload: an op and a Node id.
+const maxChangePayload = 1024
+
+// parseChange reads a notification's payload. Whoever can NOTIFY on the
+// database can send one, and a removal fences a Node: the op must be one
+// of ours and the Node id valid, or nothing is done.
+func parseChange(payload string) (change, error) {
+	if len(payload) > maxChangePayload {
+		return change{}, fmt.Errorf("%d bytes, more than %d", len(payload), maxChangePayload)
+	}
+	var c change
+	if err := json.Unmarshal([]byte(payload), &c); err != nil {
+		return change{}, err
+	}
+	switch c.Op {
+	case opRemoved, opRestored, opIssued:
+	default:
+		return change{}, fmt.Errorf("unknown op %q", c.Op)
+	}
+	if err := quicwire.ValidateID(c.Node); err != nil {
+		return change{}, fmt.Errorf("node id: %w", err)
+	}
+	return c, nil
 }
 
 // Reconnection backoff of the listening connection.
@@ -375,9 +402,9 @@ func (p *PGStore) follow(ctx context.Context, conn *pgx.Conn) error {
 // handle applies one notification: the Node's standing is read again, and
 // a removal fences its connection here.
 func (p *PGStore) handle(ctx context.Context, payload string) {
-	var c change
-	if err := json.Unmarshal([]byte(payload), &c); err != nil || c.Node == "" {
-		p.log.Warn("enrollment store: a notification that does not parse", "payload", payload)
+	c, err := parseChange(payload)
+	if err != nil {
+		p.log.Warn("enrollment store: a notification that does not parse", "payload", payload, "err", err)
 		return
 	}
 	if err := p.refresh(ctx, c.Node); err != nil {

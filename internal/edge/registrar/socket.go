@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -71,6 +72,23 @@ var socketErrors = []struct {
 	{"node_removed", ErrNodeRemoved, http.StatusConflict},
 	{"not_removed", ErrNotRemoved, http.StatusConflict},
 	{"database_unreachable", ErrDatabaseUnreachable, http.StatusServiceUnavailable},
+	{"no_audit_log", ErrNoAuditLog, http.StatusNotFound},
+}
+
+// auditPage reads GET /audit's before and limit (both optional).
+func auditPage(q url.Values) (before int64, limit int, err error) {
+	if v := q.Get("before"); v != "" {
+		if before, err = strconv.ParseInt(v, 10, 64); err != nil || before < 0 {
+			return 0, 0, fmt.Errorf("before: want an entry id, got %q", v)
+		}
+	}
+	limit = 100
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > MaxAuditPage {
+			return 0, 0, fmt.Errorf("limit: want 1 to %d, got %q", MaxAuditPage, v)
+		}
+	}
+	return before, limit, nil
 }
 
 // socketError is an error as the socket carries it.
@@ -80,8 +98,9 @@ type socketError struct {
 }
 
 // Handler is the admin socket's API: POST /nodes/{id}/tokens?ttl=D,
-// DELETE /nodes/{id}, POST /nodes/{id}/restore, GET /nodes. An error is
-// a socketError with a status of 400, 404 or 409.
+// DELETE /nodes/{id}, POST /nodes/{id}/restore, GET /nodes, and GET
+// /audit?before=ID&limit=N (a page of the audit log, newest first). An
+// error is a socketError with a status of 400, 404, 409 or 503.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	reply := func(w http.ResponseWriter, v any, err error) {
@@ -121,6 +140,18 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("POST /nodes/{id}/restore", func(w http.ResponseWriter, r *http.Request) {
 		removed, err := s.RestoreBy(r.Context(), ActorAdminSocket, r.PathValue("id"))
 		reply(w, RestoreResult{NodeID: r.PathValue("id"), Removed: removed}, err)
+	})
+	mux.HandleFunc("GET /audit", func(w http.ResponseWriter, r *http.Request) {
+		before, limit, err := auditPage(r.URL.Query())
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		page, err := s.AuditLog(r.Context(), before, limit)
+		if page == nil {
+			page = []AuditEntry{}
+		}
+		reply(w, page, err)
 	})
 	mux.HandleFunc("GET /nodes", func(w http.ResponseWriter, r *http.Request) {
 		list, err := s.List()
@@ -256,6 +287,14 @@ func (c *SocketClient) Restore(nodeID string) (RestoreResult, error) {
 	var r RestoreResult
 	err := c.call(http.MethodPost, "/nodes/"+url.PathEscape(nodeID)+"/restore", &r)
 	return r, err
+}
+
+// AuditLog asks the running Edge for a page of the audit log: at most
+// limit entries older than entry before (0: the newest), newest first.
+func (c *SocketClient) AuditLog(before int64, limit int) ([]AuditEntry, error) {
+	var page []AuditEntry
+	err := c.call(http.MethodGet, fmt.Sprintf("/audit?before=%d&limit=%d", before, limit), &page)
+	return page, err
 }
 
 // List asks the running Edge for its Nodes. The answer is as long as the
