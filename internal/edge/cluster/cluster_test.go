@@ -1,11 +1,16 @@
 package cluster_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +22,39 @@ import (
 	"github.com/iop-dev/iop/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(helperEnv); spec != "" {
+		helperEdge(spec)
+		return
+	}
+	pgtest.Main(m)
+}
+
+// helperEnv makes the test binary a helper Edge process: "id dsn".
+const helperEnv = "IOP_CLUSTER_TEST_EDGE"
+
+// helperEdge joins the cluster as an Edge of its own process, says so on
+// stdout, and runs until it is killed.
+func helperEdge(spec string) {
+	id, dsn, _ := strings.Cut(spec, " ")
+	cfg, err := clusterdb.Config(dsn, id)
+	if err != nil {
+		panic(err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		panic(err)
+	}
+	c, err := cluster.New(pool, cluster.Options{Self: cluster.Self{ID: id, QUICAddr: id + ".test:7443"}})
+	if err != nil {
+		panic(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		panic(err)
+	}
+	fmt.Println("joined")
+	select {}
+}
 
 // member is one Edge of a test cluster: its pool and membership.
 type member struct {
@@ -121,6 +158,39 @@ func TestAKilledEdgeIsDroppedWithinSeconds(t *testing.T) {
 	v := a.View(context.Background())
 	if len(v.Edges) != 3 || v.Edges[2].ID != "edge-k" || v.Edges[2].Alive {
 		t.Errorf("view edges = %+v, want edge-k shown dead", v.Edges)
+	}
+}
+
+// The same with a real process killed with SIGKILL: the kernel closes its
+// connections, PostgreSQL releases its lock, the others drop it.
+func TestAProcessKilledWithSIGKILLIsDroppedWithinSeconds(t *testing.T) {
+	dsn := pgtest.Start(t)
+	a := join(t, dsn, "edge-a", cluster.Options{})
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=edge-p "+dsn)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "joined\n" {
+		t.Fatalf("the helper Edge said %q, %v", line, err)
+	}
+	waitFor(t, a, 10*time.Second, "a sees the process", membersAre("edge-a", "edge-p"))
+	killed := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, a, 10*time.Second, "the killed process dropped", membersAre("edge-a"))
+	took := time.Since(killed)
+	t.Logf("SIGKILL noticed after %v", took)
+	if took > 4*time.Second {
+		t.Errorf("the killed process was dropped after %v, want about a second", took)
 	}
 }
 
