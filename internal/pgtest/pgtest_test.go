@@ -3,7 +3,9 @@ package pgtest
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -129,5 +131,38 @@ func TestNewServerIsRemovedAfterTheTest(t *testing.T) {
 	}
 	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); !os.IsNotExist(err) {
 		t.Errorf("the postmaster (pid %d) is still running", pid)
+	}
+}
+
+// The newest major version that has both binaries is used; none at all is
+// an error that names where it looked.
+func TestFindBinTakesTheNewestCompleteVersion(t *testing.T) {
+	root := t.TempDir()
+	for _, v := range []struct {
+		version string
+		files   []string
+	}{
+		{"9.6", []string{"initdb", "postgres"}},
+		{"15", []string{"initdb", "postgres"}},
+		{"16", []string{"initdb"}}, // no server: a client-only install
+		{"notes", []string{"initdb", "postgres"}},
+	} {
+		bin := filepath.Join(root, v.version, "bin")
+		if err := os.MkdirAll(bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range v.files {
+			if err := os.WriteFile(filepath.Join(bin, f), nil, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := findBinIn(root)
+	if err != nil || got != filepath.Join(root, "15", "bin") {
+		t.Errorf("findBinIn = %s, %v; want version 15's", got, err)
+	}
+	empty := t.TempDir()
+	if _, err := findBinIn(empty); err == nil || !strings.Contains(err.Error(), empty) {
+		t.Errorf("no binaries: %v", err)
 	}
 }

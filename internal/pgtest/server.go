@@ -89,10 +89,16 @@ func binDir(t testing.TB) string {
 	return ""
 }
 
-// findBin returns the bin directory of the newest major version under
-// /usr/lib/postgresql that has both initdb and postgres.
-func findBin() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+// debianRoot is where Debian's postgresql packages put each major
+// version's binaries (ROOT/VERSION/bin).
+const debianRoot = "/usr/lib/postgresql"
+
+func findBin() (string, error) { return findBinIn(debianRoot) }
+
+// findBinIn returns the bin directory of the newest major version under
+// root that has both initdb and postgres.
+func findBinIn(root string) (string, error) {
+	dirs, _ := filepath.Glob(filepath.Join(root, "*", "bin"))
 	type cand struct {
 		dir     string
 		version float64
@@ -109,7 +115,7 @@ func findBin() (string, error) {
 		found = append(found, cand{d, v})
 	}
 	if len(found) == 0 {
-		return "", errors.New("no PostgreSQL binaries (initdb, postgres) under /usr/lib/postgresql/*/bin")
+		return "", fmt.Errorf("no PostgreSQL binaries (initdb, postgres) under %s/*/bin", root)
 	}
 	sort.Slice(found, func(i, j int) bool { return found[i].version > found[j].version })
 	return found[0].dir, nil
