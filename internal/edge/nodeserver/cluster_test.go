@@ -22,6 +22,7 @@ import (
 	nodetransport "github.com/iop-dev/iop/internal/node/edgeclient"
 	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
+	"github.com/iop-dev/iop/quicwire/pki"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -113,12 +114,7 @@ func (h *harness) startClusterNode(id string, seeds []string, capacity int, hand
 	log := slog.New(slog.NewTextHandler(n.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, err := nodetransport.NewCluster(nodetransport.ClusterOptions{
 		Seeds: seeds,
-		TLS: func(addr, _ string) (*tls.Config, error) {
-			if !quicwire.IsLoopbackAddr(addr) {
-				return nil, errors.New("loopback mode dials loopback addresses only")
-			}
-			return quicwire.LoopbackNodeTLSConfig(), nil
-		},
+		TLS:   h.clusterNodeTLS(id),
 		Client: nodetransport.Options{
 			NodeID:   id,
 			Version:  "test",
@@ -147,6 +143,28 @@ func (h *harness) startClusterNode(id string, seeds []string, capacity int, hand
 	}()
 	h.t.Cleanup(func() { cancel(); <-n.done })
 	return n
+}
+
+// clusterNodeTLS is how Node id dials each Edge: in managed mode, with a
+// certificate of its own, accepting at a listed address only the Edge
+// the list names there (any Edge of the trust domain at a seed); in
+// loopback mode, loopback addresses only.
+func (h *harness) clusterNodeTLS(id string) func(addr, edgeID string) (*tls.Config, error) {
+	if h.ca == nil {
+		return func(addr, _ string) (*tls.Config, error) {
+			if !quicwire.IsLoopbackAddr(addr) {
+				return nil, errors.New("loopback mode dials loopback addresses only")
+			}
+			return quicwire.LoopbackNodeTLSConfig(), nil
+		}
+	}
+	cert, err := h.ca.IssueTLS(quicwire.NodeIdentity(h.trustDomain, id), pki.Options{NotBefore: notBefore, Validity: 100 * 365 * 24 * time.Hour})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return func(_, edgeID string) (*tls.Config, error) {
+		return quicwire.NodeTLSConfig(h.ca.Pool(), cert, h.trustDomain, edgeID, nil), nil
+	}
 }
 
 // edge returns n's connection to addr, if it has one.
@@ -413,5 +431,34 @@ func TestTwoEdgesDispatchingToOneNodeShareItsCapacity(t *testing.T) {
 			t.Errorf("%d runs at once on a Node of capacity 2", most)
 		}
 		t.Logf("busy refusals before the third run was served: %d in 2 s", sh.busy.Load())
+	})
+}
+
+// Managed mode: a Node dials a listed Edge accepting only the certificate
+// of the Edge the list names at that address, and keeps one connection per
+// Edge (the seed's Edge, listed at its own address, is not dialled again).
+func TestAListedEdgeMustPresentTheListedIdentity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimHarness(t, managed)
+		dir := newMemDirectory()
+		e1, e2 := h.startClusterEdge("e1", dir), h.startClusterEdge("e2", dir)
+		// The list says e3 is at e2's address: e2's certificate names e2.
+		dir.set(e1, &clusterEdge{id: "e3", addr: e2.addr})
+		n := h.startClusterNode("n1", []string{e1.addr}, 2, nil)
+		h.waitFor("n1 on e1", 30*time.Second, func() bool { return e1.holds("n1") })
+		synctestSettle(10 * time.Second)
+		if _, err := e2.reg.Dispatchable("n1"); err == nil {
+			t.Fatal("n1 registered with e2, listed as e3")
+		}
+		st, ok := n.edge(e2.addr)
+		if !ok || st.State == nodetransport.StateReady || st.LastError == nil {
+			t.Fatalf("the connection to the mislisted address: %+v (listed %v)", st, ok)
+		}
+		// Listed as itself, e2 is joined; e1 still at generation 1.
+		dir.set(e1, e2)
+		h.waitFor("n1 on e2 once listed as itself", 30*time.Second, func() bool { return e2.holds("n1") })
+		if c, _ := e1.reg.Dispatchable("n1"); c.Generation() != 1 {
+			t.Errorf("n1 on e1 at generation %d, want 1", c.Generation())
+		}
 	})
 }

@@ -234,13 +234,14 @@ func (c *Cluster) learn(from *member, edges []*wirepb.ClusterEdge) {
 	if c.ctx == nil || c.ctx.Err() != nil || c.draining {
 		return
 	}
-	listed := make(map[string]bool, len(edges))
+	// A connection made from a list stays while a list names its Edge at
+	// its address.
+	listed := make(map[[2]string]bool, len(edges))
 	for _, e := range edges {
-		listed[e.GetEdgeId()] = true
-		listed["addr:"+e.GetQuicAddress()] = true
+		listed[[2]string{e.GetEdgeId(), e.GetQuicAddress()}] = true
 	}
 	for _, m := range slices.Clone(c.members) {
-		if !m.seed && !listed[m.listedID] && !listed["addr:"+m.addr] {
+		if !m.seed && !listed[[2]string{m.listedID, m.addr}] {
 			c.dropLocked(m, "no longer in the cluster's edge list")
 		}
 	}
@@ -261,12 +262,12 @@ func (c *Cluster) learn(from *member, edges []*wirepb.ClusterEdge) {
 }
 
 // reachedLocked reports whether a connection already reaches (or dials)
-// the Edge id at addr: one to addr, one listed as id, or one registered
+// the Edge id at addr: a seed to addr, one listed as id, or one registered
 // there (from, whose registration may not show in its status yet, is the
 // Edge that sent the list when id is its own).
 func (c *Cluster) reachedLocked(from *member, id, addr string) bool {
 	for _, m := range c.members {
-		if m.addr == addr || m.listedID == id {
+		if (m.seed && m.addr == addr) || m.listedID == id {
 			return true
 		}
 		st := m.client.Status()
