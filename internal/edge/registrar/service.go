@@ -134,10 +134,12 @@ type Options struct {
 	// a flood flood the log (frontdoor.Refusals); otherwise each is logged
 	// at Warn.
 	Refused Refuser
-	// OnRemoved, if set, is called when another Edge of the cluster
-	// removed a Node (PGStore tells within about a second), after this
-	// Edge fenced the Node's connection in Registry. It runs on the
-	// backend's listener: it must not block.
+	// OnRemoved, if set, is called when an Edge of the cluster (this one
+	// too) removed a Node, or when this Edge finds a removal it missed
+	// while its database connection was down: PGStore tells within about
+	// a second, after this Edge fenced the Node's connection in Registry.
+	// It runs on the backend's listener: it must not block. The bbolt
+	// store of a single Edge never calls it (Remove fences at once).
 	OnRemoved func(nodeID string)
 	Now       func() time.Time
 	Logger    *slog.Logger
