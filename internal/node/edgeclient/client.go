@@ -88,6 +88,10 @@ type Options struct {
 	// Certificates, if set, is renewed on the control stream before it
 	// expires, when the Edge says it renews.
 	Certificates Certificates
+	// RenewGate, if set, is shared by the Node's connections to several
+	// Edges (cluster.go): one renews the certificate at a time, and the
+	// others find it renewed.
+	RenewGate *sync.Mutex
 	// PacketConn, if set, carries QUIC instead of a new UDP socket (tests
 	// use quic-go's simnet). The client does not close it.
 	PacketConn net.PacketConn

@@ -89,6 +89,8 @@ type Cluster struct {
 	draining bool
 	changed  chan struct{}
 	wg       sync.WaitGroup // every member's Run and drop
+	// renew lets one connection at a time renew the Node's certificate.
+	renew sync.Mutex
 }
 
 // member is one Edge connection of the Cluster.
@@ -145,6 +147,7 @@ func (c *Cluster) newMember(addr, listedID string, seed bool) (*member, error) {
 	if c.opts.PerEdge != nil {
 		o.Handler, o.Leases = c.opts.PerEdge(func() Status { return m.client.Status() })
 	}
+	o.RenewGate = &c.renew
 	o.Edge = func(id string) error { return c.claim(m, id) }
 	o.Cluster = func(edges []*wirepb.ClusterEdge) { c.learn(m, edges) }
 	if m.client, err = New(o); err != nil {

@@ -75,9 +75,18 @@ func (c *Client) renew(ctx context.Context, conn *connection, log *slog.Logger) 
 			}
 		}
 		wait = 0
+		if nb2, na2 := certs.Validity(); !nb2.Equal(nb) || !na2.Equal(na) {
+			// Renewed meanwhile, on another Edge's connection
+			// (cluster.go): due again only at the new one's time.
+			continue
+		}
 		if err := c.renewOnce(ctx, conn); err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			if errors.Is(err, errRenewElsewhere) {
+				wait = minRenewRetry
+				continue
 			}
 			var deferred bool
 			wait, deferred = retryWait(err, na, time.Now())
@@ -93,6 +102,11 @@ func (c *Client) renew(ctx context.Context, conn *connection, log *slog.Logger) 
 	}
 }
 
+// errRenewElsewhere: another connection of this Node is renewing its
+// certificate now; this one looks again after its retry wait, and finds
+// the certificate renewed.
+var errRenewElsewhere = errors.New("the certificate is being renewed on another edge connection")
+
 // errNoRenewAnswer: the Edge did not answer a certificate request.
 var errNoRenewAnswer = errors.New("no answer to the certificate request")
 
@@ -106,6 +120,13 @@ type renewErr struct {
 func (e renewErr) Error() string { return "edge refused: " + e.reason }
 
 func (c *Client) renewOnce(ctx context.Context, conn *connection) error {
+	if g := c.opts.RenewGate; g != nil {
+		// One renewal at a time over all the Node's connections.
+		if !g.TryLock() {
+			return errRenewElsewhere
+		}
+		defer g.Unlock()
+	}
 	csr, err := c.opts.Certificates.Request()
 	if err != nil {
 		return err
