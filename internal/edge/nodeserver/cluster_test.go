@@ -107,8 +107,17 @@ type clusterNode struct {
 }
 
 // startClusterNode starts Node id with seeds, serving streams with
-// handler (nil: none), its total capacity capacity.
+// handler (nil: none), its total capacity capacity, one static provider.
 func (h *harness) startClusterNode(id string, seeds []string, capacity int, handler nodetransport.Handler) *clusterNode {
+	h.t.Helper()
+	return h.startClusterNodeWith(id, seeds, capacity, handler, nodetransport.StaticProviders([]*wirepb.Provider{{
+		Name: "sim", Adapter: "simulator", Capacity: uint32(capacity), State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
+		Targets: []*wirepb.Target{{Name: "sim-small"}},
+	}}))
+}
+
+// startClusterNodeWith is startClusterNode with providers.
+func (h *harness) startClusterNodeWith(id string, seeds []string, capacity int, handler nodetransport.Handler, providers nodetransport.Providers) *clusterNode {
 	h.t.Helper()
 	n := &clusterNode{log: new(syncBuffer), done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(n.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -121,11 +130,8 @@ func (h *harness) startClusterNode(id string, seeds []string, capacity int, hand
 			Liveness: h.live,
 			Backoff:  nodetransport.Backoff{Initial: time.Second, Max: 4 * time.Second},
 			Capacity: capacity,
-			Providers: nodetransport.StaticProviders([]*wirepb.Provider{{
-				Name: "sim", Adapter: "simulator", Capacity: uint32(capacity), State: wirepb.ProviderState_PROVIDER_STATE_ONLINE,
-				Targets: []*wirepb.Target{{Name: "sim-small"}},
-			}}),
-			Handler: handler,
+			Providers: providers,
+			Handler:   handler,
 		},
 		PacketConn:   h.packetConn,
 		DrainTimeout: 10 * time.Second,
@@ -460,5 +466,59 @@ func TestAListedEdgeMustPresentTheListedIdentity(t *testing.T) {
 		if c, _ := e1.reg.Dispatchable("n1"); c.Generation() != 1 {
 			t.Errorf("n1 on e1 at generation %d, want 1", c.Generation())
 		}
+	})
+}
+
+// changingProviders is a Node's providers whose slots in use change.
+type changingProviders struct {
+	mu      sync.Mutex
+	inUse   uint32
+	changed chan struct{}
+}
+
+func (p *changingProviders) Snapshot() []*wirepb.Provider {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return []*wirepb.Provider{{Name: "sim", Adapter: "simulator", Capacity: 2, InUse: p.inUse,
+		State: wirepb.ProviderState_PROVIDER_STATE_ONLINE, Targets: []*wirepb.Target{{Name: "sim-small"}}}}
+}
+
+func (p *changingProviders) WaitReady(context.Context) error { return nil }
+
+func (p *changingProviders) Changed() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.changed
+}
+
+func (p *changingProviders) set(inUse uint32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inUse = inUse
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// What the Node reports of its providers (here its slots in use) reaches
+// every Edge it is connected to.
+func TestProviderStatusReachesEveryEdge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimHarness(t)
+		_, e1, e2 := h.twoEdges()
+		ps := &changingProviders{changed: make(chan struct{})}
+		h.startClusterNodeWith("n1", []string{e1.addr}, 2, nil, ps)
+		h.waitOnBoth("n1", e1, e2)
+		inUse := func(e *clusterEdge) uint32 {
+			c, err := e.reg.Dispatchable("n1")
+			if err != nil {
+				return 0
+			}
+			return c.Providers()[0].GetInUse()
+		}
+		ps.set(2)
+		h.waitFor("both edges told 2 slots in use", 5*time.Second, func() bool { return inUse(e1) == 2 && inUse(e2) == 2 })
+		ps.set(1)
+		ps.set(0) // within the rate limit: the last state still goes out
+		h.waitFor("both edges told 0 slots in use", 5*time.Second, func() bool { return inUse(e1) == 0 && inUse(e2) == 0 })
 	})
 }
