@@ -125,11 +125,11 @@ func (h *harness) startClusterNodeWith(id string, seeds []string, capacity int, 
 		Seeds: seeds,
 		TLS:   h.clusterNodeTLS(id),
 		Client: nodetransport.Options{
-			NodeID:   id,
-			Version:  "test",
-			Liveness: h.live,
-			Backoff:  nodetransport.Backoff{Initial: time.Second, Max: 4 * time.Second},
-			Capacity: capacity,
+			NodeID:    id,
+			Version:   "test",
+			Liveness:  h.live,
+			Backoff:   nodetransport.Backoff{Initial: time.Second, Max: 4 * time.Second},
+			Capacity:  capacity,
 			Providers: providers,
 			Handler:   handler,
 		},
@@ -469,34 +469,10 @@ func TestAListedEdgeMustPresentTheListedIdentity(t *testing.T) {
 	})
 }
 
-// changingProviders is a Node's providers whose slots in use change.
-type changingProviders struct {
-	mu      sync.Mutex
-	inUse   uint32
-	changed chan struct{}
-}
-
-func (p *changingProviders) Snapshot() []*wirepb.Provider {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return []*wirepb.Provider{{Name: "sim", Adapter: "simulator", Capacity: 2, InUse: p.inUse,
+// slotsInUse is a provider snapshot with inUse slots taken.
+func slotsInUse(inUse uint32) []*wirepb.Provider {
+	return []*wirepb.Provider{{Name: "sim", Adapter: "simulator", Capacity: 2, InUse: inUse,
 		State: wirepb.ProviderState_PROVIDER_STATE_ONLINE, Targets: []*wirepb.Target{{Name: "sim-small"}}}}
-}
-
-func (p *changingProviders) WaitReady(context.Context) error { return nil }
-
-func (p *changingProviders) Changed() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.changed
-}
-
-func (p *changingProviders) set(inUse uint32) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.inUse = inUse
-	close(p.changed)
-	p.changed = make(chan struct{})
 }
 
 // What the Node reports of its providers (here its slots in use) reaches
@@ -505,7 +481,7 @@ func TestProviderStatusReachesEveryEdge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newSimHarness(t)
 		_, e1, e2 := h.twoEdges()
-		ps := &changingProviders{changed: make(chan struct{})}
+		ps := &mutableProviders{changed: make(chan struct{}), ps: slotsInUse(0)}
 		h.startClusterNodeWith("n1", []string{e1.addr}, 2, nil, ps)
 		h.waitOnBoth("n1", e1, e2)
 		inUse := func(e *clusterEdge) uint32 {
@@ -515,10 +491,10 @@ func TestProviderStatusReachesEveryEdge(t *testing.T) {
 			}
 			return c.Providers()[0].GetInUse()
 		}
-		ps.set(2)
+		ps.set(slotsInUse(2))
 		h.waitFor("both edges told 2 slots in use", 5*time.Second, func() bool { return inUse(e1) == 2 && inUse(e2) == 2 })
-		ps.set(1)
-		ps.set(0) // within the rate limit: the last state still goes out
+		ps.set(slotsInUse(1))
+		ps.set(slotsInUse(0)) // within the rate limit: the last state still goes out
 		h.waitFor("both edges told 0 slots in use", 5*time.Second, func() bool { return inUse(e1) == 0 && inUse(e2) == 0 })
 	})
 }
