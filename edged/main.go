@@ -5,6 +5,7 @@
 //	edged run --config edge.yaml               run the Edge (SIGHUP reloads the file)
 //	edged tls ca create / tls cert create      make a CA and certificates for managed mode
 //	edged node add / remove / list             enroll Nodes with join tokens, revoke them
+//	edged store migrate --config edge.yaml     copy the enrollment into the cluster's PostgreSQL
 //	edged config check edge.yaml               validate a configuration file
 //	edged version                              print the version
 //

@@ -29,6 +29,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/adminapi"
 	"github.com/iop-dev/iop/internal/edge/anthropicapi"
 	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/cluster"
 	"github.com/iop-dev/iop/internal/edge/credentials"
 	"github.com/iop-dev/iop/internal/edge/dispatch"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
@@ -93,6 +94,7 @@ type Edge struct {
 	front *frontend.Front
 	runs  *inflight.Tracker
 	nodes *nodeserver.Server
+	clust cluster.Membership
 	log   *slog.Logger
 }
 
@@ -101,7 +103,7 @@ type Edge struct {
 // cause, not fx's whole chain.
 func Start(cfg *edgeconfig.Config, extra ...fx.Option) (*Edge, error) {
 	e := &Edge{}
-	opts := append([]fx.Option{Module(cfg), fx.StopTimeout(StopTimeout), fx.Populate(&e.http, &e.quic, &e.front, &e.runs, &e.nodes, &e.log)}, extra...)
+	opts := append([]fx.Option{Module(cfg), fx.StopTimeout(StopTimeout), fx.Populate(&e.http, &e.quic, &e.front, &e.runs, &e.nodes, &e.clust, &e.log)}, extra...)
 	e.fx = fx.New(opts...)
 	if err := e.fx.Err(); err != nil {
 		return nil, dig.RootCause(err)
@@ -134,7 +136,7 @@ func (e *Edge) Stop() error {
 func Module(cfg *edgeconfig.Config) fx.Option {
 	return fx.Options(
 		fx.Supply(cfg, quicwire.DefaultLiveness, ConfigPath("")),
-		fx.Provide(newLogger, newRegistry, newEdgeTLS, newQUICListener, newCredentials, newLeases, newTransport, newScheduler, newMetrics,
+		fx.Provide(newLogger, newClusterDB, newMembership, newRegistry, newEdgeTLS, newQUICListener, newCredentials, newLeases, newTransport, newScheduler, newMetrics,
 			newRefusals, newDoor, newAuthenticator, newLive, newServed, newDispatcher, newFront, newReloader, newClientCerts, newHTTPServer),
 		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: log}
@@ -272,7 +274,7 @@ func newLeases(store *credentials.Store) (*dispatch.Leases, error) {
 }
 
 func newTransport(cfg *edgeconfig.Config, liveness quicwire.Liveness, reg *fleet.Registry, store *credentials.Store, leases *dispatch.Leases,
-	refused *frontdoor.Refusals, enrolled *registrar.Service, log *slog.Logger) *nodeserver.Server {
+	refused *frontdoor.Refusals, enrolled *registrar.Service, cl cluster.Membership, log *slog.Logger) *nodeserver.Server {
 	var e nodeserver.Enrollment
 	if enrolled != nil { // a nil *Service in the interface would not be nil
 		e = enrolled
@@ -286,6 +288,7 @@ func newTransport(cfg *edgeconfig.Config, liveness quicwire.Liveness, reg *fleet
 		LeaseSigningKey: leases.PublicKey(),
 		Credentials:     store,
 		Refused:         refused,
+		Directory:       directory(cl),
 		Logger:          log,
 	}, reg)
 }
@@ -331,12 +334,23 @@ func runScheduler(lc fx.Lifecycle, s *sched.Scheduler) {
 	})
 }
 
-func newMetrics(reg *fleet.Registry, s *sched.Scheduler) *edgemetrics.Metrics {
-	return edgemetrics.New(reg, s.Depths)
+// newMetrics labels every series with the Edge's id in a cluster (several
+// Edges scraped into one Prometheus stay apart), and adds the cluster's
+// figures.
+func newMetrics(cfg *edgeconfig.Config, reg *fleet.Registry, s *sched.Scheduler, m cluster.Membership) *edgemetrics.Metrics {
+	opts := edgemetrics.Options{Cluster: m}
+	if cfg.Cluster.Enabled() {
+		opts.EdgeID = cfg.EdgeID
+	}
+	return edgemetrics.NewWith(reg, s.Depths, opts)
 }
 
 // newLive is the tracker of the work in flight, for the status page.
-func newLive() *inflight.Tracker { return inflight.New(inflight.Options{}) }
+// newLive tracks the work in flight, and records each piece's usage into
+// the ledger as it ends.
+func newLive(m cluster.Membership) *inflight.Tracker {
+	return inflight.New(inflight.Options{Usage: m})
+}
 
 func newAuthenticator(cfg *edgeconfig.Config, log *slog.Logger) (*auth.Authenticator, error) {
 	a, err := auth.New(cfg)
@@ -352,8 +366,8 @@ func newAuthenticator(cfg *edgeconfig.Config, log *slog.Logger) (*auth.Authentic
 // newReloader applies a changed configuration file to the authenticator
 // (the snapshot requests read), the credentials and the dispatcher.
 func newReloader(cfg *edgeconfig.Config, path ConfigPath, authn *auth.Authenticator, store *credentials.Store, d *dispatch.Dispatcher,
-	m *edgemetrics.Metrics, log *slog.Logger) *reload.Reloader {
-	return reload.New(cfg, reload.Options{Path: string(path), Auth: authn, Credentials: store, Dispatcher: d, Logger: log,
+	m *edgemetrics.Metrics, cl cluster.Membership, enrolled *registrar.Service, log *slog.Logger) *reload.Reloader {
+	return reload.New(cfg, reload.Options{Path: string(path), Auth: authn, Credentials: store, Dispatcher: publishing{d, cl, enrolled, log}, Logger: log,
 		Count: func(result string) { m.ConfigReloads.WithLabelValues(result).Inc() }})
 }
 
@@ -461,11 +475,11 @@ type HTTPServer struct {
 // its next request shows the Edge's reason).
 func newHTTPServer(cfg *edgeconfig.Config, reg *fleet.Registry, s *sched.Scheduler, m *edgemetrics.Metrics, door *frontdoor.Door,
 	d *dispatch.Dispatcher, front *frontend.Front, authn *auth.Authenticator, store *credentials.Store, runs *inflight.Tracker, reloader *reload.Reloader,
-	certs *frontdoor.CertFiles, log *slog.Logger) *HTTPServer {
+	certs *frontdoor.CertFiles, cl cluster.Membership, log *slog.Logger) *HTTPServer {
 	h := &HTTPServer{addr: cfg.Listen.HTTP, door: door, certs: certs}
 	access := adminapi.Options{Authenticator: authn, Logger: log, ReadsOpen: authn.AdminReadsOpen, Reloader: reloader,
 		Credentials: store, Queues: func() any { return s.Snapshot() },
-		Models: func() any { return s.Models() }, Sessions: func() any { return d.Sessions() }, NotYetBack: func() any { return d.NotYetBack() }, Load: s.InFlight, Runs: runs}
+		Models: func() any { return s.Models() }, Sessions: func() any { return d.Sessions() }, NotYetBack: func() any { return d.NotYetBack() }, Load: s.InFlight, Runs: runs, Cluster: cl}
 	admin := adminapi.Handler(reg, func() error {
 		if h.stopping.Load() {
 			return errors.New("stopping: this Edge takes no new work")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/cluster"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/edgemetrics"
 	"github.com/iop-dev/iop/internal/edge/fleet"
@@ -38,9 +39,9 @@ func drainEdge(t *testing.T) (*Edge, http.Handler) {
 	nodes := nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg)
 	d := newDispatcher(cfg, s, nodes, m, nil, nil, log)
 	front := newFront(d, a, door, m, runs, log)
-	h := newHTTPServer(cfg, reg, s, m, door, d, front, a, nil, runs, nil, nil, log)
+	h := newHTTPServer(cfg, reg, s, m, door, d, front, a, nil, runs, nil, nil, cluster.NewSingle(cluster.Self{ID: "e"}, reg, cluster.LedgerOptions{}), log)
 	h.serving.Store(true)
-	return &Edge{http: h, front: front, runs: runs, nodes: nodes, log: log}, h.srv.Handler
+	return &Edge{http: h, front: front, runs: runs, nodes: nodes, clust: cluster.NewSingle(cluster.Self{ID: "e"}, reg, cluster.LedgerOptions{}), log: log}, h.srv.Handler
 }
 
 func get(h http.Handler, method, path, body string) *httptest.ResponseRecorder {

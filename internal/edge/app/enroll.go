@@ -48,7 +48,7 @@ func SetTestNodeCertLifetime(d time.Duration) error {
 // a data_dir: then every Node connection is checked against its
 // revocations, and, with enrollment.ca_key_file, the Edge issues and renews
 // Node identities. Otherwise it returns nil: no store, no joins.
-func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *fleet.Registry, refused *frontdoor.Refusals, log *slog.Logger) (*registrar.Service, error) {
+func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *fleet.Registry, refused *frontdoor.Refusals, db *clusterDB, log *slog.Logger) (*registrar.Service, error) {
 	if cfg.Identity.Mode != yamlconf.ModeMTLS || cfg.DataDir == "" {
 		if cfg.Identity.Mode == yamlconf.ModeMTLS {
 			log.Info("node enrollment off: no data_dir (edged node add/remove need one)")
@@ -71,7 +71,7 @@ func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *fleet.Registry,
 	if err := prepareDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	store, err := registrar.OpenStore(cfg.DataDir, time.Second, time.Now())
+	store, err := openEnrollmentStore(cfg, db, log)
 	if err != nil {
 		return nil, err
 	}
@@ -91,6 +91,30 @@ func newEnrollment(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *fleet.Registry,
 			"node_cert_lifetime", lifetime.String())
 	}
 	return svc, nil
+}
+
+// enrollmentStore is an enrollment store the Edge closes when it stops.
+type enrollmentStore interface {
+	registrar.Backend
+	Close() error
+}
+
+// openEnrollmentStore opens the enrollment store: the cluster's PostgreSQL
+// when one is configured (every Edge of the cluster shares tokens, serials
+// and revocations, and hears of a removal within about a second), the bbolt
+// file in data_dir otherwise.
+func openEnrollmentStore(cfg *edgeconfig.Config, db *clusterDB, log *slog.Logger) (enrollmentStore, error) {
+	if db.pool == nil {
+		return registrar.OpenStore(cfg.DataDir, time.Second, time.Now())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), connectWait)
+	defer cancel()
+	pg, err := registrar.OpenPG(ctx, db.pool, registrar.PGOptions{EdgeID: cfg.EdgeID, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("node enrollment kept in the cluster's database")
+	return pg, nil
 }
 
 // managedEdgeTLS builds the Node-facing TLS configuration of managed mode:

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/iop-dev/iop/internal/edge/auth"
+	"github.com/iop-dev/iop/internal/edge/cluster"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/edgemetrics"
 	"github.com/iop-dev/iop/internal/edge/fleet"
@@ -31,7 +32,7 @@ func TestHTTPServerMountsOllamaAPI(t *testing.T) {
 	}
 	door := frontdoor.New(frontdoor.Limits{}, nil)
 	d := newDispatcher(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), m, nil, nil, log)
-	h := newHTTPServer(cfg, reg, s, m, door, d, newFront(d, a, door, m, inflight.New(inflight.Options{}), log), a, nil, inflight.New(inflight.Options{}), nil, nil, log).srv.Handler
+	h := newHTTPServer(cfg, reg, s, m, door, d, newFront(d, a, door, m, inflight.New(inflight.Options{}), log), a, nil, inflight.New(inflight.Options{}), nil, nil, cluster.NewSingle(cluster.Self{ID: "e"}, reg, cluster.LedgerOptions{}), log).srv.Handler
 	tests := []struct {
 		method, path string
 		status       int

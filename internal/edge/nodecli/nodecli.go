@@ -7,6 +7,7 @@
 package nodecli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 
+	"github.com/iop-dev/iop/internal/edge/clusterdb"
 	"github.com/iop-dev/iop/internal/edge/datadir"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/registrar"
@@ -140,6 +142,9 @@ var errNotOwner = errors.New("not the Edge's user")
 // that holds the store but does not answer yet is starting: online is
 // tried again for a while before giving up.
 func (e *edge) offline(online func() error, f func(*registrar.Service) error) error {
+	if e.cfg.Cluster.Enabled() {
+		return e.offlineCluster(f)
+	}
 	if err := offlineAllowed(e.cfg.DataDir); err != nil {
 		return err
 	}
@@ -334,4 +339,34 @@ func printList(w io.Writer, nodes []registrar.NodeStatus, now time.Time) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.Identity, state, serial, expires, stamp(n.LastSeen))
 	}
 	return tw.Flush()
+}
+
+// offlineCluster runs f on the cluster's enrollment in its PostgreSQL (issue
+// 22): with no Edge of this host running, the command works on what every
+// Edge of the cluster reads, and a removal reaches them through the
+// database's notifications.
+func (e *edge) offlineCluster(f func(*registrar.Service) error) error {
+	dsn, err := e.cfg.Cluster.DSN()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := clusterdb.Open(ctx, dsn, e.cfg.EdgeID, nil)
+	if err != nil {
+		return fmt.Errorf("cluster database: %w", err)
+	}
+	defer pool.Close()
+	st, err := registrar.OpenPG(ctx, pool, registrar.PGOptions{EdgeID: e.cfg.EdgeID})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	opts := registrar.Options{EdgeID: e.cfg.EdgeID, TrustDomain: e.cfg.Identity.TrustDomain}
+	if e.cfg.Identity.CAFile != "" {
+		if opts.CACert, err = pki.LoadCACert(e.cfg.Identity.CAFile); err != nil {
+			return err
+		}
+	}
+	return f(registrar.New(st, opts))
 }
