@@ -309,7 +309,12 @@ func (c *Client) Run(ctx context.Context) error {
 		delay := c.opts.Backoff.Delay(attempt)
 		attempt++
 		c.update(func(s *Status) { s.State = StateConnecting })
-		c.log.Warn("edge connection ended; reconnecting", "err", err, "backoff", delay)
+		if errors.Is(err, ErrDuplicateEdge) {
+			// Expected of an address in front of several Edges (cluster.go).
+			c.log.Debug("edge reached through another connection; trying this address again later", "err", err, "backoff", delay)
+		} else {
+			c.log.Warn("edge connection ended; reconnecting", "err", err, "backoff", delay)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(delay):

@@ -91,6 +91,8 @@ type Cluster struct {
 	wg       sync.WaitGroup // every member's Run and drop
 	// renew lets one connection at a time renew the Node's certificate.
 	renew sync.Mutex
+	// list is the last non-empty Edge list an Edge told. Guarded by mu.
+	list []*wirepb.ClusterEdge
 }
 
 // member is one Edge connection of the Cluster.
@@ -211,6 +213,11 @@ func (c *Cluster) claim(m *member, id string) error {
 		if st := o.client.Status(); st.EdgeID == id && holds(st.State) {
 			if !m.seed {
 				c.dropLocked(m, "its edge is reached through "+o.addr)
+			} else {
+				// A seed in front of several Edges (a load balancer) that
+				// lands on one already reached: the Edge it reached before
+				// may now be reached by none.
+				c.dialListedLocked(nil)
 			}
 			return fmt.Errorf("%w: %s through %s", ErrDuplicateEdge, id, o.addr)
 		}
@@ -248,7 +255,18 @@ func (c *Cluster) learn(from *member, edges []*wirepb.ClusterEdge) {
 			c.dropLocked(m, "no longer in the cluster's edge list")
 		}
 	}
-	for _, e := range edges {
+	c.list = edges
+	c.dialListedLocked(from)
+}
+
+// dialListedLocked dials every Edge of the last list that no connection
+// reaches, except one that is stopping; from is the connection whose Edge
+// told the list, nil for none.
+func (c *Cluster) dialListedLocked(from *member) {
+	if c.ctx == nil || c.ctx.Err() != nil || c.draining {
+		return
+	}
+	for _, e := range c.list {
 		id, addr := e.GetEdgeId(), e.GetQuicAddress()
 		if id == "" || addr == "" || e.GetStopping() || c.reachedLocked(from, id, addr) {
 			continue
@@ -258,7 +276,7 @@ func (c *Cluster) learn(from *member, edges []*wirepb.ClusterEdge) {
 			c.log.Warn("not dialling a listed edge", "edge", id, "edge_addr", addr, "err", err)
 			continue
 		}
-		c.log.Info("dialling an edge of the cluster", "edge", id, "edge_addr", addr, "told_by", from.addr)
+		c.log.Info("dialling an edge of the cluster", "edge", id, "edge_addr", addr)
 		c.members = append(c.members, m)
 		c.startLocked(m)
 	}
@@ -278,7 +296,7 @@ func (c *Cluster) reachedLocked(from *member, id, addr string) bool {
 			return true
 		}
 	}
-	return from.client.registeredEdge() == id
+	return from != nil && from.client.registeredEdge() == id
 }
 
 // dropLocked stops m: it drains (the Edge closes the connection once its
