@@ -161,13 +161,7 @@ func (e *edge) offline(online func() error, f func(*registrar.Service) error) er
 		return err
 	}
 	defer store.Close()
-	opts := registrar.Options{EdgeID: e.cfg.EdgeID, TrustDomain: e.cfg.Identity.TrustDomain}
-	if e.cfg.Identity.CAFile != "" {
-		if opts.CACert, err = pki.LoadCACert(e.cfg.Identity.CAFile); err != nil {
-			return err
-		}
-	}
-	return f(registrar.New(store, opts))
+	return e.serve(store, f)
 }
 
 func (c *cli) add() error {
@@ -362,11 +356,18 @@ func (e *edge) offlineCluster(f func(*registrar.Service) error) error {
 		return err
 	}
 	defer st.Close()
+	return e.serve(st, f)
+}
+
+// serve runs f on a Service over store, as this Edge's configuration names
+// it.
+func (e *edge) serve(store registrar.Backend, f func(*registrar.Service) error) error {
 	opts := registrar.Options{EdgeID: e.cfg.EdgeID, TrustDomain: e.cfg.Identity.TrustDomain}
 	if e.cfg.Identity.CAFile != "" {
+		var err error
 		if opts.CACert, err = pki.LoadCACert(e.cfg.Identity.CAFile); err != nil {
 			return err
 		}
 	}
-	return f(registrar.New(st, opts))
+	return f(registrar.New(store, opts))
 }
