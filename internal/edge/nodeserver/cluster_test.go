@@ -498,3 +498,51 @@ func TestProviderStatusReachesEveryEdge(t *testing.T) {
 		h.waitFor("both edges told 0 slots in use", 5*time.Second, func() bool { return inUse(e1) == 0 && inUse(e2) == 0 })
 	})
 }
+
+// alsoAt makes e answer at a second address too (as behind a load
+// balancer or a second name), and returns it.
+func (h *harness) alsoAt(e *clusterEdge) string {
+	h.t.Helper()
+	pc := h.packetConn()
+	ln, err := e.listen(pc)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.srv.Serve(ctx, ln)
+	}()
+	h.t.Cleanup(func() { cancel(); ln.Close(); <-done })
+	return pc.LocalAddr().String()
+}
+
+// One Edge is one connection, by its id: the Edge a seed reaches is not
+// dialled again at its listed address, and two seeds that reach one Edge
+// do not both register there (the second is turned away before it
+// registers, so the first is never superseded).
+func TestOneEdgeIsOneConnectionWhateverItsAddresses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimHarness(t, managed)
+		_, e1, e2 := h.twoEdges()
+		alias := h.alsoAt(e1)
+		n := h.startClusterNode("n1", []string{alias, e1.addr}, 2, nil)
+		h.waitOnBoth("n1", e1, e2)
+		synctestSettle(30 * time.Second)
+		if c, _ := e1.reg.Dispatchable("n1"); c.Generation() != 1 {
+			t.Errorf("n1 on e1 at generation %d, want 1: two connections of it took turns there", c.Generation())
+		}
+		var addrs []string
+		held := 0
+		for _, e := range n.c.Edges() {
+			addrs = append(addrs, e.Addr)
+			if e.State == nodetransport.StateReady && e.EdgeID == "e1" {
+				held++
+			}
+		}
+		if want := []string{alias, e1.addr, e2.addr}; !slices.Equal(addrs, want) || held != 1 {
+			t.Errorf("connections %q with %d ready on e1; want %q (two seeds and e2 from the list), one on e1", addrs, held, want)
+		}
+	})
+}

@@ -84,6 +84,9 @@ type edgeInstance struct {
 	pc       net.PacketConn
 	cancel   context.CancelFunc
 	done     chan struct{}
+	// listen opens another listener of this Edge on pc (an address the
+	// same Edge also answers at).
+	listen func(pc net.PacketConn) (*quic.Listener, error)
 }
 
 type harnessOpt func(*harness)
@@ -213,6 +216,9 @@ func (h *harness) edgeOn(pc net.PacketConn, genBase uint64, id string, dir nodes
 	if key == nil {
 		key = new(quic.StatelessResetKey)
 		rand.Read(key[:])
+	}
+	e.listen = func(pc net.PacketConn) (*quic.Listener, error) {
+		return transport.EdgeTransport(pc, key).Listen(tlsConf, qconf)
 	}
 	tr := transport.EdgeTransport(pc, key)
 	ln, err := tr.Listen(tlsConf, qconf)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -93,7 +94,20 @@ type Cluster struct {
 	renew sync.Mutex
 	// list is the last non-empty Edge list an Edge told. Guarded by mu.
 	list []*wirepb.ClusterEdge
+	// claims are the Edges connections are on their way to register with
+	// (claim), and since when. Guarded by mu.
+	claims map[string]pendingClaim
 }
+
+// pendingClaim is a connection's claim of an Edge before it registers.
+type pendingClaim struct {
+	m  *member
+	at time.Time
+}
+
+// claimPending is how long a claim holds an Edge for a connection that has
+// not registered yet: the register wait and the registration's own.
+const claimPending = 2 * quicwire.HandshakeTimeout
 
 // member is one Edge connection of the Cluster.
 type member struct {
@@ -206,22 +220,34 @@ func (c *Cluster) claim(m *member, id string) error {
 		c.dropLocked(m, "its address answers as another edge")
 		return fmt.Errorf("edge at %s is %q, not %q as listed", m.addr, id, m.listedID)
 	}
+	holder := ""
 	for _, o := range c.members {
 		if o == m {
 			continue
 		}
 		if st := o.client.Status(); st.EdgeID == id && holds(st.State) {
+			holder = o.addr
+		} else if p, ok := c.claims[id]; ok && p.m == o && time.Since(p.at) < claimPending {
+			// On its way to register there: two connections that
+			// reach one Edge at once must not both register.
+			holder = o.addr
+		}
+		if holder != "" {
 			if !m.seed {
-				c.dropLocked(m, "its edge is reached through "+o.addr)
+				c.dropLocked(m, "its edge is reached through "+holder)
 			} else {
 				// A seed in front of several Edges (a load balancer) that
 				// lands on one already reached: the Edge it reached before
 				// may now be reached by none.
 				c.dialListedLocked(nil)
 			}
-			return fmt.Errorf("%w: %s through %s", ErrDuplicateEdge, id, o.addr)
+			return fmt.Errorf("%w: %s through %s", ErrDuplicateEdge, id, holder)
 		}
 	}
+	if c.claims == nil {
+		c.claims = make(map[string]pendingClaim)
+	}
+	c.claims[id] = pendingClaim{m: m, at: time.Now()}
 	return nil
 }
 
