@@ -169,6 +169,9 @@ func (h *harness) clusterNodeTLS(id string) func(addr, edgeID string) (*tls.Conf
 		h.t.Fatal(err)
 	}
 	return func(_, edgeID string) (*tls.Config, error) {
+		if edgeID == "" {
+			edgeID = h.seedEdgeID // noded's identity.edge_id
+		}
 		return quicwire.NodeTLSConfig(h.ca.Pool(), cert, h.trustDomain, edgeID, nil), nil
 	}
 }
@@ -543,6 +546,27 @@ func TestOneEdgeIsOneConnectionWhateverItsAddresses(t *testing.T) {
 		}
 		if want := []string{alias, e1.addr, e2.addr}; !slices.Equal(addrs, want) || held != 1 {
 			t.Errorf("connections %q with %d ready on e1; want %q (two seeds and e2 from the list), one on e1", addrs, held, want)
+		}
+	})
+}
+
+// identity.edge_id (which noded join writes) constrains the configured
+// address only: the Edge accepted there vouches for the Edges it lists,
+// which the Node joins with the ids the list names. A seed that is not
+// that Edge is refused.
+func TestAPinnedSeedVouchesForTheEdgesItLists(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimHarness(t, managed)
+		_, e1, e2 := h.twoEdges()
+		h.seedEdgeID = "e1"
+		h.startClusterNode("n1", []string{e1.addr}, 2, nil)
+		h.waitOnBoth("n1", e1, e2)
+
+		h.seedEdgeID = "e2"
+		h.startClusterNode("n2", []string{e1.addr}, 2, nil)
+		synctestSettle(10 * time.Second)
+		if e1.holds("n2") || e2.holds("n2") {
+			t.Errorf("n2, pinned to e2, registered through e1's address")
 		}
 	})
 }

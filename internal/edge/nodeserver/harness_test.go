@@ -64,6 +64,9 @@ type harness struct {
 	// managed-mode material (nil in loopback mode)
 	ca          *pki.CA
 	trustDomain string
+	// seedEdgeID is the Edge id a cluster Node accepts at its seed
+	// addresses (noded's identity.edge_id); "": any Edge.
+	seedEdgeID string
 	// enrollDir, if set (managed mode), is the data_dir of an enrollment
 	// store: each Edge instance opens it and takes joins, renews
 	// certificates for certLifetime, and revokes.

@@ -113,7 +113,6 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 	a.cluster, err = edgeclient.NewCluster(edgeclient.ClusterOptions{
 		Seeds:  cfg.Edge.Seeds(),
 		TLS:    dialTLS,
-		Pinned: cfg.Identity.EdgeID != "",
 		Client: edgeclient.Options{
 			NodeID:         cfg.NodeID,
 			Version:        opts.Version,
@@ -178,9 +177,9 @@ type dialTLS = func(addr, edgeID string) (*tls.Config, error)
 //
 // Managed mode identifies an Edge by the edge identity its certificate
 // names: at a seed address, any Edge of the trust domain, or only
-// identity.edge_id when it is set (the Node is then pinned to that one
-// Edge); at an address learned from a cluster's list, only the Edge the
-// list names there. Loopback mode authenticates no Edge, so it dials only
+// identity.edge_id when it is set; at an address learned from a cluster's
+// list, only the Edge the list names there (an Edge the Node accepted
+// vouches for the others). Loopback mode authenticates no Edge, so it dials only
 // loopback addresses, listed ones included. Every Edge is sent
 // edge.server_name, or its address's host, as its TLS server name.
 func nodeTLS(cfg *nodeconfig.Config) (dialTLS, edgeclient.Certificates, error) {

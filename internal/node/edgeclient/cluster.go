@@ -44,9 +44,6 @@ type ClusterOptions struct {
 	// error: this Node may not dial addr (loopback mode and an address
 	// that is not loopback); a listed Edge is then left out.
 	TLS func(addr, edgeID string) (*tls.Config, error)
-	// Pinned: the Node dials its seeds only, and the cluster's lists are
-	// ignored (identity.edge_id pins one Edge).
-	Pinned bool
 	// Client is every connection's options; the Cluster sets EdgeAddr,
 	// TLS, PacketConn, Handler, Leases, Edge and Cluster.
 	Client Options
@@ -259,10 +256,9 @@ func holds(s State) bool {
 // learn takes the cluster's Edge list as m's Edge told it: it dials every
 // Edge no connection reaches yet (not one that is stopping), and drops the
 // listed connections whose Edge the list leaves out. An empty list (an
-// Edge alone, or one that does not know its cluster) changes nothing, and
-// neither does any list when the Node is pinned to one Edge.
+// Edge alone, or one that does not know its cluster) changes nothing.
 func (c *Cluster) learn(from *member, edges []*wirepb.ClusterEdge) {
-	if c.opts.Pinned || len(edges) == 0 {
+	if len(edges) == 0 {
 		return
 	}
 	c.mu.Lock()

@@ -117,10 +117,11 @@ func (e Edge) Seeds() []string {
 // key_file against the configuration file's directory.
 type Identity struct {
 	yamlconf.Identity `yaml:",inline"`
-	// EdgeID, when set, pins the Node to the one Edge with this id: it accepts no other, dials
-	// its one edge address only and ignores the cluster's Edge list. Empty (what a cluster
-	// needs) accepts at a seed address any Edge the identity mode admits, and at an address
-	// learned from a cluster list only the Edge the list names there.
+	// EdgeID, when set, is the only Edge the Node accepts at its edge address (noded join writes
+	// the id of the Edge it joined through); empty accepts any Edge the identity mode admits
+	// there. Either way, at an address learned from a cluster's Edge list the Node accepts only
+	// the Edge the list names there: an Edge it trusts vouches for the others. It needs a single
+	// edge address: behind a load balancer, or with several addresses, leave it empty.
 	EdgeID string `yaml:"edge_id"`
 }
 
@@ -339,7 +340,7 @@ func (c *Config) validate(decoded bool) error {
 	if c.Identity.EdgeID != "" {
 		es.Append(yamlconf.CheckID("identity.edge_id", c.Identity.EdgeID))
 		if len(c.Edge.Seeds()) > 1 {
-			es.Add("identity.edge_id", "pins the Node to one Edge, but edge lists %d addresses: leave edge_id empty for a cluster (each Edge learned from the cluster's list must present the id the list names)", len(c.Edge.Seeds()))
+			es.Add("identity.edge_id", "accepts one Edge at the edge address, but edge lists %d addresses: leave edge_id empty with several (each Edge learned from the cluster's list must present the id the list names)", len(c.Edge.Seeds()))
 		}
 	}
 	if d := time.Duration(c.DrainTimeout); d <= 0 || d > MaxDrainTimeout {

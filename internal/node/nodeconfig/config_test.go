@@ -114,7 +114,7 @@ func TestValidateReportsFieldAndReason(t *testing.T) {
 		{"a listed edge address without port", func(c *Config) { c.Edge.Addresses = []string{"edge-2.example.com:7443", "edge-3"} }, "edge.addresses[1]", "must be host:port"},
 		{"an edge address twice", func(c *Config) { c.Edge.Addresses = []string{c.Edge.Address} }, "edge.addresses[0]", "duplicate edge address"},
 		{"edge_id pins one of several edges", func(c *Config) { c.Identity.EdgeID = "e1"; c.Edge.Addresses = []string{"edge-2.example.com:7443"} },
-			"identity.edge_id", "pins the Node to one Edge, but edge lists 2 addresses"},
+			"identity.edge_id", "accepts one Edge at the edge address, but edge lists 2 addresses"},
 		{"loopback dials a listed remote edge", func(c *Config) {
 			toLoopback(c)
 			c.Edge.Address = "127.0.0.1:7443"
