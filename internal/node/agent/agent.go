@@ -111,8 +111,8 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 		}, sup, opts.Logger, a.providers.Notify))
 	}
 	a.cluster, err = edgeclient.NewCluster(edgeclient.ClusterOptions{
-		Seeds:  cfg.Edge.Seeds(),
-		TLS:    dialTLS,
+		Seeds: cfg.Edge.Seeds(),
+		TLS:   dialTLS,
 		Client: edgeclient.Options{
 			NodeID:         cfg.NodeID,
 			Version:        opts.Version,
