@@ -570,3 +570,27 @@ func TestAPinnedSeedVouchesForTheEdgesItLists(t *testing.T) {
 		}
 	})
 }
+
+// The cost of a Node's connection to one more Edge, idle: the packets and
+// bytes both ways per second (the Node's 1 s keep-alive, each side's 30 s
+// heartbeat, and their acknowledgements), measured over ten minutes of
+// fake time. It is what a Node pays per Edge of its cluster.
+func TestAnIdleEdgeConnectionCostsAFewPacketsASecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newSimHarness(t)
+		_, e1, e2 := h.twoEdges()
+		h.startClusterNode("n1", []string{e1.addr}, 2, nil)
+		h.waitOnBoth("n1", e1, e2)
+		synctestSettle(time.Minute)
+		p0, b0 := h.router.sent.Load(), h.router.bytes.Load()
+		const span = 10 * time.Minute
+		synctestSettle(span)
+		conns := 2.0
+		pps := float64(h.router.sent.Load()-p0) / span.Seconds() / conns
+		bps := float64(h.router.bytes.Load()-b0) / span.Seconds() / conns
+		t.Logf("idle edge connection: %.2f packets/s, %.0f bytes/s (both ways)", pps, bps)
+		if pps > 5 {
+			t.Errorf("an idle connection sends %.2f packets a second, want a few at most", pps)
+		}
+	})
+}

@@ -35,9 +35,13 @@ import (
 type faultRouter struct {
 	simnet.PerfectRouter
 	blackhole atomic.Bool
+	// sent counts the packets sent, and bytes their payload.
+	sent, bytes atomic.Int64
 }
 
 func (r *faultRouter) SendPacket(p simnet.Packet) error {
+	r.sent.Add(1)
+	r.bytes.Add(int64(len(p.Data)))
 	if r.blackhole.Load() {
 		return nil
 	}
