@@ -88,7 +88,9 @@ func (d edgeDirectory) Edges() []nodeserver.Edge {
 	members := d.c.Members()
 	out := make([]nodeserver.Edge, 0, len(members))
 	for _, m := range members {
-		out = append(out, nodeserver.Edge{ID: m.ID, QUICAddr: m.QUICAddr, Stopping: m.Stopping})
+		if m.Alive && m.QUICAddr != "" {
+			out = append(out, nodeserver.Edge{ID: m.ID, QUICAddr: m.QUICAddr, Stopping: m.Stopping})
+		}
 	}
 	return out
 }

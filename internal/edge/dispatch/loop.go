@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/iop-dev/iop/internal/edge/edgeconfig"
 	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
@@ -25,8 +26,8 @@ import (
 //	  the Node was lost or refused before doing anything            → move to another candidate
 //	  a stall whose provider call the Node confirmed closed         → move, once (the retry keeps R4's timeout)
 //
-// at most MaxAttempts candidates, maxHoldOffs hold-offs and maxBusyRefusals
-// busy refusals per request.
+// at most MaxAttempts candidates and maxHoldOffs hold-offs per request, and
+// busy refusals for as long as its queue timeout.
 
 // MaxAttempts bounds how many candidates one request tries before its
 // first answer.
@@ -36,12 +37,19 @@ const MaxAttempts = 3
 // are still finishing (busy): about 2.5 s in all.
 const maxHoldOffs = 7
 
-// maxBusyRefusals bounds how often one request is refused busy by Nodes
-// whose slots other Edges hold (issue 22) before it counts as a failed
-// attempt. Each refusal marks the provider full until its Node reports a
-// slot free or sched.FullBackoff passes, so these are not a hot loop: the
-// request waits in its queue in between.
-const maxBusyRefusals = 20
+// busyWait bounds how long one request may go on being refused busy by
+// Nodes whose slots other Edges hold (issue 22) before a refusal counts as
+// a failed attempt: its profile's queue timeout, from the first refusal,
+// since it is a wait for a slot like the queue's (S5). Each refusal marks
+// the provider full until its Node reports a slot free or
+// sched.FullBackoff passes, so this is not a hot loop: the request waits
+// in its queue in between.
+func busyWait(plan Plan) time.Duration {
+	if q := time.Duration(plan.Profile.QueueTimeout); q > 0 {
+		return q
+	}
+	return edgeconfig.DefaultQueueTimeout
+}
 
 // Watch is what the caller hears of the work's way to a Node; every field
 // may be nil.
@@ -152,7 +160,8 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string, plan Plan, deadlin
 	var tried []sched.Candidate
 	var lastErr error
 	stallRetried := false
-	holdOffs, busyRefusals := 0, 0
+	holdOffs := 0
+	var busySince time.Time // the first busy refusal
 	var session sessionID
 	var last *sched.Candidate // where the session's last turn ran
 	if plan.Session != "" {
@@ -187,7 +196,11 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string, plan Plan, deadlin
 			return nil
 		}
 		w.drop()
-		if v == full && busyRefusals < maxBusyRefusals {
+		if v == full && busySince.IsZero() {
+			busySince = time.Now()
+		}
+		waitBusy := v == full && time.Since(busySince) < busyWait(plan)
+		if waitBusy {
 			// Before the release, which would hand the slot on.
 			d.slots.MarkFull(c)
 		}
@@ -195,8 +208,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string, plan Plan, deadlin
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		if v == full && busyRefusals < maxBusyRefusals {
-			busyRefusals++
+		if waitBusy {
 			d.busyRefused(id, c)
 			n-- // not a failover: the queue decides where it goes next
 			continue

@@ -42,6 +42,12 @@ const (
 	turnsSilent first = "turnsSilent" // the Node turns suspect before answering (P4)
 )
 
+// busyRefusals is how many busy refusals fit in the default queue timeout,
+// one per sched.FullBackoff (issue 22: a Node whose slots other Edges hold
+// keeps a request waiting as long as its queue would, then it is a failed
+// attempt).
+const busyRefusals = int(edgeconfig.DefaultQueueTimeout / sched.FullBackoff)
+
 func TestTheLoopKeepsHoldsOffOrMovesOnEachFirstAnswer(t *testing.T) {
 	type want struct {
 		attempts string // the nodes tried, in order
@@ -74,8 +80,8 @@ func TestTheLoopKeepsHoldsOffOrMovesOnEachFirstAnswer(t *testing.T) {
 			want{attempts: "n1 n2", kept: "n2", full: "n1"}},
 		{"the only Node refusing busy: the queue, then the same Node", []string{"n1"}, map[string][]first{"n1": {refusedBusy, refusedBusy, answers}},
 			want{attempts: "n1 n1 n1", kept: "n1", full: "n1 n1"}},
-		{"a Node busy past the busy refusals: a failed attempt", []string{"n1"}, map[string][]first{"n1": slices.Repeat([]first{refusedBusy}, maxBusyRefusals+1)},
-			want{attempts: strings.TrimSpace(strings.Repeat("n1 ", maxBusyRefusals+1)), reasons: "before_first_byte", full: strings.TrimSpace(strings.Repeat("n1 ", maxBusyRefusals)), err: errLastEnding}},
+		{"a Node busy for as long as the queue timeout: a failed attempt", []string{"n1"}, map[string][]first{"n1": slices.Repeat([]first{refusedBusy}, busyRefusals+1)},
+			want{attempts: strings.TrimSpace(strings.Repeat("n1 ", busyRefusals+1)), reasons: "before_first_byte", full: strings.TrimSpace(strings.Repeat("n1 ", busyRefusals)), err: errLastEnding}},
 		{"a confirmed stall is retried once elsewhere", []string{"n1", "n2"}, map[string][]first{"n1": {stallsOnce}, "n2": {answers}},
 			want{attempts: "n1 n2", reasons: "response_stalled", kept: "n2"}},
 		{"a second stall is the client's answer", []string{"n1", "n2", "n3"}, map[string][]first{"n1": {stallsOnce}, "n2": {stallsOnce}},
@@ -257,8 +263,13 @@ func (f *fakeFleet) Acquire(_ context.Context, r sched.Request) (Slot, error) {
 		})
 	}
 	f.mu.Lock()
-	if !slices.ContainsFunc(cands, func(c sched.Candidate) bool { return !f.full[c.NodeID] }) {
-		clear(f.full) // every one full: the queue waits for a free slot
+	if len(f.full) > 0 && !slices.ContainsFunc(cands, func(c sched.Candidate) bool { return !f.full[c.NodeID] }) {
+		// Every one full: the queue waits for a free slot, as long as
+		// the scheduler's backoff at most.
+		clear(f.full)
+		f.mu.Unlock()
+		time.Sleep(sched.FullBackoff)
+		f.mu.Lock()
 	}
 	slices.SortStableFunc(cands, func(a, b sched.Candidate) int {
 		switch {

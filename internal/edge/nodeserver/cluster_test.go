@@ -133,9 +133,8 @@ func (h *harness) startClusterNodeWith(id string, seeds []string, capacity int, 
 			Providers: providers,
 			Handler:   handler,
 		},
-		PacketConn:   h.packetConn,
-		DrainTimeout: 10 * time.Second,
-		Logger:       log,
+		PacketConn: h.packetConn,
+		Logger:     log,
 	})
 	if err != nil {
 		h.t.Fatal(err)
@@ -205,7 +204,8 @@ func TestANodeLearnsAThirdEdgeFromTheListAndConnects(t *testing.T) {
 			t.Errorf("n1 on e1 at generation %d, want 1", c.Generation())
 		}
 
-		// Step 2: an Edge the list leaves out is drained and dropped.
+		// Step 2: an Edge the list leaves out is dropped: its connection
+		// closed at once.
 		dir.set(e1, e2)
 		h.waitFor("n1 gone from e3", 30*time.Second, func() bool {
 			_, ok := n.edge(e3.addr)
@@ -214,7 +214,8 @@ func TestANodeLearnsAThirdEdgeFromTheListAndConnects(t *testing.T) {
 		if !e1.holds("n1") || !e2.holds("n1") {
 			t.Errorf("n1 left e1 or e2 when e3 was dropped")
 		}
-		// A seed is never dropped, even when the list leaves it out.
+		// A seed is never forgotten: when another Edge's list leaves it
+		// out its connection is closed and dialled again.
 		dir.set(e2)
 		synctestSettle(time.Second)
 		if _, ok := n.edge(e1.addr); !ok || !e1.holds("n1") {

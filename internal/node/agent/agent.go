@@ -135,8 +135,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 				Status: status, Stall: stall, Leases: leases, Metrics: a.metrics,
 			}), leases
 		},
-		DrainTimeout: time.Duration(cfg.DrainTimeout),
-		Logger:       opts.Logger,
+		Logger: opts.Logger,
 	})
 	if err != nil {
 		return nil, err

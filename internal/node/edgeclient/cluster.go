@@ -19,7 +19,7 @@ import (
 // every Edge of its cluster. It starts from the addresses it was configured
 // with (its seeds), learns the cluster's Edge list at each registration and
 // at each change an Edge announces, dials the Edges it is not connected to,
-// and drains and drops the ones it learned that a later list leaves out.
+// and drops the ones it learned that a later list leaves out.
 // The seeds are never dropped: each keeps being dialled with backoff, and
 // serves whichever Edge answers there. One Edge is one connection: an
 // Edge reached through a seed is not dialled again at its listed address,
@@ -55,10 +55,7 @@ type ClusterOptions struct {
 	// PacketConn, if set, gives each connection its endpoint (tests use
 	// quic-go's simnet); nil: a new UDP socket each.
 	PacketConn func() net.PacketConn
-	// DrainTimeout bounds the drain of a connection to an Edge the list
-	// left out. Default: 30 s.
-	DrainTimeout time.Duration
-	Logger       *slog.Logger
+	Logger     *slog.Logger
 }
 
 // EdgeStatus is one Edge connection of a Cluster, for health endpoints,
@@ -123,9 +120,6 @@ func NewCluster(opts ClusterOptions) (*Cluster, error) {
 	}
 	if opts.TLS == nil {
 		return nil, errors.New("node transport: no TLS configuration")
-	}
-	if opts.DrainTimeout <= 0 {
-		opts.DrainTimeout = 30 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -272,9 +266,22 @@ func (c *Cluster) learn(from *member, edges []*wirepb.ClusterEdge) {
 	for _, e := range edges {
 		listed[[2]string{e.GetEdgeId(), e.GetQuicAddress()}] = true
 	}
+	ids := make(map[string]bool, len(edges))
+	for _, e := range edges {
+		ids[e.GetEdgeId()] = true
+	}
 	for _, m := range slices.Clone(c.members) {
-		if !m.seed && !listed[[2]string{m.listedID, m.addr}] {
+		switch {
+		case !m.seed && !listed[[2]string{m.listedID, m.addr}]:
 			c.dropLocked(m, "no longer in the cluster's edge list")
+		case m.seed && m != from:
+			// A seed's Edge the list leaves out is gone (killed, or
+			// taken out of the cluster): its connection ends now, with
+			// the runs its clients can no longer read, and the seed is
+			// dialled again with backoff.
+			if id := m.client.registeredEdge(); id != "" && !ids[id] {
+				m.client.closeCurrent("edge " + id + " is no longer in the cluster's edge list")
+			}
 		}
 	}
 	c.list = edges
@@ -321,8 +328,13 @@ func (c *Cluster) reachedLocked(from *member, id, addr string) bool {
 	return from != nil && from.client.registeredEdge() == id
 }
 
-// dropLocked stops m: it drains (the Edge closes the connection once its
-// streams are done, within DrainTimeout) and is forgotten.
+// dropLocked stops m and forgets it. Its Edge is out of the cluster's
+// list, which the other Edges keep: it died (kill -9, a lost machine) or
+// was taken out. Nobody is left to read the streams it carries, so they
+// end now (their provider calls cancelled, the slots freed for the Edges
+// that are left) rather than at the heartbeat's verdict. An Edge that
+// stops in a planned way stays listed, as stopping, and closes its
+// connections itself once its streams are done.
 func (c *Cluster) dropLocked(m *member, why string) {
 	i := slices.Index(c.members, m)
 	if i < 0 || m.seed {
@@ -331,16 +343,9 @@ func (c *Cluster) dropLocked(m *member, why string) {
 	c.members = slices.Delete(c.members, i, i+1)
 	c.notifyLocked()
 	c.log.Info("dropping an edge connection", "edge_addr", m.addr, "edge", m.listedID, "why", why)
-	c.wg.Go(func() {
-		ctx, cancel := context.WithTimeout(c.ctx, c.opts.DrainTimeout)
-		defer cancel()
-		if err := m.client.Drain(ctx, why); err != nil {
-			c.log.Warn("edge connection dropped before its streams were done", "edge_addr", m.addr, "err", err)
-		}
-		if m.cancel != nil {
-			m.cancel()
-		}
-	})
+	if m.cancel != nil {
+		m.cancel() // Run closes the connection (shutdown) and returns
+	}
 }
 
 // Edges returns the state of every Edge connection, seeds first.
@@ -412,4 +417,16 @@ func (c *Client) registeredEdge() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lastEdge
+}
+
+// closeCurrent closes the connection the client holds now, if any, with
+// why; Run then dials again with its backoff.
+func (c *Client) closeCurrent(why string) {
+	c.mu.Lock()
+	conn := c.current
+	c.mu.Unlock()
+	if conn != nil {
+		c.log.Info("closing the edge connection", "why", why)
+		quicwire.CloseShutdown.Close(conn.qc, why)
+	}
 }
