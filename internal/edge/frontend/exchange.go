@@ -78,6 +78,9 @@ type Exchange struct {
 	// more tells, while a relay runs, whether the work's next piece has
 	// arrived already (see flush). Only the relaying goroutine uses it.
 	more func() bool
+	// answered: the answer's first byte went (firstByte). A relay
+	// coalesces only from then on (coalesceAfterFirst).
+	answered bool
 }
 
 // Work is what an exchange runs: a run or a tunnel.
@@ -203,7 +206,8 @@ func (x *Exchange) Wrote() {
 // being relayed already has its next piece whole: that one is written
 // first, and one flush (one write to the client) carries both. Under load,
 // events that arrive together leave together; a lone event is never held
-// back, since nothing is waited for.
+// back, since nothing is waited for; nor is the answer's first piece
+// (coalesceAfterFirst).
 func (x *Exchange) flush(rc *http.ResponseController) error {
 	if x.more != nil && x.more() {
 		return nil
@@ -211,8 +215,20 @@ func (x *Exchange) flush(rc *http.ResponseController) error {
 	return rc.Flush()
 }
 
+// coalesceAfterFirst lets flush consult ready once the answer's first
+// byte has gone. Until then every event is flushed at once: the first
+// token of a burst is not held behind the tokens that came with it, which
+// may only merge with what follows. A relay calls it after each piece of
+// the work it wrote.
+func (x *Exchange) coalesceAfterFirst(ready func() bool) {
+	if x.more == nil && x.answered {
+		x.more = ready
+	}
+}
+
 // firstByte records the time to first token.
 func (x *Exchange) firstByte() {
+	x.answered = true
 	if x.metrics != nil {
 		x.metrics.TimeToFirstToken.WithLabelValues(x.route, x.modelLabel(nil)).Observe(time.Since(x.arrived).Seconds())
 	}

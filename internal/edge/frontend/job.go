@@ -145,9 +145,8 @@ func (l *life) run(ctx context.Context, plan dispatch.Plan, j *RunJob, watch dis
 // gone, idle timeout, deadline) when there is one. A run that ends without
 // a terminal is a protocol failure.
 func (x *Exchange) relay(run Run, w RunWriter) *Failure {
-	x.more = run.Ready
 	defer func() { x.more = nil }()
-	for {
+	for ; ; x.coalesceAfterFirst(run.Ready) {
 		ev, err := run.Next()
 		if err != nil {
 			ev = &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
@@ -238,9 +237,8 @@ func (l *life) relayTunnel(t Tunnel, head *wirepb.TunnelResponseHead, out Tunnel
 	x := l.x
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
-	x.more = t.Ready
 	defer func() { x.more = nil }()
-	for {
+	for ; ; x.coalesceAfterFirst(t.Ready) {
 		n, err := t.Read(*bp)
 		if n > 0 {
 			if p := out.Pass((*bp)[:n]); len(p) > 0 && !l.resp.Event(p) {

@@ -31,13 +31,20 @@ func (r *queuedRun) Next() (*wirepb.RunEvent, error) {
 // Ready: the next event is one of those that arrived at once.
 func (r *queuedRun) Ready() bool { return r.here > 0 }
 
-// flushCounter counts the flushes that reach the client.
+// flushCounter counts the flushes that reach the client, and keeps what
+// the first one carried.
 type flushCounter struct {
 	*httptest.ResponseRecorder
 	flushes int
+	first   string
 }
 
-func (f *flushCounter) Flush() { f.flushes++ }
+func (f *flushCounter) Flush() {
+	if f.flushes == 0 {
+		f.first = f.Body.String()
+	}
+	f.flushes++
+}
 
 // textWriter writes each text delta as an event of the response, as the
 // APIs' writers do.
@@ -62,6 +69,8 @@ func textEvent(s string) *wirepb.RunEvent {
 
 // Coalescing (issue 14): events that arrived together leave in one flush;
 // a lone event is flushed at once, and nothing is held after the relay.
+// The first event is flushed at once even when others came with it (issue
+// 25): they merge with what follows it, never hold it.
 func TestRelayFlushesOnceForEventsThatArrivedTogether(t *testing.T) {
 	cases := []struct {
 		name        string
@@ -69,8 +78,8 @@ func TestRelayFlushesOnceForEventsThatArrivedTogether(t *testing.T) {
 		wantFlushes int
 	}{
 		{"each alone", 0, 5},
-		{"three together, then one at a time", 3, 3},
-		{"all together", 5, 1},
+		{"three together, then one at a time", 3, 4},
+		{"all together", 5, 2},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -87,6 +96,9 @@ func TestRelayFlushesOnceForEventsThatArrivedTogether(t *testing.T) {
 			if fc.flushes != c.wantFlushes {
 				t.Errorf("%d flushes, want %d", fc.flushes, c.wantFlushes)
 			}
+			if fc.first != "a" {
+				t.Errorf("the first flush carried %q, want the first event alone", fc.first)
+			}
 			if w.text != "abcd" || fc.Body.String() != "abcd" {
 				t.Errorf("client got %q (writer saw %q), want every event", fc.Body.String(), w.text)
 			}
@@ -94,5 +106,53 @@ func TestRelayFlushesOnceForEventsThatArrivedTogether(t *testing.T) {
 				t.Error("the exchange still consults the run after Relay returned")
 			}
 		})
+	}
+}
+
+// queuedTunnel yields its reads; here of them (the first) arrived at once,
+// the rest come one at a time.
+type queuedTunnel struct {
+	Tunnel // only Read and Ready are called
+	reads  []string
+	here   int
+}
+
+func (t *queuedTunnel) Read(p []byte) (int, error) {
+	if len(t.reads) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, t.reads[0])
+	t.reads = t.reads[1:]
+	if t.here > 0 {
+		t.here--
+	}
+	return n, nil
+}
+
+func (t *queuedTunnel) Ready() bool { return t.here > 0 }
+
+// passWriter relays a tunnel's body as it comes.
+type passWriter struct{}
+
+func (passWriter) Head(*wirepb.TunnelResponseHead) {}
+func (passWriter) Pass(p []byte) []byte            { return p }
+func (passWriter) Flush() []byte                   { return nil }
+func (passWriter) Ended() (*Failure, bool)         { return nil, false }
+func (passWriter) Usage() (int64, int64, bool)     { return 0, 0, false }
+func (passWriter) Fail(*Failure) []byte            { return nil }
+
+// A relayed body's first read goes to the client at once, even when the
+// reads after it had arrived with it (a burst); those leave in one flush.
+func TestRelayTunnelFlushesTheFirstReadAtOnce(t *testing.T) {
+	fc := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+	x := NewExchange(fc, httptest.NewRequest("POST", "/", nil), "test", nil, nil)
+	l := &life{x: x, resp: newResponse(x)}
+	tun := &queuedTunnel{here: 4, reads: []string{"a\n", "b\n", "c\n", "d\n"}}
+	if f := l.relayTunnel(tun, &wirepb.TunnelResponseHead{Status: 200}, passWriter{}); f != nil {
+		t.Fatalf("relay failed: %v", f)
+	}
+	if fc.first != "a\n" || fc.flushes != 2 || fc.Body.String() != "a\nb\nc\nd\n" {
+		t.Errorf("%d flushes, the first carried %q; the client got %q; want 2, the first line alone, every line",
+			fc.flushes, fc.first, fc.Body.String())
 	}
 }

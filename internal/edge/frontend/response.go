@@ -14,7 +14,8 @@ import (
 // error instead; every write has the idle timeout as its deadline, so a
 // client that stops reading cannot hold the handler; and a streamed event
 // is flushed at once unless the work's next piece has arrived already,
-// when one flush carries both (Exchange.flush).
+// when one flush carries both (Exchange.flush), but for the answer's first
+// piece, which is never held (Exchange.coalesceAfterFirst).
 //
 // Writes are the handler goroutine's, but for keep-alives, which another
 // goroutine writes while the handler waits for a slot or a silent prefill:
