@@ -111,9 +111,10 @@ func (h *Handler) serveEmbed(ctx context.Context, sess *transport.Session, req *
 	emit := func(v *wirepb.EmbedVectors) error {
 		return g.wd.Emit(true, func() error { return out.emit(v) })
 	}
-	o := g.serve(log, a.release, func() (Outcome, error) { return pluginOutcome(a.plugin.Embed(g.ctx, req, a.cred, emit)) })
-	if term := o.RunEvent(); out.finish(term) {
-		log.Info("embedding call ended", "outcome", o.Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
-	}
-	h.ended(nodemetrics.Embed, a.prov, o)
+	g.serve(log, a.release, func() (Outcome, error) { return pluginOutcome(a.plugin.Embed(g.ctx, req, a.cred, emit)) }, func(o Outcome) {
+		if term := o.RunEvent(); out.finish(term) {
+			log.Info("embedding call ended", "outcome", o.Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
+		}
+		h.ended(nodemetrics.Embed, a.prov, o)
+	})
 }

@@ -36,6 +36,16 @@ type guard struct {
 	cancel context.CancelCauseFunc
 	conn   context.Context // the connection's
 	stopDL context.CancelFunc
+
+	// Set by serve before the watchdog starts, for the stall's end on the
+	// timer's goroutine.
+	log *slog.Logger
+	end func(Outcome)
+	// stallDone is closed once the stall is finished (stallEnded says
+	// whether it ended the call; if not, a deadline or a disconnect took
+	// the outcome over at the stall's instant).
+	stallDone  chan struct{}
+	stallEnded bool
 }
 
 // guardSpec names one call for its guard.
@@ -72,44 +82,65 @@ func (h *Handler) newGuard(conn context.Context, s guardSpec) *guard {
 		cfg.NextSeq = s.sess.NextHealthObservationSeq
 		cfg.NodeID, cfg.Generation = s.sess.NodeID(), s.sess.Generation()
 	}
+	g.stallDone = make(chan struct{})
+	cfg.OnStall = g.finishStall
 	g.wd = NewWatchdog(cfg, g.claim, g.cancel)
 	return g
 }
 
-// serve runs one provider call under g and returns its one outcome: it is
-// the skeleton every kind of call shares. The watchdog starts; call runs
-// on its own goroutine (so that a stall can end the work while the call is
-// still stuck) and returns the plugin's own outcome (CauseNone if the
-// plugin ended without one) or an error; and the outcome is claimed once:
-// what the call returned, a cause that ended it from outside (S5), or a
-// stall, whose observation then makes the outcome (R5, R6). release frees
-// the capacity slot once the call has returned.
-func (g *guard) serve(log *slog.Logger, release func(), call func() (Outcome, error)) Outcome {
-	var ret Outcome // written before callDone closes
-	callDone := make(chan struct{})
+// serve runs one provider call under g and ends it with its one outcome:
+// it is the skeleton every kind of call shares. end sends the terminal of
+// an outcome (and records it); serve calls it exactly once. The watchdog
+// starts; call runs here, on the goroutine that serves the stream, and
+// returns the plugin's own outcome (CauseNone if the plugin ended without
+// one) or an error; and the outcome is claimed once: what the call
+// returned, a cause that ended it from outside (S5), or a stall. A stall is
+// finished and its terminal sent by the watchdog's timer (finishStall),
+// while the call may still be stuck, so a waiting call holds no goroutine
+// besides its own (issue 25). release frees the capacity slot once the
+// call has returned: the slot is the provider's until then, so capacity
+// stays honest.
+func (g *guard) serve(log *slog.Logger, release func(), call func() (Outcome, error), end func(Outcome)) {
+	g.log, g.end = log, end
 	g.wd.Start()
-	go func() {
-		defer close(callDone)
-		own, err := call()
-		g.wd.CallReturned()
-		ret = g.settle(own, err)
-	}()
-	defer g.releaseAfter(callDone, release)
-
-	select {
-	case <-callDone:
-		if ret.Cause != CauseStalled {
-			return ret
+	own, err := call()
+	g.wd.CallReturned()
+	o := g.settle(own, err)
+	if o.Cause == CauseStalled {
+		if g.wd.Fenced() {
+			// The stall's end may not have come yet: wait for it, so that
+			// its terminal goes before the stream is finished.
+			<-g.stallDone
 		}
-	case <-g.wd.Stalled():
+		if !g.stallEnded {
+			o = Outcome{Cause: g.claim.Winner()} // a deadline or disconnect at the same instant
+		}
 	}
-	if obs := g.wd.Finish(); obs != nil {
-		log.Warn("provider call stalled", "stall", stallMessage(obs), "seq", obs.GetHealthObservationSeq(),
-			"retryable", obs.GetRetryable(), "fenced_output", g.wd.Dropped())
-		return Outcome{Cause: CauseStalled, Stall: obs}
+	release()
+	g.wd.Stop()
+	g.stopDL()
+	g.cancel(nil)
+	if o.Cause != CauseStalled {
+		end(o)
 	}
-	<-callDone // a deadline or disconnect took the outcome at the same instant
-	return Outcome{Cause: g.claim.Winner()}
+}
+
+// finishStall is the watchdog's OnStall, on its timer's goroutine: it
+// finishes the claimed stall (cancels the call, runs the close grace and
+// the probe) and ends the call with the stall's terminal, unless a
+// deadline or disconnect took the outcome over at the same instant; the
+// call's return then ends it. Output is fenced from the stall's claim on,
+// so nothing the call sends meanwhile reaches the stream.
+func (g *guard) finishStall() {
+	defer close(g.stallDone)
+	obs := g.wd.Finish()
+	if obs == nil {
+		return
+	}
+	g.log.Warn("provider call stalled", "stall", stallMessage(obs), "seq", obs.GetHealthObservationSeq(),
+		"retryable", obs.GetRetryable(), "fenced_output", g.wd.Dropped())
+	g.stallEnded = true
+	g.end(Outcome{Cause: CauseStalled, Stall: obs})
 }
 
 // settle claims the outcome of a call that returned own or err. The cause
@@ -159,28 +190,6 @@ func (g *guard) returned(own Outcome, err error) Outcome {
 func (g *guard) stop(reason error) {
 	g.claim.Take(causeOf(reason))
 	g.cancel(reason)
-}
-
-// releaseAfter frees the capacity slot (release) and the guard's timers
-// and context once the call has returned (callDone): at once if it has, in
-// the background if not (a stall whose close was not confirmed). The slot
-// is the provider's until its call returns, so capacity stays honest.
-func (g *guard) releaseAfter(callDone <-chan struct{}, release func()) {
-	free := func() {
-		release()
-		g.wd.Stop()
-		g.stopDL()
-		g.cancel(nil)
-	}
-	select {
-	case <-callDone:
-		free()
-	default:
-		go func() {
-			<-callDone
-			free()
-		}()
-	}
 }
 
 // stallMessage is the human-readable part of a response_stalled failure:

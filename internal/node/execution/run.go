@@ -101,11 +101,12 @@ func (h *Handler) serveRun(ctx context.Context, sess *transport.Session, req *wi
 	emit := func(ev *wirepb.RunEvent) error {
 		return g.wd.Emit(RunEventIsProgress(ev), func() error { return out.emit(ev) })
 	}
-	o := g.serve(log, a.release, func() (Outcome, error) { return pluginOutcome(a.plugin.Execute(g.ctx, req, a.cred, emit)) })
-	if term := o.RunEvent(); out.finish(term) {
-		log.Info("run ended", "outcome", o.Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
-	}
-	h.ended(nodemetrics.Run, a.prov, o)
+	g.serve(log, a.release, func() (Outcome, error) { return pluginOutcome(a.plugin.Execute(g.ctx, req, a.cred, emit)) }, func(o Outcome) {
+		if term := o.RunEvent(); out.finish(term) {
+			log.Info("run ended", "outcome", o.Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start))
+		}
+		h.ended(nodemetrics.Run, a.prov, o)
+	})
 }
 
 // pluginOutcome is the outcome of a plugin call that returned its own

@@ -133,36 +133,54 @@ func TestRunProgressKeepsTheWatchdogQuiet(t *testing.T) {
 
 // R5: a provider call that ignores its cancel is not confirmed closed: the
 // terminal goes out when the close grace ends, retryable is false, and the
-// capacity slot stays taken until the call really returns.
+// capacity slot stays taken until the call really returns. The terminal is
+// the watchdog timer's: the handler's goroutine is the call's, stuck in it
+// until it returns (issue 25).
 func TestRunStallWithoutCloseConfirmation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		unstick := make(chan struct{})
-		pl := newFakePlugin(func(ctx context.Context, _ *wirepb.RunRequest, _ func(*wirepb.RunEvent) error) (*sdk.Result, error) {
+		pl := newFakePlugin(func(_ context.Context, _ *wirepb.RunRequest, emit func(*wirepb.RunEvent) error) (*sdk.Result, error) {
 			<-unstick // deaf to ctx
+			if err := emit(text("late")); !errors.Is(err, ErrFenced) {
+				t.Errorf("the call's late output: %v, want ErrFenced", err)
+			}
 			return nil, errTest
 		})
 		pl.probe = health(sdk.HealthAvailable)
 		set, h := onlineSet(t, 1, pl)
 		h.live = Liveness{CloseGrace: time.Second, ProbeTimeout: 500 * time.Millisecond}
 		st := newFakeStream()
-		start := time.Now()
-		h.serveRun(t.Context(), nil, stallReq("deaf"), st)
-		st.cancel()
-		if took, want := time.Since(start), stallMs*time.Millisecond+time.Second; took != want {
-			t.Errorf("terminal after %v, want %v (timeout + close grace)", took, want)
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			h.serveRun(t.Context(), nil, stallReq("deaf"), st)
+			st.cancel()
+		}()
+		time.Sleep(stallMs*time.Millisecond + time.Second - time.Millisecond)
+		synctest.Wait()
+		if evs := st.events(); len(evs) != 0 {
+			t.Fatalf("sent before the close grace ended: %v", evs)
 		}
+		time.Sleep(time.Millisecond) // the timeout and the close grace are over
+		synctest.Wait()
 		o := requireOneTerminal(t, st.events()).GetStall()
 		if o.GetCloseConfirmed() || o.GetRetryable() || o.GetLivenessClassification() != LivenessRequestStalled {
 			t.Errorf("observation = %v, want close not confirmed, not retryable, request_stalled", o)
+		}
+		select {
+		case <-served:
+			t.Fatal("the handler returned while its call is stuck: the call is not on its goroutine")
+		default:
 		}
 		if n := set.Providers()[0].InUse(); n != 1 {
 			t.Errorf("slots in use after the terminal = %d, want 1 (the call has not returned)", n)
 		}
 		close(unstick)
-		synctest.Wait()
+		<-served
 		if n := set.Providers()[0].InUse(); n != 0 {
 			t.Errorf("slots in use after the call returned = %d, want 0", n)
 		}
+		requireOneTerminal(t, st.events()) // the call's late output and return send nothing
 	})
 }
 

@@ -170,7 +170,7 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req 
 
 	start := time.Now()
 	callErr := make(chan error, 1) // what the relay returned, once it has
-	o := g.serve(log, a.release, func() (Outcome, error) {
+	g.serve(log, a.release, func() (Outcome, error) {
 		if a.route != nil {
 			// The Node moves the bytes itself: no plugin on the byte path.
 			err := sdk.RelayTunnel(g.ctx, a.prov.relay, a.route, pluginhost.TunnelRequestFromWire(req, body, a.cred), &frameWriter{emit: emit})
@@ -186,17 +186,18 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req 
 			err = errors.New("the plugin ended the tunnel without a terminal frame")
 		}
 		return Outcome{}, err
+	}, func(o Outcome) {
+		out.finish(o.TunnelTerminal())
+		term := out.claimed()
+		h.ended(tunnelKind(req), a.prov, outcomeOfTunnel(term))
+		attrs := []any{"outcome", outcomeOfTunnel(term).Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start)}
+		select {
+		case err := <-callErr:
+			attrs = append(attrs, "err", err)
+		default: // a stalled call that has not returned
+		}
+		log.Info("tunnel ended", attrs...)
 	})
-	out.finish(o.TunnelTerminal())
-	term := out.claimed()
-	h.ended(tunnelKind(req), a.prov, outcomeOfTunnel(term))
-	attrs := []any{"outcome", outcomeOfTunnel(term).Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start)}
-	select {
-	case err := <-callErr:
-		attrs = append(attrs, "err", err)
-	default: // a stalled call that has not returned
-	}
-	log.Info("tunnel ended", attrs...)
 }
 
 // frameWriter is the sdk.TunnelResponse of the Node's own relay: the

@@ -15,7 +15,7 @@ import (
 // The stall watchdog (R5, R6, R7). One Watchdog watches one provider call
 // (a normalized run, a raw tunnel or an embedding call):
 //
-//	Start ──► [progress resets] ──► timer fires ──► Claim.TakeStall ──► Stalled() closes
+//	Start ──► [progress resets] ──► timer fires ──► Claim.TakeStall ──► Stalled() closes, OnStall
 //	                                                      │
 //	Finish: cancel call (ErrStalled) ─┬─ close grace (did the call return?) ─┐
 //	                                  ├─ exact-target probe (own deadline)  ─┼─► join ──► StallObservation
@@ -132,6 +132,11 @@ type WatchdogConfig struct {
 	// records (the provider target's health) is in place by the time the
 	// sequence shows the observation (see ProviderStatusUpdate).
 	Observed func(Evidence)
+	// OnStall, if set, is called on the timer's goroutine once the stall
+	// is claimed (Stalled is closed): it finishes the stall there (Finish)
+	// and sends its terminal, so that no goroutine of the call's waits on
+	// Stalled meanwhile.
+	OnStall func()
 
 	// Identity carried in the observation.
 	NodeID     string
@@ -210,22 +215,32 @@ func (w *Watchdog) Progress() {
 // when it fires early it re-arms for the rest of the timeout since the last
 // progress, so the stall is claimed exactly StallTimeout after it.
 func (w *Watchdog) fire() {
+	if w.claimStall() && w.cfg.OnStall != nil {
+		w.cfg.OnStall()
+	}
+}
+
+// claimStall takes the stall from the claim if the timeout has passed
+// since the last progress, and reports whether it did; otherwise it
+// re-arms the timer for the rest of the timeout.
+func (w *Watchdog) claimStall() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped || w.claim.Winner() != CauseNone {
-		return
+		return false
 	}
 	now := time.Now()
 	if idle := now.Sub(w.lastProgress); idle < w.cfg.StallTimeout {
 		w.timer.Reset(w.cfg.StallTimeout - idle)
-		return
+		return false
 	}
 	if !w.claim.TakeStall(now) {
-		return // the cause that ended the context has the outcome (S5)
+		return false // the cause that ended the context has the outcome (S5)
 	}
 	w.sinceLast = now.Sub(w.lastProgress)
 	w.fenced = true
 	close(w.stalled)
+	return true
 }
 
 // Stalled is closed when the stall is claimed. A deadline or disconnect
