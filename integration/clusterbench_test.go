@@ -28,7 +28,8 @@ import (
 // test fails only when a request does. Two parts:
 //
 //  1. Clients spread over one, two and three Edges of one three-Edge
-//     cluster in front of two Nodes: benchClients concurrent streaming
+//     cluster in front of two Nodes (after one client alone through one
+//     Edge, the path without contention): benchClients concurrent streaming
 //     clients of Ollama's /api/chat, round-robin over the Edges, each
 //     benchRequests answers of benchModel; beside the same load straight
 //     to the two fake Ollamas ("direct"), measured just before. Tokens/s is
@@ -74,20 +75,25 @@ func TestClusterBench(t *testing.T) {
 		edges = append(edges, e.base)
 		relays = append(relays, e.proc.cmd.Process.Pid)
 	}
-	logBench(t, fmt.Sprintf("%d clients of Ollama's /api/chat, each %d answers of %d tokens %v apart; "+
-		"two Nodes of capacity %d; direct = the same clients straight to the Nodes' fake Ollamas, just before",
-		benchClients, benchRequests, benchModel.TokenCount, benchModel.TokenDelay, benchCapacity))
-	logBench(t, "| Edges | tokens/s direct | tokens/s via Edges | ratio | TTFB p50 direct / via / added | TTFB p99 direct / via / added | CPU per token |")
-	logBench(t, "|---|---|---|---|---|---|---|")
-	for k := 1; k <= len(edges); k++ {
-		d := benchLoad(t, direct, nil)
-		v := benchLoad(t, edges[:k], relays)
+	logBench(t, fmt.Sprintf("clients of Ollama's /api/chat, answers of %d tokens %v apart; two Nodes of capacity %d; "+
+		"direct = the same clients straight to the Nodes' fake Ollamas, just before",
+		benchModel.TokenCount, benchModel.TokenDelay, benchCapacity))
+	logBench(t, "| Edges | clients × answers | tokens/s direct | tokens/s via Edges | ratio | TTFB p50 direct / via / added | TTFB p99 direct / via / added | CPU per token |")
+	logBench(t, "|---|---|---|---|---|---|---|---|")
+	row := func(k int, l clientLoad) {
+		d := l.run(t, direct, nil)
+		v := l.run(t, edges[:k], relays)
 		dp50, dp99 := d.percentiles()
 		vp50, vp99 := v.percentiles()
-		logBench(t, fmt.Sprintf("| %d | %.0f | %.0f | %.3f | %s / %s / %s | %s / %s / %s | %.1f µs |", k,
+		logBench(t, fmt.Sprintf("| %d | %d × %d | %.0f | %.0f | %.3f | %s / %s / %s | %s / %s / %s | %.1f µs |", k, l.clients, l.requests,
 			d.rate(), v.rate(), v.rate()/d.rate(),
 			benchMS(dp50), benchMS(vp50), benchMS(vp50-dp50), benchMS(dp99), benchMS(vp99), benchMS(vp99-dp99),
 			float64(v.cpu.Microseconds())/float64(v.tokens)))
+	}
+	// One client alone first: the path's own latency, without contention.
+	row(1, clientLoad{clients: 1, requests: 20})
+	for k := 1; k <= len(edges); k++ {
+		row(k, clientLoad{clients: benchClients, requests: benchRequests})
 	}
 	logBench(t, "CPU per token: utime+stime of the three edged and the two noded over the counted requests, per token relayed")
 }
@@ -180,16 +186,20 @@ func (f loadFigures) percentiles() (p50, p99 time.Duration) {
 	return s[len(s)/2], s[len(s)*99/100]
 }
 
-// benchLoad runs benchClients clients, client i on bases[i%len(bases)],
-// each benchRequests answers one after the other, after one answer each
-// that warms the connections and is not counted. Client i starts i/clients
-// of an answer's length after the first, so that the tokens of the
-// streams do not all fall due at the same instant. Any failed request
+// clientLoad is a number of concurrent clients, each streaming a number
+// of answers one after the other.
+type clientLoad struct{ clients, requests int }
+
+// run runs l's clients, client i on bases[i%len(bases)], each its requests
+// one after the other, after one answer each that warms the connections
+// and is not counted. Client i starts i/clients of an answer's length
+// after the first, so that the tokens of the streams do not all fall due
+// at the same instant. Any failed request
 // fails the test: a figure with errors in it would flatter the relay.
 // The CPU the processes watch used over the counted requests is added up.
-func benchLoad(t *testing.T, bases []string, watch []int) loadFigures {
+func (l clientLoad) run(t *testing.T, bases []string, watch []int) loadFigures {
 	t.Helper()
-	tr := &http.Transport{MaxIdleConnsPerHost: benchClients, DisableCompression: true}
+	tr := &http.Transport{MaxIdleConnsPerHost: l.clients, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: time.Minute}
 	answer := time.Duration(benchModel.TokenCount) * benchModel.TokenDelay
@@ -201,12 +211,12 @@ func benchLoad(t *testing.T, bases []string, watch []int) loadFigures {
 	)
 	each := func(counted bool) {
 		var wg sync.WaitGroup
-		for i := range benchClients {
+		for i := range l.clients {
 			wg.Go(func() {
-				time.Sleep(answer * time.Duration(i) / benchClients)
+				time.Sleep(answer * time.Duration(i) / time.Duration(l.clients))
 				n := 1
 				if counted {
-					n = benchRequests
+					n = l.requests
 				}
 				for range n {
 					ttfb, tokens, err := benchStream(client, bases[i%len(bases)])
