@@ -100,10 +100,21 @@ func (fr *FrameReader) Read(m proto.Message) error {
 // it flushes: when the next frame is already here, it is written first and
 // one flush carries both. False when in doubt (nothing buffered, a frame
 // larger than the read-ahead): a lone frame is never held back.
-func (fr *FrameReader) Ready() bool {
+func (fr *FrameReader) Ready() bool { return fr.Next() != nil }
+
+// Next returns the encoded message of the next frame when it is already
+// buffered whole (as Ready), without consuming it; nil otherwise. A relay
+// looks at what kind of frame comes next (one after which Read waits for
+// more is not ready). The bytes are the reader's: valid until the next
+// Read, and not to be changed.
+func (fr *FrameReader) Next() []byte {
 	b, _ := fr.r.Peek(fr.r.Buffered()) // never reads: only what is buffered
 	n, k := binary.Uvarint(b)
-	return k > 0 && n <= uint64(len(b)-k)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return nil
+	}
+	end := k + int(n)
+	return b[k:end:end]
 }
 
 // growStep bounds how far the body buffer grows ahead of the bytes that

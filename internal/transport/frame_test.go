@@ -581,10 +581,14 @@ func TestReadyOnlyForAWholeBufferedFrame(t *testing.T) {
 	if !fr.Ready() {
 		t.Fatal("not Ready with the next frame whole in the buffer")
 	}
+	// Next shows the ready frame's message, and consumes nothing.
+	if want, _ := proto.Marshal(small); !bytes.Equal(fr.Next(), want) {
+		t.Fatalf("Next = %x, want the message %x", fr.Next(), want)
+	}
 	if err := fr.Read(newOf(small)); err != nil {
 		t.Fatal(err)
 	}
-	if fr.Ready() {
+	if fr.Ready() || fr.Next() != nil {
 		t.Fatal("Ready at the end of the stream")
 	}
 }

@@ -67,6 +67,11 @@ func (s *Stream) Recv(m proto.Message) error {
 // goroutine that calls Recv.
 func (s *Stream) Ready() bool { return s.r.Ready() }
 
+// Next returns the encoded message of the next frame when it has already
+// arrived whole, without consuming it; nil otherwise (see
+// FrameReader.Next). Call it from the goroutine that calls Recv.
+func (s *Stream) Next() []byte { return s.r.Next() }
+
 // Send writes m as one frame. A message over the stream's limit is refused
 // before anything is written (errors.Is ErrFrameTooLarge).
 func (s *Stream) Send(m proto.Message) error { return s.SendFrames(m) }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/iop-dev/iop/quicwire"
@@ -253,9 +254,28 @@ func (t *TunnelStream) Read(p []byte) (int, error) {
 
 // Ready reports whether Read can return more without waiting: the rest of
 // the current body frame, or a next frame that has arrived whole. A relay
-// then writes it before it flushes. Call it from the goroutine that reads.
+// then writes it before it flushes. The terminal is not ready: Read waits
+// for the Node's FIN after it (endWithNodeTerminal), and the answer's last
+// line is not held for that. Call it from the goroutine that reads.
 func (t *TunnelStream) Ready() bool {
-	return len(t.buf) > 0 || (!t.ended && t.d.Ready())
+	if len(t.buf) > 0 {
+		return true
+	}
+	if t.ended {
+		return false
+	}
+	m := t.d.Next()
+	return m != nil && !terminalFrame(m)
+}
+
+// tunnelTerminalField is the field of TunnelFrame's terminal.
+var tunnelTerminalField = (&wirepb.TunnelFrame{}).ProtoReflect().Descriptor().Fields().ByName("terminal").Number()
+
+// terminalFrame reports whether m, an encoded TunnelFrame, is a terminal:
+// its one field comes first.
+func terminalFrame(m []byte) bool {
+	num, typ, n := protowire.ConsumeTag(m)
+	return n > 0 && num == tunnelTerminalField && typ == protowire.BytesType
 }
 
 // Terminal is the tunnel's single terminal outcome, once Head or Read has

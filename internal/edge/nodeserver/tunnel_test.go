@@ -152,6 +152,47 @@ func TestTunnelRelaysHeadAndBodyInOrderThenEOF(t *testing.T) {
 	})
 }
 
+// Ready says what Read returns without waiting: a body frame that came
+// with the head is ready, but not the terminal after the last one, for
+// which Read waits until the Node finishes its half (a relay flushes the
+// answer's last line rather than hold it for that FIN).
+func TestTunnelReadyBeforeTheTerminalIsFalse(t *testing.T) {
+	forEachNetwork(t, func(t *testing.T, h *harness) {
+		e := h.startEdge(0)
+		finish := make(chan struct{})
+		h.startNode("n1", withHandler(handlerFunc(func(_ context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
+			if _, _, err := readBody(st); err != nil {
+				return
+			}
+			st.SendFrames(tHead(200), tBody([]byte("last\n")), tCompleted) // one write: they arrive together
+			<-finish                                                       // then the FIN, when the test says
+		})))
+		h.waitReady("n1")
+		ts, err := e.srv.Tunnel(t.Context(), "n1", tunnelRequest("t1"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ts.Close()
+		if _, err := ts.Head(); err != nil {
+			t.Fatal(err)
+		}
+		if !ts.Ready() {
+			t.Fatal("the body frame that came with the head is not ready")
+		}
+		buf := make([]byte, 64)
+		if n, err := ts.Read(buf); err != nil || string(buf[:n]) != "last\n" {
+			t.Fatalf("read %q, %v", buf[:n], err)
+		}
+		if ts.Ready() {
+			t.Error("ready with only the terminal next: Read would wait for the FIN")
+		}
+		close(finish)
+		if n, err := ts.Read(buf); n != 0 || err != io.EOF {
+			t.Fatalf("read after the terminal: %d %v, want io.EOF", n, err)
+		}
+	})
+}
+
 // R3: a 1 MiB request body crosses in chunks of at most MaxBodyChunkSize,
 // and comes back whole and in order.
 func TestTunnelSendsAMebibyteInBoundedChunks(t *testing.T) {
