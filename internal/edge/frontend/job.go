@@ -146,7 +146,8 @@ func (l *life) run(ctx context.Context, plan dispatch.Plan, j *RunJob, watch dis
 // a terminal is a protocol failure.
 func (x *Exchange) relay(run Run, w RunWriter) *Failure {
 	defer func() { x.more = nil }()
-	for ; ; x.coalesceAfterFirst(run.Ready) {
+	ready := run.Ready // once: a method value is an allocation
+	for ; ; x.coalesceAfterFirst(ready) {
 		ev, err := run.Next()
 		if err != nil {
 			ev = &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
@@ -238,7 +239,8 @@ func (l *life) relayTunnel(t Tunnel, head *wirepb.TunnelResponseHead, out Tunnel
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	defer func() { x.more = nil }()
-	for ; ; x.coalesceAfterFirst(t.Ready) {
+	ready := t.Ready // once: a method value is an allocation
+	for ; ; x.coalesceAfterFirst(ready) {
 		n, err := t.Read(*bp)
 		if n > 0 {
 			if p := out.Pass((*bp)[:n]); len(p) > 0 && !l.resp.Event(p) {
