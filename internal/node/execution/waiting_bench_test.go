@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net"
+	"net/http"
 	"runtime"
 	"sync"
 	"testing"
@@ -19,17 +20,20 @@ import (
 // holds, measured once all N are waiting, beside none.
 //
 // "tunnel" is a raw tunnel the Node relays itself (a route): the provider
-// is a TCP server that reads the request head and says nothing.
+// is a TCP server that reads the request head and says nothing;
+// "tunnel-relaytransport" the same on relayTransport rather than
+// net/http's Transport.
 // "normalized" is a run whose adapter waits in-process for its context
 // (the plugin host's own cost is not in it).
 //
 //	go test -run '^$' -bench WaitingCalls -benchtime 1000x ./internal/node/execution
 func BenchmarkWaitingCalls(b *testing.B) {
-	b.Run("tunnel", func(b *testing.B) { benchWaiting(b, true) })
-	b.Run("normalized", func(b *testing.B) { benchWaiting(b, false) })
+	b.Run("tunnel", func(b *testing.B) { benchWaiting(b, true, false) })
+	b.Run("tunnel-relaytransport", func(b *testing.B) { benchWaiting(b, true, true) })
+	b.Run("normalized", func(b *testing.B) { benchWaiting(b, false, false) })
 }
 
-func benchWaiting(b *testing.B, tunnel bool) {
+func benchWaiting(b *testing.B, tunnel, ownTransport bool) {
 	n := b.N
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -69,7 +73,11 @@ func benchWaiting(b *testing.B, tunnel bool) {
 			return nil, ctx.Err()
 		})
 	}
-	_, h := onlineSet(b, n, pl)
+	set, h := onlineSet(b, n, pl)
+	if ownTransport {
+		relay := set.Providers()[0].relay
+		relay.Transport = newRelayTransport(relay.Transport.(*http.Transport), n)
+	}
 	ctx, cancel := context.WithCancel(b.Context())
 
 	before := waitingFootprint()

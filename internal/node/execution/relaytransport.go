@@ -1,0 +1,228 @@
+package execution
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// relayTransport is the HTTP/1.1 client of the Node's own tunnel relay to
+// a model server over plain HTTP (issue 25). net/http's Transport keeps a
+// read loop and a write loop goroutine on every connection, and a relay
+// holds one connection per request in flight, so each tunnel waiting
+// through a silent prefill cost the Node two goroutine stacks besides its
+// own. Here the request is written, and its answer read, on the goroutine
+// that calls: a waiting request costs that goroutine and its connection.
+//
+// What it leaves to fallback (net/http's Transport): https (TLS and
+// HTTP/2), and a request the environment's proxy settings send through a
+// proxy. What it does not do that net/http does: retry a request whose
+// reused connection turned out closed (an idle connection the server
+// closed is found before reuse instead, see alive), 100-continue, and
+// protocol upgrades (a 101 answer is relayed and its connection not
+// reused). The request's body is written before its answer is read: a
+// server that answers before reading all of it (an early 413) is heard
+// once the body has ended or the call's context has.
+type relayTransport struct {
+	fallback http.RoundTripper
+	proxy    func(*http.Request) (*url.URL, error)
+	dialer   net.Dialer
+	maxIdle  int
+
+	mu   sync.Mutex
+	idle map[string][]*relayConn // by host:port, the most recent last
+}
+
+// relayConn is one connection with its buffers.
+type relayConn struct {
+	net.Conn
+	br *bufio.Reader
+	bw *bufio.Writer
+}
+
+// relayBufSize is the size of each connection's read and write buffer: a
+// request head and an answer's line, as newRelayClient sizes net/http's.
+const relayBufSize = 1 << 10
+
+// aLongTimeAgo is a deadline that has passed: setting it unblocks a read
+// or write in progress on the connection.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// newRelayTransport returns the relay's transport: plain-HTTP requests
+// are its own, with up to maxIdle connections kept per server; the rest
+// go to fallback, whose proxy settings decide which requests are proxied.
+func newRelayTransport(fallback *http.Transport, maxIdle int) *relayTransport {
+	return &relayTransport{fallback: fallback, proxy: fallback.Proxy, maxIdle: maxIdle,
+		idle: map[string][]*relayConn{}}
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *relayTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "http" || t.proxied(req) {
+		return t.fallback.RoundTrip(req)
+	}
+	ctx := req.Context()
+	addr := req.URL.Host
+	if req.URL.Port() == "" {
+		addr = net.JoinHostPort(req.URL.Hostname(), "80")
+	}
+	c, err := t.conn(ctx, addr)
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	// The context's end unblocks whatever waits on the connection; no
+	// goroutine waits for it meanwhile.
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(aLongTimeAgo) })
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		c.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	if err := req.Write(c.bw); err != nil {
+		return fail(fmt.Errorf("writing the request: %w", err))
+	}
+	if err := c.bw.Flush(); err != nil {
+		return fail(fmt.Errorf("writing the request: %w", err))
+	}
+	var resp *http.Response
+	for {
+		resp, err = http.ReadResponse(c.br, req)
+		if err != nil {
+			return fail(fmt.Errorf("reading the answer: %w", err))
+		}
+		// An informational answer (100 Continue, 103 Early Hints) is
+		// followed by the real one; a 101 switches protocols.
+		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+	}
+	reuse := !resp.Close && !req.Close && resp.ProtoAtLeast(1, 1) && resp.StatusCode != http.StatusSwitchingProtocols
+	resp.Body = &relayBody{t: t, c: c, addr: addr, body: resp.Body, stop: stop, reuse: reuse}
+	return resp, nil
+}
+
+// proxied reports whether the environment's proxy settings send req
+// through a proxy.
+func (t *relayTransport) proxied(req *http.Request) bool {
+	if t.proxy == nil {
+		return false
+	}
+	u, err := t.proxy(req)
+	return err != nil || u != nil
+}
+
+// conn returns an idle connection to addr that is still open, or dials
+// one.
+func (t *relayTransport) conn(ctx context.Context, addr string) (*relayConn, error) {
+	for {
+		t.mu.Lock()
+		l := t.idle[addr]
+		if len(l) == 0 {
+			t.mu.Unlock()
+			break
+		}
+		c := l[len(l)-1]
+		t.idle[addr] = l[:len(l)-1]
+		t.mu.Unlock()
+		if alive(c.Conn) && c.br.Buffered() == 0 {
+			return c, nil
+		}
+		c.Close()
+	}
+	nc, err := t.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &relayConn{Conn: nc, br: bufio.NewReaderSize(nc, relayBufSize), bw: bufio.NewWriterSize(nc, relayBufSize)}, nil
+}
+
+// put keeps c for the next request to addr, or closes it if enough are
+// kept.
+func (t *relayTransport) put(addr string, c *relayConn) {
+	t.mu.Lock()
+	if l := t.idle[addr]; len(l) < t.maxIdle {
+		t.idle[addr] = append(l, c)
+		c = nil
+	}
+	t.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// CloseIdleConnections closes the kept connections, the fallback's too.
+func (t *relayTransport) CloseIdleConnections() {
+	t.mu.Lock()
+	idle := t.idle
+	t.idle = map[string][]*relayConn{}
+	t.mu.Unlock()
+	for _, l := range idle {
+		for _, c := range l {
+			c.Close()
+		}
+	}
+	if ci, ok := t.fallback.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+}
+
+// relayBody is an answer's body: read on the caller's goroutine; its
+// connection goes back to be reused once the body was read to its end,
+// and is closed otherwise.
+type relayBody struct {
+	t     *relayTransport
+	c     *relayConn
+	addr  string
+	body  io.ReadCloser // http.ReadResponse's
+	stop  func() bool   // the context's watch on the connection
+	reuse bool
+
+	mu   sync.Mutex
+	done bool
+}
+
+// Read implements io.Reader.
+func (b *relayBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if err != nil {
+		b.finish(errors.Is(err, io.EOF) && b.reuse)
+	}
+	return n, err
+}
+
+// Close closes the body. An answer not read to its end closes its
+// connection: reading out the rest could wait on a silent server.
+func (b *relayBody) Close() error {
+	b.finish(false)
+	return nil
+}
+
+// finish releases the connection once: kept if keep, closed otherwise.
+func (b *relayBody) finish(keep bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return
+	}
+	b.done = true
+	// A context that ended in the meantime has set the deadline already:
+	// that connection is not kept.
+	if !b.stop() || !keep {
+		b.c.Close()
+		return
+	}
+	b.t.put(b.addr, b.c)
+}

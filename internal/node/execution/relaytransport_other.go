@@ -1,0 +1,8 @@
+//go:build !unix
+
+package execution
+
+import "net"
+
+// alive cannot tell without a peek: an idle connection is not reused.
+func alive(net.Conn) bool { return false }

@@ -1,0 +1,232 @@
+package execution
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// newTestRelayClient is newRelayClient's client on the relay's own
+// transport.
+func newTestRelayClient() *http.Client {
+	c := newRelayClient(4)
+	c.Transport = newRelayTransport(c.Transport.(*http.Transport), 4)
+	return c
+}
+
+// countingServer is an HTTP server that counts the connections it accepted.
+func countingServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic.Int32) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, &conns
+}
+
+func get(t *testing.T, c *http.Client, ctx context.Context, url, body string) (*http.Response, error) {
+	t.Helper()
+	var rd io.Reader = http.NoBody
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Do(req)
+}
+
+// Answers read to their end (chunked and with a length) leave their
+// connection for the next request; the request's body reaches the server.
+func TestRelayTransportReusesAConnection(t *testing.T) {
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/chunked" {
+			w.(http.Flusher).Flush()
+		}
+		fmt.Fprintf(w, "got %s", b)
+	})
+	c := newTestRelayClient()
+	for i, path := range []string{"/chunked", "/length", "/chunked"} {
+		resp, err := get(t, c, t.Context(), srv.URL+path, fmt.Sprint(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != fmt.Sprintf("got %d", i) {
+			t.Fatalf("%s: %q, %v", path, b, err)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections for 3 requests in a row, want 1", n)
+	}
+}
+
+// A connection the server closed while idle is found before reuse: the
+// next request goes on a new one.
+func TestRelayTransportDropsAConnectionClosedWhileIdle(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	closed := make(chan struct{}, 2)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			br := bufio.NewReader(c)
+			for {
+				line, err := br.ReadString('\n')
+				if err != nil || line == "\r\n" {
+					break
+				}
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			c.Close() // without saying so: a keep-alive timeout
+			closed <- struct{}{}
+		}
+	}()
+	c := newTestRelayClient()
+	rt := c.Transport.(*relayTransport)
+	for range 2 {
+		resp, err := get(t, c, t.Context(), "http://"+ln.Addr().String()+"/", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "ok" {
+			t.Fatalf("%q, %v", b, err)
+		}
+		resp.Body.Close()
+		<-closed
+		// Wait until the server's FIN has reached the kept connection.
+		for deadline := time.Now().Add(5 * time.Second); ; runtime.Gosched() {
+			rt.mu.Lock()
+			idle := rt.idle[ln.Addr().String()]
+			rt.mu.Unlock()
+			if len(idle) != 1 {
+				t.Fatalf("%d connections kept, want 1", len(idle))
+			}
+			if !alive(idle[0].Conn) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the server's close never showed")
+			}
+		}
+	}
+}
+
+// The context's end unblocks a request waiting on a silent server, which
+// sees its connection closed; an answer given up before its end closes
+// its connection rather than reading out the rest.
+func TestRelayTransportCancelAndEarlyClose(t *testing.T) {
+	started, gone := make(chan struct{}, 3), make(chan struct{}, 3)
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		if r.URL.Path == "/partial" {
+			fmt.Fprintln(w, "first")
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
+		gone <- struct{}{}
+	})
+	c := newTestRelayClient()
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := get(t, c, ctx, srv.URL+"/silent", "")
+		errc <- err
+	}()
+	<-started
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled while waiting: %v, want context.Canceled", err)
+	}
+	<-gone
+
+	resp, err := get(t, c, t.Context(), srv.URL+"/partial", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || line != "first\n" {
+		t.Fatalf("%q, %v", line, err)
+	}
+	resp.Body.Close() // before the end: the server is still silent
+	<-gone
+	resp, err = get(t, c, t.Context(), srv.URL+"/partial", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	<-gone
+	if n := conns.Load(); n != 3 {
+		t.Errorf("%d connections, want 3 (none given up is reused)", n)
+	}
+}
+
+// An informational answer is skipped for the real one; https goes to the
+// fallback (net/http's Transport).
+func TestRelayTransportInformationalAndFallback(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil || line == "\r\n" {
+				break
+			}
+		}
+		io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	}()
+	c := newTestRelayClient()
+	resp, err := get(t, c, t.Context(), "http://"+ln.Addr().String()+"/", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(b) != "ok" {
+		t.Errorf("answer %d %q, want 200 ok", resp.StatusCode, b)
+	}
+	resp.Body.Close()
+
+	tls := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "tls") }))
+	defer tls.Close()
+	fb := tls.Client().Transport.(*http.Transport).Clone()
+	c.Transport = newRelayTransport(fb, 4)
+	resp, err = get(t, c, t.Context(), tls.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(resp.Body); string(b) != "tls" {
+		t.Errorf("over https: %q", b)
+	}
+	resp.Body.Close()
+}
