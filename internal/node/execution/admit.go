@@ -143,9 +143,17 @@ func capabilityWork(capability string) string {
 // connection (ctx), the hard deadline, the Edge's cancel or a stall,
 // whichever comes first (the guard claims the outcome once), and watches st
 // for the Edge's cancel: on a run or embed stream the Edge sends nothing
-// after the header, so a reset of its half is how a cancel arrives (R10).
+// after the header, so a reset of the stream is how a cancel arrives
+// (R10). It resets both halves: where st can tell that its write side
+// ended (a QUIC stream, on the Edge's STOP_SENDING), that is watched
+// without a goroutine, so a waiting run holds none for it (issue 25);
+// otherwise a goroutine reads st for the reset.
 func (a *admitted) guard(ctx context.Context, h *Handler, sess *transport.Session, target string, deadlineMs int64, st Stream) *guard {
 	g := h.newGuard(ctx, guardSpec{sess: sess, prov: a.prov, plugin: a.plugin, target: target, stall: a.stall, deadlineMs: deadlineMs})
-	go watchCancel(st, g.stop)
+	if sctx := sendContext(st); sctx != nil {
+		g.unwatch = context.AfterFunc(sctx, func() { g.stop(writeSideEnded(context.Cause(sctx))) })
+	} else {
+		go watchCancel(st, g.stop)
+	}
 	return g
 }

@@ -36,6 +36,9 @@ type guard struct {
 	cancel context.CancelCauseFunc
 	conn   context.Context // the connection's
 	stopDL context.CancelFunc
+	// unwatch stops watching the stream for the Edge's cancel, if that
+	// watch is a context's (see admitted.guard).
+	unwatch func() bool
 
 	// Set by serve before the watchdog starts, for the stall's end on the
 	// timer's goroutine.
@@ -61,7 +64,7 @@ type guardSpec struct {
 // newGuard makes the guard of one call on the connection whose context is
 // conn; serve starts its watchdog.
 func (h *Handler) newGuard(conn context.Context, s guardSpec) *guard {
-	g := &guard{conn: conn, stopDL: func() {}}
+	g := &guard{conn: conn, stopDL: func() {}, unwatch: func() bool { return false }}
 	g.ctx, g.cancel = context.WithCancelCause(conn)
 	if s.deadlineMs > 0 {
 		g.ctx, g.stopDL = context.WithDeadline(g.ctx, time.UnixMilli(s.deadlineMs))
@@ -117,6 +120,7 @@ func (g *guard) serve(log *slog.Logger, release func(), call func() (Outcome, er
 		}
 	}
 	release()
+	g.unwatch()
 	g.wd.Stop()
 	g.stopDL()
 	g.cancel(nil)

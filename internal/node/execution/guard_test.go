@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/quic-go/quic-go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 )
@@ -129,6 +134,59 @@ func TestCallReturningAtTheStallInstant(t *testing.T) {
 				})
 			}
 			t.Logf("terminals over 20 runs: %v", seen)
+		})
+	}
+}
+
+// ctxRunStream is a run stream that can tell when its write side ends, as
+// a QUIC stream does: nothing may read it for the Edge's cancel.
+type ctxRunStream struct {
+	*fakeStream
+	ctx   context.Context
+	end   context.CancelCauseFunc
+	reads atomic.Int32
+}
+
+func (s *ctxRunStream) Context() context.Context { return s.ctx }
+
+func (s *ctxRunStream) Recv(proto.Message) error {
+	s.reads.Add(1)
+	return io.EOF
+}
+
+// R10 without a reader: on a stream whose write side can tell, the Edge's
+// cancel (its STOP_SENDING with the reset) cancels a silent run, and the
+// connection's end disconnects it, while nothing reads the stream.
+func TestRunCancelIsSeenWithoutReadingTheStream(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		cause error
+		want  error
+	}{
+		{"edge cancels", &quic.StreamError{ErrorCode: quic.StreamErrorCode(quicwire.StreamCancelled), Remote: true}, errCancelled},
+		{"connection ends", &quic.ApplicationError{Remote: true}, errDisconnected},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				got := make(chan error, 1)
+				pl := newFakePlugin(func(ctx context.Context, _ *wirepb.RunRequest, _ func(*wirepb.RunEvent) error) (*sdk.Result, error) {
+					<-ctx.Done()
+					got <- context.Cause(ctx)
+					return nil, ctx.Err()
+				})
+				_, h := onlineSet(t, 1, pl)
+				st := &ctxRunStream{fakeStream: newFakeStream()}
+				st.ctx, st.end = context.WithCancelCause(t.Context())
+				time.AfterFunc(time.Second, func() { st.end(c.cause) })
+				h.serveRun(t.Context(), nil, run("r"), st)
+				st.cancel()
+				if cause := <-got; !errors.Is(cause, c.want) {
+					t.Errorf("the run's context ended with %v, want %v", cause, c.want)
+				}
+				if n := st.reads.Load(); n != 0 {
+					t.Errorf("the stream was read %d times for the cancel", n)
+				}
+			})
 		})
 	}
 }

@@ -89,7 +89,7 @@ func benchWaiting(b *testing.B, tunnel, ownTransport bool) {
 				h.serveTunnel(ctx, nil, tunnelReq("w"), &encodingStream{})
 				return
 			}
-			st := newFakeStream()
+			st := waitingRunStream{newFakeStream()}
 			defer st.cancel() // the transport finishes the stream after the handler
 			h.serveRun(ctx, nil, run("w"), st)
 		})
@@ -113,6 +113,12 @@ func benchWaiting(b *testing.B, tunnel, ownTransport bool) {
 		c.Close()
 	}
 }
+
+// waitingRunStream is a run stream whose write side can tell when it
+// ends, as a QUIC stream's does; here it never does.
+type waitingRunStream struct{ *fakeStream }
+
+func (waitingRunStream) Context() context.Context { return context.Background() }
 
 type footprint struct {
 	goroutines int
