@@ -35,6 +35,11 @@ type ProviderConfig struct {
 	// Metrics records the provider's calls, stalls and plugin restarts;
 	// nil records nothing.
 	Metrics *nodemetrics.Metrics
+	// IdleStop, when positive, stops the plugin process of a provider
+	// whose adapter gives a tunnel route once it has had no call for that
+	// long, and starts it again for the next call that needs it (idle.go).
+	// Zero keeps the plugin running.
+	IdleStop time.Duration
 }
 
 // Supervision policy: restart with backoff; after BreakerThreshold failures
@@ -343,22 +348,9 @@ func (p *Provider) firstAttemptDone() { p.once.Do(func() { close(p.attempted) })
 func (p *Provider) start(ctx context.Context) (pl Plugin, listErr, err error) {
 	sctx, cancel := context.WithTimeout(ctx, p.sup.StartTimeout)
 	defer cancel()
-	pl, err = p.cfg.Launch(sctx)
+	pl, caps, route, err := p.launch(sctx)
 	if err != nil {
 		return nil, nil, err
-	}
-	if err := pl.Configure(sctx, p.cfg.Config); err != nil {
-		_ = pl.Close(context.WithoutCancel(ctx))
-		return nil, nil, fmt.Errorf("configure: %w", err)
-	}
-	caps := pl.Capabilities()
-	var route *sdk.TunnelRoute
-	if slices.Contains(caps, sdk.CapTunnelRoute) {
-		// Without a route the plugin's own Tunnel still relays (slower).
-		if route, err = pl.TunnelRoute(sctx); err != nil {
-			p.log.Warn("adapter reports a tunnel route but gave none; raw tunnels go through the plugin", "err", err)
-			route = nil
-		}
 	}
 	targets := slices.Clone(p.cfg.Targets)
 	if p.discovers(caps) {
@@ -367,7 +359,48 @@ func (p *Provider) start(ctx context.Context) (pl Plugin, listErr, err error) {
 	p.mu.Lock()
 	p.caps, p.targets, p.route = caps, targets, route
 	p.mu.Unlock()
+	if route != nil && p.cfg.IdleStop > 0 {
+		// Its raw tunnels need no plugin: the process runs only for
+		// the calls that do (idle.go).
+		pl = newIdlePlugin(p, pl, p.cfg.IdleStop)
+	}
 	return pl, listErr, nil
+}
+
+// launch starts and configures one plugin process and asks it for its
+// capabilities and tunnel route (nil: tunnels go through the plugin).
+func (p *Provider) launch(ctx context.Context) (pl Plugin, caps []string, route *sdk.TunnelRoute, err error) {
+	pl, err = p.cfg.Launch(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := pl.Configure(ctx, p.cfg.Config); err != nil {
+		_ = pl.Close(context.WithoutCancel(ctx))
+		return nil, nil, nil, fmt.Errorf("configure: %w", err)
+	}
+	caps = pl.Capabilities()
+	if slices.Contains(caps, sdk.CapTunnelRoute) {
+		// Without a route the plugin's own Tunnel still relays (slower).
+		if route, err = pl.TunnelRoute(ctx); err != nil {
+			p.log.Warn("adapter reports a tunnel route but gave none; raw tunnels go through the plugin", "err", err)
+			route = nil
+		}
+	}
+	return pl, caps, route, nil
+}
+
+// woke takes the capabilities and route of a plugin process started again
+// after it was parked: the binary may have been replaced meanwhile, and
+// the route is asked after every Configure. A change is reported.
+func (p *Provider) woke(caps []string, route *sdk.TunnelRoute) {
+	p.mu.Lock()
+	changed := !slices.Equal(p.caps, caps)
+	p.caps, p.route = caps, route
+	p.mu.Unlock()
+	if changed {
+		p.log.Info("adapter plugin reports other capabilities after a restart", "capabilities", caps)
+		p.notify()
+	}
 }
 
 // tunnelRoute is the running plugin's route, nil when tunnels go through

@@ -48,6 +48,16 @@ const (
 	// second only loads the model server; less often than hourly leaves the list stale for hours.
 	MinRelistInterval = time.Second
 	MaxRelistInterval = time.Hour
+	// DefaultIdleStop is how long the plugin process of a provider whose adapter gives a tunnel
+	// route (ollama, openai) runs without a call before it is stopped: its raw tunnels are
+	// relayed by the Node itself, so only normalized runs, embeddings, listings and probes need
+	// the process, and it is started again for the next one (about 50 ms). A provider that
+	// serves such calls more often than this keeps its plugin.
+	DefaultIdleStop = time.Minute
+	// MinIdleStop and MaxIdleStop bound a non-zero idle_stop: a start costs more CPU than a
+	// second of an idle process, and a day is as good as never.
+	MinIdleStop = time.Second
+	MaxIdleStop = 24 * time.Hour
 )
 
 // Adapter kinds a provider may name.
@@ -147,6 +157,11 @@ type Provider struct {
 	// 1h; unused when Targets lists the models. A file may not set it to 0; a Provider built in
 	// code (edged/dev's Node) may leave it 0 for the default.
 	RelistInterval yamlconf.Duration `yaml:"relist_interval"`
+	// IdleStop is how long the plugin process of a provider whose adapter gives a tunnel route
+	// runs without a call before it is stopped, to be started again by the next call that needs
+	// it; the provider stays online and its raw tunnels are relayed meanwhile. Default 1m, from
+	// 1s to 24h; 0 keeps the plugin running (as does a Provider built in code that leaves it 0).
+	IdleStop yamlconf.Duration `yaml:"idle_stop"`
 	// Config is the adapter's own settings (such as base_url), handed to it as-is.
 	Config map[string]any `yaml:"config,omitempty"`
 }
@@ -263,7 +278,7 @@ func (r *Reconnect) SetDefaults() {
 	}
 }
 
-// SetDefaults fills an unset capacity and relist interval. yamlconf.Decode calls it for each
+// SetDefaults fills an unset capacity, relist interval and idle stop. yamlconf.Decode calls it for each
 // provider in the file before reading its fields, so `capacity: 0` stays 0 and is refused.
 func (p *Provider) SetDefaults() {
 	if p.Capacity == 0 {
@@ -271,6 +286,9 @@ func (p *Provider) SetDefaults() {
 	}
 	if p.RelistInterval == 0 {
 		p.RelistInterval = yamlconf.Duration(DefaultRelistInterval)
+	}
+	if p.IdleStop == 0 {
+		p.IdleStop = yamlconf.Duration(DefaultIdleStop)
 	}
 }
 
@@ -448,6 +466,9 @@ func (p Provider) validate(path string, decoded bool) []*yamlconf.Error {
 	// Zero in a Provider built in code means the default (see RelistInterval).
 	if d := time.Duration(p.RelistInterval); (d != 0 || decoded) && (d < MinRelistInterval || d > MaxRelistInterval) {
 		es.Add(path+".relist_interval", "must be from %s to %s, got %s", MinRelistInterval, MaxRelistInterval, d)
+	}
+	if d := time.Duration(p.IdleStop); d != 0 && (d < MinIdleStop || d > MaxIdleStop) {
+		es.Add(path+".idle_stop", "must be 0 (keep the plugin running) or from %s to %s, got %s", MinIdleStop, MaxIdleStop, d)
 	}
 	return es
 }

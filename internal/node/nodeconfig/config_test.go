@@ -60,8 +60,8 @@ func TestParseFillsDefaults(t *testing.T) {
 		Stall:        Stall{CloseGrace: yamlconf.Duration(5 * time.Second), ProbeTimeout: yamlconf.Duration(5 * time.Second)},
 		Limits:       Limits{MaxRequestMiB: 64},
 		Providers: []Provider{
-			{Name: "sim", Adapter: "simulator", Targets: []string{"sim-small"}, Capacity: 4, RelistInterval: yamlconf.Duration(30 * time.Second)},
-			{Name: "llm", Adapter: "ollama", Capacity: 4, RelistInterval: yamlconf.Duration(30 * time.Second)},
+			{Name: "sim", Adapter: "simulator", Targets: []string{"sim-small"}, Capacity: 4, RelistInterval: yamlconf.Duration(30 * time.Second), IdleStop: yamlconf.Duration(time.Minute)},
+			{Name: "llm", Adapter: "ollama", Capacity: 4, RelistInterval: yamlconf.Duration(30 * time.Second), IdleStop: yamlconf.Duration(time.Minute)},
 		},
 		Log: Log{Level: "info", Format: "text"},
 	}
@@ -158,6 +158,12 @@ func TestValidateReportsFieldAndReason(t *testing.T) {
 			"providers[0].relist_interval", "got 1h1m0s"},
 		{"relist interval negative", func(c *Config) { c.Providers[1].RelistInterval = yamlconf.Duration(-time.Second) },
 			"providers[1].relist_interval", "got -1s"},
+		{"idle stop under a second", func(c *Config) { c.Providers[0].IdleStop = yamlconf.Duration(500 * time.Millisecond) },
+			"providers[0].idle_stop", "must be 0 (keep the plugin running) or from 1s to 24h0m0s, got 500ms"},
+		{"idle stop over a day", func(c *Config) { c.Providers[1].IdleStop = yamlconf.Duration(25 * time.Hour) },
+			"providers[1].idle_stop", "got 25h0m0s"},
+		{"idle stop negative", func(c *Config) { c.Providers[1].IdleStop = yamlconf.Duration(-time.Second) },
+			"providers[1].idle_stop", "got -1s"},
 		// Issue 10 item 4: a Node may not offer more slots than it can accept streams for.
 		{"total capacity above the stream limit", func(c *Config) {
 			c.Providers = nil
@@ -207,6 +213,10 @@ func TestValidateAcceptsValidConfigs(t *testing.T) {
 		}},
 		// A Provider built in code (edged/dev's Node) may leave it to the runtime's default.
 		{"relist interval left zero in code", func(c *Config) { c.Providers[0].RelistInterval = 0 }},
+		{"idle stop bounds", func(c *Config) {
+			c.Providers[0].IdleStop, c.Providers[1].IdleStop = yamlconf.Duration(MinIdleStop), yamlconf.Duration(MaxIdleStop)
+		}},
+		{"plugin kept running", func(c *Config) { c.Providers[0].IdleStop = 0 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -495,5 +505,20 @@ identity: {ca_file: ca.pem, cert_file: node.pem, key_file: node.key}
 	}
 	if err := c.Validate(); err != nil {
 		t.Errorf("address and addresses together: %v", err)
+	}
+}
+
+// idle_stop: 0 in a file is the operator's choice to keep the plugin
+// running, not a default to fill.
+func TestExplicitZeroIdleStopKeepsThePluginRunning(t *testing.T) {
+	c, err := Parse([]byte(loopbackFile + "    idle_stop: 0s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Providers[1].IdleStop; got != 0 {
+		t.Errorf("idle_stop: 0s parsed as %v, want 0", got)
+	}
+	if got := c.Providers[0].IdleStop; got != yamlconf.Duration(DefaultIdleStop) {
+		t.Errorf("idle_stop left out: %v, want the default %v", got, DefaultIdleStop)
 	}
 }
