@@ -17,7 +17,8 @@ import (
 // prefill, each served on its own goroutine as the transport serves a
 // stream, against a provider that never answers. It reports the goroutines
 // and the bytes (heap in use plus goroutine stacks) each waiting call
-// holds, measured once all N are waiting, beside none.
+// holds, measured once all N are waiting, beside none, and how much of
+// those bytes are stacks.
 //
 // "tunnel" is a raw tunnel the Node relays itself (a route): the provider
 // is a TCP server that reads the request head and says nothing;
@@ -105,6 +106,7 @@ func benchWaiting(b *testing.B, tunnel, ownTransport bool) {
 	after := waitingFootprint()
 	b.ReportMetric(float64(after.goroutines-before.goroutines)/float64(n), "goroutines/call")
 	b.ReportMetric(float64(after.bytes-before.bytes)/float64(n), "B/call")
+	b.ReportMetric(float64(after.stack-before.stack)/float64(n), "stackB/call")
 	cancel()
 	served.Wait()
 	ln.Close()
@@ -121,8 +123,8 @@ type waitingRunStream struct{ *fakeStream }
 func (waitingRunStream) Context() context.Context { return context.Background() }
 
 type footprint struct {
-	goroutines int
-	bytes      uint64
+	goroutines   int
+	bytes, stack uint64
 }
 
 // waitingFootprint is the goroutines and the bytes in use (heap objects
@@ -131,5 +133,5 @@ func waitingFootprint() footprint {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return footprint{runtime.NumGoroutine(), ms.HeapInuse + ms.StackInuse}
+	return footprint{runtime.NumGoroutine(), ms.HeapInuse + ms.StackInuse, ms.StackInuse}
 }
