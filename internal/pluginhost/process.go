@@ -55,6 +55,7 @@ type procRunner struct {
 	mu        sync.Mutex
 	started   bool
 	cancelled bool   // the host gave up starting: do not start, or kill
+	stopping  bool   // the host is stopping the process: its exit is expected
 	status    string // how the process ended, once exited is closed
 }
 
@@ -101,8 +102,19 @@ func (r *procRunner) Start(context.Context) error {
 		return err
 	}
 	r.started = true
-	r.log.Info("plugin started", "path", r.cmd.Path, "pid", r.cmd.Process.Pid)
+	// A Node starts a plugin again whenever one stopped while idle is
+	// needed (execution's idle stop): the starts and the exits the host
+	// asked for are routine, and logged at debug level.
+	r.log.Debug("plugin started", "path", r.cmd.Path, "pid", r.cmd.Process.Pid)
 	return nil
+}
+
+// stop tells the runner that the host is ending the process, so that its
+// exit is expected.
+func (r *procRunner) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopping = true
 }
 
 var errStartCancelled = errors.New("start cancelled")
@@ -129,9 +141,14 @@ func (r *procRunner) Wait(context.Context) error {
 	}
 	r.mu.Lock()
 	r.status = status
+	expected := r.stopping || r.cancelled
 	r.mu.Unlock()
 	close(r.exited)
-	r.log.Info("plugin process exited", "pid", r.cmd.Process.Pid, "status", status)
+	level := slog.LevelInfo // the process ended by itself: a crash, or a bug
+	if expected {
+		level = slog.LevelDebug
+	}
+	r.log.Log(context.Background(), level, "plugin process exited", "pid", r.cmd.Process.Pid, "status", status)
 	return err
 }
 
@@ -262,6 +279,7 @@ func startProcess(ctx context.Context, o Options, name string, log *slog.Logger)
 		},
 	})
 	cleanup := func() {
+		proc.stop()
 		client.Kill()
 		stderrW.flush()
 		stdioErrW.flush()

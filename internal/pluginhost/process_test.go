@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -104,12 +105,31 @@ func TestPluginExitMidRunIsUnavailable(t *testing.T) {
 	}
 	found := false
 	for _, r := range rec.all() {
-		if r.msg == "plugin process exited" && strings.Contains(r.attrs["status"].(string), "exit status 3") && r.attrs["plugin"] == "test" {
+		if r.msg == "plugin process exited" && strings.Contains(r.attrs["status"].(string), "exit status 3") && r.attrs["plugin"] == "test" && r.level == slog.LevelInfo {
 			found = true
 		}
 	}
 	if !found {
-		t.Errorf("no exit log record with the status in %v", rec.all())
+		t.Errorf("no exit log record at info level with the status in %v", rec.all())
+	}
+}
+
+// A Node stops idle plugins and starts them again as calls need them
+// (execution's idle stop): the exit of a process the host closed is
+// expected, and logged at debug level, not as news.
+func TestExitTheHostAskedForIsLoggedAtDebug(t *testing.T) {
+	p, rec := startProcess(t, false)
+	if err := p.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var levels []slog.Level
+	for _, r := range rec.all() {
+		if r.msg == "plugin process exited" || r.msg == "plugin started" {
+			levels = append(levels, r.level)
+		}
+	}
+	if !slices.Equal(levels, []slog.Level{slog.LevelDebug, slog.LevelDebug}) {
+		t.Errorf("start and exit logged at %v, want debug both", levels)
 	}
 }
 
