@@ -211,7 +211,7 @@ providers:
 `, spec.id, edgeAddr)
 	for _, p := range spec.providers {
 		targets, _ := json.Marshal(p.targets)
-		fmt.Fprintf(&conf, "  - {name: %s, adapter: ollama, capacity: %d, targets: %s, config: {base_url: %q}}\n", p.name, p.capacity, targets, fakeURL)
+		fmt.Fprintf(&conf, "  - {name: %s, adapter: ollama, capacity: %d, idle_stop: 0s, targets: %s, config: {base_url: %q}}\n", p.name, p.capacity, targets, fakeURL)
 	}
 	if !spec.defaultReconnect {
 		conf.WriteString("reconnect: {initial_backoff: 50ms, max_backoff: 500ms}\n")

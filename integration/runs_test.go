@@ -61,7 +61,7 @@ drain_timeout: 5s
 reconnect: {initial_backoff: 50ms, max_backoff: 500ms}
 providers:
   - {name: ollama, adapter: ollama, capacity: 2, config: {base_url: %q}}
-  - {name: ollama-one, adapter: ollama, capacity: 1, targets: [%q], config: {base_url: %q}}
+  - {name: ollama-one, adapter: ollama, capacity: 1, idle_stop: 0s, targets: [%q], config: {base_url: %q}}
   - {name: scripted, adapter: external, binary: %q, sha256: %s, capacity: 4, targets: [garbage, "text:5"]}
 log: {level: debug}
 `, id, edge.addr, fake.URL(), slowModel, fake.URL(), bin.testadapter, sum))
@@ -294,6 +294,8 @@ func TestNoPluginProcessOutlivesTheNode(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
 			n := startNode(t, "n1")
+			// ollama's plugin stops when idle (idle_stop): a run starts it.
+			collect(t, mustRun(t, n, chat("wake", "ollama", "llama3.2")))
 			pids := n.pluginPids()
 			if len(pids) != 3 {
 				t.Fatalf("noded has %d plugin children, want 3: %v", len(pids), pids)

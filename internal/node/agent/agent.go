@@ -107,6 +107,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 		a.providers.Add(execution.NewProvider(execution.ProviderConfig{
 			Name: p.Name, Adapter: p.Adapter, Targets: p.Targets, Capacity: p.Capacity, Config: sdk.Config(conf), Launch: launch,
 			RelistInterval: time.Duration(p.RelistInterval), // 0 (a config built in code) is the runtime's default
+			IdleStop:       time.Duration(p.IdleStop),       // 0 keeps the plugin running (issue 25)
 			Metrics:        a.metrics,
 		}, sup, opts.Logger, a.providers.Notify))
 	}
