@@ -175,6 +175,8 @@ func main() {
 	scaleStreams := flag.Int("scale-streams", 0, "workload 9: streams at once (default 1000; 200 with -quick)")
 	scaleDuration := flag.Duration("scale-duration", 0, "workload 9: each stream's length (default 1m; 10s with -quick)")
 	scaleGap := flag.Duration("scale-gap", 0, "workload 9: between two tokens (default 100ms)")
+	tokenDelay := flag.Duration("token-delay", -1, "workloads 1 and 2: between two tokens of an answer (default 5ms); 0 answers in a burst, back to back (issue 25)")
+	singleReps := flag.Int("single-reps", 0, "workload 1: answers, one at a time (default 50)")
 	flag.Parse()
 	cfg := fullConfig
 	if *quick {
@@ -195,6 +197,10 @@ func main() {
 	setIf(&cfg.scaleStreams, *scaleStreams)
 	setIf(&cfg.scaleDuration, *scaleDuration)
 	setIf(&cfg.scaleGap, *scaleGap)
+	setIf(&cfg.singleReps, *singleReps)
+	if *tokenDelay >= 0 {
+		cfg.tokenDelay = *tokenDelay
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
