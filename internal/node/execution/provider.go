@@ -425,7 +425,11 @@ func newRelayClient(capacity int) *http.Client {
 	// buffer, and the request body is written through).
 	t.ReadBufferSize, t.WriteBufferSize = 1<<10, 1<<10
 	return &http.Client{
-		Transport: t,
+		// Plain-HTTP model servers (the usual case: on the Node's own host
+		// or LAN) get relayTransport, which spends no goroutine per
+		// connection (issue 25: a tunnel waiting through a silent prefill
+		// costs its own goroutine only); https and proxied servers get t.
+		Transport: newRelayTransport(t, t.MaxIdleConnsPerHost),
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},

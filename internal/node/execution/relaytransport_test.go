@@ -16,11 +16,13 @@ import (
 	"time"
 )
 
-// newTestRelayClient is newRelayClient's client on the relay's own
+// newTestRelayClient is newRelayClient's client, on the relay's own
 // transport.
 func newTestRelayClient() *http.Client {
 	c := newRelayClient(4)
-	c.Transport = newRelayTransport(c.Transport.(*http.Transport), 4)
+	if _, ok := c.Transport.(*relayTransport); !ok {
+		panic(fmt.Sprintf("newRelayClient's transport is %T, not the relay's own", c.Transport))
+	}
 	return c
 }
 
