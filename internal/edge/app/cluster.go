@@ -87,8 +87,8 @@ type edgeDirectory struct{ c *cluster.Cluster }
 func (d edgeDirectory) Edges() []nodeserver.Edge {
 	members := d.c.Members()
 	out := make([]nodeserver.Edge, 0, len(members))
-	for _, m := range members {
-		if m.Alive && m.QUICAddr != "" {
+	for _, m := range members { // alive ones only (Cluster.Members)
+		if m.QUICAddr != "" {
 			out = append(out, nodeserver.Edge{ID: m.ID, QUICAddr: m.QUICAddr, Stopping: m.Stopping})
 		}
 	}
