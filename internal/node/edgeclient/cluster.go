@@ -83,7 +83,7 @@ type Cluster struct {
 	members  []*member // seeds first, in configuration order
 	draining bool
 	changed  chan struct{}
-	wg       sync.WaitGroup // every member's Run and drop
+	wg       sync.WaitGroup // every member's Run
 	// renew lets one connection at a time renew the Node's certificate.
 	renew sync.Mutex
 	// list is the last non-empty Edge list an Edge told. Guarded by mu.
