@@ -299,6 +299,9 @@ const (
 	CommandKind_COMMAND_KIND_CAPABILITIES      CommandKind = 1
 	CommandKind_COMMAND_KIND_TRANSPORT_STATUS  CommandKind = 2
 	CommandKind_COMMAND_KIND_OLLAMA_API_TUNNEL CommandKind = 3
+	// Send a wake-on-LAN magic packet to one of the Node's wake targets
+	// (issue 23); the result's failure says why it could not.
+	CommandKind_COMMAND_KIND_WAKE CommandKind = 4
 )
 
 // Enum value maps for CommandKind.
@@ -308,12 +311,14 @@ var (
 		1: "COMMAND_KIND_CAPABILITIES",
 		2: "COMMAND_KIND_TRANSPORT_STATUS",
 		3: "COMMAND_KIND_OLLAMA_API_TUNNEL",
+		4: "COMMAND_KIND_WAKE",
 	}
 	CommandKind_value = map[string]int32{
 		"COMMAND_KIND_UNSPECIFIED":       0,
 		"COMMAND_KIND_CAPABILITIES":      1,
 		"COMMAND_KIND_TRANSPORT_STATUS":  2,
 		"COMMAND_KIND_OLLAMA_API_TUNNEL": 3,
+		"COMMAND_KIND_WAKE":              4,
 	}
 )
 
@@ -703,7 +708,12 @@ type RegisterRequest struct {
 	// (RegisterResponse.busy_refusals). An older Node leaves it false and is
 	// sent neither frame (it would end its control stream on a frame it does
 	// not know).
-	ClusterAware  bool `protobuf:"varint,10,opt,name=cluster_aware,json=clusterAware,proto3" json:"cluster_aware,omitempty"`
+	ClusterAware bool `protobuf:"varint,10,opt,name=cluster_aware,json=clusterAware,proto3" json:"cluster_aware,omitempty"`
+	// Machines this Node can wake with a wake-on-LAN packet (issue 23): each
+	// names the Node that runs there. The Edge remembers which models a
+	// sleeping Node served and asks a waker (COMMAND_KIND_WAKE) when a
+	// request needs one.
+	WakeTargets   []*WakeTarget `protobuf:"bytes,11,rep,name=wake_targets,json=wakeTargets,proto3" json:"wake_targets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -808,6 +818,78 @@ func (x *RegisterRequest) GetClusterAware() bool {
 	return false
 }
 
+func (x *RegisterRequest) GetWakeTargets() []*WakeTarget {
+	if x != nil {
+		return x.WakeTargets
+	}
+	return nil
+}
+
+// WakeTarget is a machine on a Node's LAN that it can wake.
+type WakeTarget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id of the Node that runs on that machine.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Its network interface's MAC address, as aa:bb:cc:dd:ee:ff.
+	Mac string `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	// Where the magic packet goes: the LAN's broadcast address and UDP port
+	// (host:port; port 9 when the configuration names none).
+	Broadcast     string `protobuf:"bytes,3,opt,name=broadcast,proto3" json:"broadcast,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WakeTarget) Reset() {
+	*x = WakeTarget{}
+	mi := &file_wire_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WakeTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WakeTarget) ProtoMessage() {}
+
+func (x *WakeTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WakeTarget.ProtoReflect.Descriptor instead.
+func (*WakeTarget) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WakeTarget) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *WakeTarget) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *WakeTarget) GetBroadcast() string {
+	if x != nil {
+		return x.Broadcast
+	}
+	return ""
+}
+
 // Provider is one provider instance a Node runs (one adapter process with
 // one configuration), the targets (models) it serves and its capacity.
 type Provider struct {
@@ -828,14 +910,29 @@ type Provider struct {
 	// Node's StreamBusy refusal is the guarantee. Sent in
 	// ProviderStatusUpdate when it changes, at most a few times a second;
 	// 0 from an older Node.
-	InUse         uint32 `protobuf:"varint,8,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	InUse uint32 `protobuf:"varint,8,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	// What the provider's server holds loaded now (issue 23): for Ollama,
+	// its /api/ps list, read with the inventory and after runs. The Edge
+	// routes a request warm first: to a provider holding its model, then to
+	// one with room to load it, then the rest. Meaningful only when
+	// loaded_known; an older Node leaves both empty.
+	Loaded []*LoadedModel `protobuf:"bytes,9,rep,name=loaded,proto3" json:"loaded,omitempty"`
+	// The Node knows what is loaded: either loaded lists it or all_loaded.
+	LoadedKnown bool `protobuf:"varint,10,opt,name=loaded_known,json=loadedKnown,proto3" json:"loaded_known,omitempty"`
+	// The server keeps every model it serves loaded (an OpenAI-compatible
+	// server with fixed models): every target is warm.
+	AllLoaded bool `protobuf:"varint,11,opt,name=all_loaded,json=allLoaded,proto3" json:"all_loaded,omitempty"`
+	// How many models the server holds loaded at once (Ollama's
+	// OLLAMA_MAX_LOADED_MODELS, from the provider's configuration); 0:
+	// unknown. A provider below it has room to load one more.
+	MaxLoaded     uint32 `protobuf:"varint,12,opt,name=max_loaded,json=maxLoaded,proto3" json:"max_loaded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Provider) Reset() {
 	*x = Provider{}
-	mi := &file_wire_proto_msgTypes[2]
+	mi := &file_wire_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +944,7 @@ func (x *Provider) String() string {
 func (*Provider) ProtoMessage() {}
 
 func (x *Provider) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[2]
+	mi := &file_wire_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +957,7 @@ func (x *Provider) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Provider.ProtoReflect.Descriptor instead.
 func (*Provider) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{2}
+	return file_wire_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Provider) GetName() string {
@@ -919,6 +1016,117 @@ func (x *Provider) GetInUse() uint32 {
 	return 0
 }
 
+func (x *Provider) GetLoaded() []*LoadedModel {
+	if x != nil {
+		return x.Loaded
+	}
+	return nil
+}
+
+func (x *Provider) GetLoadedKnown() bool {
+	if x != nil {
+		return x.LoadedKnown
+	}
+	return false
+}
+
+func (x *Provider) GetAllLoaded() bool {
+	if x != nil {
+		return x.AllLoaded
+	}
+	return false
+}
+
+func (x *Provider) GetMaxLoaded() uint32 {
+	if x != nil {
+		return x.MaxLoaded
+	}
+	return 0
+}
+
+// LoadedModel is one model a provider's server holds in memory.
+type LoadedModel struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Bytes of the model in memory, and of those in GPU memory (Ollama's
+	// size and size_vram).
+	Size     uint64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	SizeVram uint64 `protobuf:"varint,3,opt,name=size_vram,json=sizeVram,proto3" json:"size_vram,omitempty"`
+	// When the server unloads it if no request comes (Ollama's expires_at);
+	// 0: never, or unknown.
+	ExpiresUnixMs int64 `protobuf:"varint,4,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
+	// Runs and tunnels the Node is serving on this model now: a loaded model
+	// in use is not evicted to load another.
+	InUse         uint32 `protobuf:"varint,5,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadedModel) Reset() {
+	*x = LoadedModel{}
+	mi := &file_wire_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadedModel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadedModel) ProtoMessage() {}
+
+func (x *LoadedModel) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadedModel.ProtoReflect.Descriptor instead.
+func (*LoadedModel) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LoadedModel) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LoadedModel) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *LoadedModel) GetSizeVram() uint64 {
+	if x != nil {
+		return x.SizeVram
+	}
+	return 0
+}
+
+func (x *LoadedModel) GetExpiresUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresUnixMs
+	}
+	return 0
+}
+
+func (x *LoadedModel) GetInUse() uint32 {
+	if x != nil {
+		return x.InUse
+	}
+	return 0
+}
+
 type Target struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -933,7 +1141,7 @@ type Target struct {
 
 func (x *Target) Reset() {
 	*x = Target{}
-	mi := &file_wire_proto_msgTypes[3]
+	mi := &file_wire_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1153,7 @@ func (x *Target) String() string {
 func (*Target) ProtoMessage() {}
 
 func (x *Target) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[3]
+	mi := &file_wire_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1166,7 @@ func (x *Target) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Target.ProtoReflect.Descriptor instead.
 func (*Target) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{3}
+	return file_wire_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Target) GetName() string {
@@ -1013,7 +1221,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_wire_proto_msgTypes[4]
+	mi := &file_wire_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1233,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[4]
+	mi := &file_wire_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1246,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{4}
+	return file_wire_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterResponse) GetAccepted() bool {
@@ -1137,7 +1345,7 @@ type ClusterEdge struct {
 
 func (x *ClusterEdge) Reset() {
 	*x = ClusterEdge{}
-	mi := &file_wire_proto_msgTypes[5]
+	mi := &file_wire_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1357,7 @@ func (x *ClusterEdge) String() string {
 func (*ClusterEdge) ProtoMessage() {}
 
 func (x *ClusterEdge) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[5]
+	mi := &file_wire_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1162,7 +1370,7 @@ func (x *ClusterEdge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterEdge.ProtoReflect.Descriptor instead.
 func (*ClusterEdge) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{5}
+	return file_wire_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClusterEdge) GetEdgeId() string {
@@ -1198,7 +1406,7 @@ type ClusterUpdate struct {
 
 func (x *ClusterUpdate) Reset() {
 	*x = ClusterUpdate{}
-	mi := &file_wire_proto_msgTypes[6]
+	mi := &file_wire_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1418,7 @@ func (x *ClusterUpdate) String() string {
 func (*ClusterUpdate) ProtoMessage() {}
 
 func (x *ClusterUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[6]
+	mi := &file_wire_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1431,7 @@ func (x *ClusterUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterUpdate.ProtoReflect.Descriptor instead.
 func (*ClusterUpdate) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{6}
+	return file_wire_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClusterUpdate) GetEdges() []*ClusterEdge {
@@ -1249,7 +1457,7 @@ type EdgeStopping struct {
 
 func (x *EdgeStopping) Reset() {
 	*x = EdgeStopping{}
-	mi := &file_wire_proto_msgTypes[7]
+	mi := &file_wire_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1469,7 @@ func (x *EdgeStopping) String() string {
 func (*EdgeStopping) ProtoMessage() {}
 
 func (x *EdgeStopping) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[7]
+	mi := &file_wire_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1482,7 @@ func (x *EdgeStopping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeStopping.ProtoReflect.Descriptor instead.
 func (*EdgeStopping) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{7}
+	return file_wire_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EdgeStopping) GetReason() string {
@@ -1303,7 +1511,7 @@ type NodeReadyRequest struct {
 
 func (x *NodeReadyRequest) Reset() {
 	*x = NodeReadyRequest{}
-	mi := &file_wire_proto_msgTypes[8]
+	mi := &file_wire_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1523,7 @@ func (x *NodeReadyRequest) String() string {
 func (*NodeReadyRequest) ProtoMessage() {}
 
 func (x *NodeReadyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[8]
+	mi := &file_wire_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1536,7 @@ func (x *NodeReadyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReadyRequest.ProtoReflect.Descriptor instead.
 func (*NodeReadyRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{8}
+	return file_wire_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeReadyRequest) GetGeneration() uint64 {
@@ -1354,7 +1562,7 @@ type NodeReadyResponse struct {
 
 func (x *NodeReadyResponse) Reset() {
 	*x = NodeReadyResponse{}
-	mi := &file_wire_proto_msgTypes[9]
+	mi := &file_wire_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1574,7 @@ func (x *NodeReadyResponse) String() string {
 func (*NodeReadyResponse) ProtoMessage() {}
 
 func (x *NodeReadyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[9]
+	mi := &file_wire_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1587,7 @@ func (x *NodeReadyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReadyResponse.ProtoReflect.Descriptor instead.
 func (*NodeReadyResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{9}
+	return file_wire_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeReadyResponse) GetGeneration() uint64 {
@@ -1401,7 +1609,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_wire_proto_msgTypes[10]
+	mi := &file_wire_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1621,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[10]
+	mi := &file_wire_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1634,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{10}
+	return file_wire_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Heartbeat) GetSeq() uint64 {
@@ -1452,7 +1660,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_wire_proto_msgTypes[11]
+	mi := &file_wire_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1672,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[11]
+	mi := &file_wire_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1685,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{11}
+	return file_wire_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HeartbeatAck) GetSeq() uint64 {
@@ -1503,7 +1711,7 @@ type ProviderStatusUpdate struct {
 
 func (x *ProviderStatusUpdate) Reset() {
 	*x = ProviderStatusUpdate{}
-	mi := &file_wire_proto_msgTypes[12]
+	mi := &file_wire_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1723,7 @@ func (x *ProviderStatusUpdate) String() string {
 func (*ProviderStatusUpdate) ProtoMessage() {}
 
 func (x *ProviderStatusUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[12]
+	mi := &file_wire_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1736,7 @@ func (x *ProviderStatusUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderStatusUpdate.ProtoReflect.Descriptor instead.
 func (*ProviderStatusUpdate) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{12}
+	return file_wire_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ProviderStatusUpdate) GetProviders() []*Provider {
@@ -1557,7 +1765,7 @@ type DrainNotice struct {
 
 func (x *DrainNotice) Reset() {
 	*x = DrainNotice{}
-	mi := &file_wire_proto_msgTypes[13]
+	mi := &file_wire_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1777,7 @@ func (x *DrainNotice) String() string {
 func (*DrainNotice) ProtoMessage() {}
 
 func (x *DrainNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[13]
+	mi := &file_wire_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1790,7 @@ func (x *DrainNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNotice.ProtoReflect.Descriptor instead.
 func (*DrainNotice) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{13}
+	return file_wire_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DrainNotice) GetReason() string {
@@ -1612,7 +1820,7 @@ type CredentialNotice struct {
 
 func (x *CredentialNotice) Reset() {
 	*x = CredentialNotice{}
-	mi := &file_wire_proto_msgTypes[14]
+	mi := &file_wire_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1832,7 @@ func (x *CredentialNotice) String() string {
 func (*CredentialNotice) ProtoMessage() {}
 
 func (x *CredentialNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[14]
+	mi := &file_wire_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1845,7 @@ func (x *CredentialNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialNotice.ProtoReflect.Descriptor instead.
 func (*CredentialNotice) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{14}
+	return file_wire_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CredentialNotice) GetCredentialRevisions() map[string]uint64 {
@@ -1685,7 +1893,7 @@ type StreamHeader struct {
 
 func (x *StreamHeader) Reset() {
 	*x = StreamHeader{}
-	mi := &file_wire_proto_msgTypes[15]
+	mi := &file_wire_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1905,7 @@ func (x *StreamHeader) String() string {
 func (*StreamHeader) ProtoMessage() {}
 
 func (x *StreamHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[15]
+	mi := &file_wire_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1918,7 @@ func (x *StreamHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamHeader.ProtoReflect.Descriptor instead.
 func (*StreamHeader) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{15}
+	return file_wire_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StreamHeader) GetGeneration() uint64 {
@@ -1809,7 +2017,7 @@ type HeaderPart struct {
 
 func (x *HeaderPart) Reset() {
 	*x = HeaderPart{}
-	mi := &file_wire_proto_msgTypes[16]
+	mi := &file_wire_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +2029,7 @@ func (x *HeaderPart) String() string {
 func (*HeaderPart) ProtoMessage() {}
 
 func (x *HeaderPart) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[16]
+	mi := &file_wire_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +2042,7 @@ func (x *HeaderPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderPart.ProtoReflect.Descriptor instead.
 func (*HeaderPart) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{16}
+	return file_wire_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeaderPart) GetData() []byte {
@@ -1857,7 +2065,7 @@ type LeaseBinding struct {
 
 func (x *LeaseBinding) Reset() {
 	*x = LeaseBinding{}
-	mi := &file_wire_proto_msgTypes[17]
+	mi := &file_wire_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +2077,7 @@ func (x *LeaseBinding) String() string {
 func (*LeaseBinding) ProtoMessage() {}
 
 func (x *LeaseBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[17]
+	mi := &file_wire_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +2090,7 @@ func (x *LeaseBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseBinding.ProtoReflect.Descriptor instead.
 func (*LeaseBinding) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{17}
+	return file_wire_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseBinding) GetPrincipal() string {
@@ -1948,7 +2156,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_wire_proto_msgTypes[18]
+	mi := &file_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2168,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[18]
+	mi := &file_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2181,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{18}
+	return file_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunRequest) GetRunId() string {
@@ -2091,7 +2299,7 @@ type CompletionInput struct {
 
 func (x *CompletionInput) Reset() {
 	*x = CompletionInput{}
-	mi := &file_wire_proto_msgTypes[19]
+	mi := &file_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2311,7 @@ func (x *CompletionInput) String() string {
 func (*CompletionInput) ProtoMessage() {}
 
 func (x *CompletionInput) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[19]
+	mi := &file_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2324,7 @@ func (x *CompletionInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionInput.ProtoReflect.Descriptor instead.
 func (*CompletionInput) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{19}
+	return file_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CompletionInput) GetPrompt() string {
@@ -2148,7 +2356,7 @@ type ChatMessage struct {
 
 func (x *ChatMessage) Reset() {
 	*x = ChatMessage{}
-	mi := &file_wire_proto_msgTypes[20]
+	mi := &file_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2368,7 @@ func (x *ChatMessage) String() string {
 func (*ChatMessage) ProtoMessage() {}
 
 func (x *ChatMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[20]
+	mi := &file_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2381,7 @@ func (x *ChatMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatMessage.ProtoReflect.Descriptor instead.
 func (*ChatMessage) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{20}
+	return file_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ChatMessage) GetRole() string {
@@ -2237,7 +2445,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2457,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2470,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{21}
+	return file_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Tool) GetName() string {
@@ -2299,7 +2507,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2519,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2532,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{22}
+	return file_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ToolCall) GetIndex() int32 {
@@ -2406,7 +2614,7 @@ type RunOptions struct {
 
 func (x *RunOptions) Reset() {
 	*x = RunOptions{}
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2626,7 @@ func (x *RunOptions) String() string {
 func (*RunOptions) ProtoMessage() {}
 
 func (x *RunOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2639,7 @@ func (x *RunOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunOptions.ProtoReflect.Descriptor instead.
 func (*RunOptions) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{23}
+	return file_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RunOptions) GetTemperature() float64 {
@@ -2536,7 +2744,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2756,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2769,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{24}
+	return file_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RunEvent) GetSeq() uint64 {
@@ -2648,7 +2856,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2660,7 +2868,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2673,7 +2881,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{25}
+	return file_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Usage) GetPromptTokens() int64 {
@@ -2732,7 +2940,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +2952,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +2965,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{26}
+	return file_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Failure) GetKind() FailureKind {
@@ -2817,7 +3025,7 @@ type StallObservation struct {
 
 func (x *StallObservation) Reset() {
 	*x = StallObservation{}
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +3037,7 @@ func (x *StallObservation) String() string {
 func (*StallObservation) ProtoMessage() {}
 
 func (x *StallObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +3050,7 @@ func (x *StallObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StallObservation.ProtoReflect.Descriptor instead.
 func (*StallObservation) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{27}
+	return file_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StallObservation) GetStallTimeoutMs() int64 {
@@ -2939,14 +3147,19 @@ type TunnelRequest struct {
 	// A read-only metadata call (Ollama's /api/tags, /api/show, /api/ps,
 	// /api/version): it takes no capacity slot, so it answers while the
 	// provider is busy.
-	Metadata      bool `protobuf:"varint,12,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Metadata bool `protobuf:"varint,12,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// A model-management call (Ollama's /api/pull, /api/delete, /api/copy,
+	// /api/create; issue 23), sent only for an admin principal: it takes no
+	// capacity slot, and the Node refuses those paths in any tunnel without
+	// it. The Node re-lists its inventory when it ends.
+	Management    bool `protobuf:"varint,13,opt,name=management,proto3" json:"management,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TunnelRequest) Reset() {
 	*x = TunnelRequest{}
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3171,7 @@ func (x *TunnelRequest) String() string {
 func (*TunnelRequest) ProtoMessage() {}
 
 func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3184,7 @@ func (x *TunnelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelRequest.ProtoReflect.Descriptor instead.
 func (*TunnelRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{28}
+	return file_wire_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TunnelRequest) GetTunnelId() string {
@@ -3058,6 +3271,13 @@ func (x *TunnelRequest) GetMetadata() bool {
 	return false
 }
 
+func (x *TunnelRequest) GetManagement() bool {
+	if x != nil {
+		return x.Management
+	}
+	return false
+}
+
 type Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -3068,7 +3288,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3080,7 +3300,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3093,7 +3313,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{29}
+	return file_wire_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Header) GetName() string {
@@ -3124,7 +3344,7 @@ type TunnelFrame struct {
 
 func (x *TunnelFrame) Reset() {
 	*x = TunnelFrame{}
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3136,7 +3356,7 @@ func (x *TunnelFrame) String() string {
 func (*TunnelFrame) ProtoMessage() {}
 
 func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3149,7 +3369,7 @@ func (x *TunnelFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelFrame.ProtoReflect.Descriptor instead.
 func (*TunnelFrame) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{30}
+	return file_wire_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TunnelFrame) GetFrame() isTunnelFrame_Frame {
@@ -3218,7 +3438,7 @@ type TunnelResponseHead struct {
 
 func (x *TunnelResponseHead) Reset() {
 	*x = TunnelResponseHead{}
-	mi := &file_wire_proto_msgTypes[31]
+	mi := &file_wire_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3230,7 +3450,7 @@ func (x *TunnelResponseHead) String() string {
 func (*TunnelResponseHead) ProtoMessage() {}
 
 func (x *TunnelResponseHead) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[31]
+	mi := &file_wire_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3243,7 +3463,7 @@ func (x *TunnelResponseHead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelResponseHead.ProtoReflect.Descriptor instead.
 func (*TunnelResponseHead) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{31}
+	return file_wire_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TunnelResponseHead) GetStatus() int32 {
@@ -3271,7 +3491,7 @@ type TunnelTerminal struct {
 
 func (x *TunnelTerminal) Reset() {
 	*x = TunnelTerminal{}
-	mi := &file_wire_proto_msgTypes[32]
+	mi := &file_wire_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3283,7 +3503,7 @@ func (x *TunnelTerminal) String() string {
 func (*TunnelTerminal) ProtoMessage() {}
 
 func (x *TunnelTerminal) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[32]
+	mi := &file_wire_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3296,7 +3516,7 @@ func (x *TunnelTerminal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TunnelTerminal.ProtoReflect.Descriptor instead.
 func (*TunnelTerminal) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{32}
+	return file_wire_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TunnelTerminal) GetOutcome() TunnelOutcome {
@@ -3356,7 +3576,7 @@ type EmbedRequest struct {
 
 func (x *EmbedRequest) Reset() {
 	*x = EmbedRequest{}
-	mi := &file_wire_proto_msgTypes[33]
+	mi := &file_wire_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3588,7 @@ func (x *EmbedRequest) String() string {
 func (*EmbedRequest) ProtoMessage() {}
 
 func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[33]
+	mi := &file_wire_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3601,7 @@ func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
 func (*EmbedRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{33}
+	return file_wire_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EmbedRequest) GetEmbedId() string {
@@ -3483,7 +3703,7 @@ type EmbedFrame struct {
 
 func (x *EmbedFrame) Reset() {
 	*x = EmbedFrame{}
-	mi := &file_wire_proto_msgTypes[34]
+	mi := &file_wire_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3495,7 +3715,7 @@ func (x *EmbedFrame) String() string {
 func (*EmbedFrame) ProtoMessage() {}
 
 func (x *EmbedFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[34]
+	mi := &file_wire_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3508,7 +3728,7 @@ func (x *EmbedFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedFrame.ProtoReflect.Descriptor instead.
 func (*EmbedFrame) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{34}
+	return file_wire_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EmbedFrame) GetFrame() isEmbedFrame_Frame {
@@ -3571,7 +3791,7 @@ type EmbedVectors struct {
 
 func (x *EmbedVectors) Reset() {
 	*x = EmbedVectors{}
-	mi := &file_wire_proto_msgTypes[35]
+	mi := &file_wire_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3803,7 @@ func (x *EmbedVectors) String() string {
 func (*EmbedVectors) ProtoMessage() {}
 
 func (x *EmbedVectors) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[35]
+	mi := &file_wire_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3816,7 @@ func (x *EmbedVectors) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedVectors.ProtoReflect.Descriptor instead.
 func (*EmbedVectors) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{35}
+	return file_wire_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EmbedVectors) GetFirst() uint32 {
@@ -3623,7 +3843,7 @@ type Vector struct {
 
 func (x *Vector) Reset() {
 	*x = Vector{}
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +3855,7 @@ func (x *Vector) String() string {
 func (*Vector) ProtoMessage() {}
 
 func (x *Vector) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3648,7 +3868,7 @@ func (x *Vector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Vector.ProtoReflect.Descriptor instead.
 func (*Vector) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{36}
+	return file_wire_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Vector) GetValues() []float32 {
@@ -3664,14 +3884,17 @@ type CommandRequest struct {
 	SessionId string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Kind      CommandKind            `protobuf:"varint,3,opt,name=kind,proto3,enum=iop.wire.v1.CommandKind" json:"kind,omitempty"`
 	// For COMMAND_KIND_OLLAMA_API_TUNNEL: the tunnel to open.
-	Tunnel        *TunnelRequest `protobuf:"bytes,4,opt,name=tunnel,proto3" json:"tunnel,omitempty"`
+	Tunnel *TunnelRequest `protobuf:"bytes,4,opt,name=tunnel,proto3" json:"tunnel,omitempty"`
+	// For COMMAND_KIND_WAKE: the Node to wake, one of the wake_targets the
+	// Node registered.
+	WakeNodeId    string `protobuf:"bytes,5,opt,name=wake_node_id,json=wakeNodeId,proto3" json:"wake_node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommandRequest) Reset() {
 	*x = CommandRequest{}
-	mi := &file_wire_proto_msgTypes[37]
+	mi := &file_wire_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3683,7 +3906,7 @@ func (x *CommandRequest) String() string {
 func (*CommandRequest) ProtoMessage() {}
 
 func (x *CommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[37]
+	mi := &file_wire_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3696,7 +3919,7 @@ func (x *CommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandRequest.ProtoReflect.Descriptor instead.
 func (*CommandRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{37}
+	return file_wire_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CommandRequest) GetCommandId() string {
@@ -3727,6 +3950,13 @@ func (x *CommandRequest) GetTunnel() *TunnelRequest {
 	return nil
 }
 
+func (x *CommandRequest) GetWakeNodeId() string {
+	if x != nil {
+		return x.WakeNodeId
+	}
+	return ""
+}
+
 type CommandResult struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	CommandId       string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
@@ -3740,7 +3970,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_wire_proto_msgTypes[38]
+	mi := &file_wire_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3752,7 +3982,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[38]
+	mi := &file_wire_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3765,7 +3995,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{38}
+	return file_wire_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -3817,7 +4047,7 @@ type TransportStatus struct {
 
 func (x *TransportStatus) Reset() {
 	*x = TransportStatus{}
-	mi := &file_wire_proto_msgTypes[39]
+	mi := &file_wire_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3829,7 +4059,7 @@ func (x *TransportStatus) String() string {
 func (*TransportStatus) ProtoMessage() {}
 
 func (x *TransportStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[39]
+	mi := &file_wire_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3842,7 +4072,7 @@ func (x *TransportStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportStatus.ProtoReflect.Descriptor instead.
 func (*TransportStatus) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{39}
+	return file_wire_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TransportStatus) GetNodeId() string {
@@ -3899,7 +4129,7 @@ type CertificateRequest struct {
 
 func (x *CertificateRequest) Reset() {
 	*x = CertificateRequest{}
-	mi := &file_wire_proto_msgTypes[40]
+	mi := &file_wire_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3911,7 +4141,7 @@ func (x *CertificateRequest) String() string {
 func (*CertificateRequest) ProtoMessage() {}
 
 func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[40]
+	mi := &file_wire_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3924,7 +4154,7 @@ func (x *CertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateRequest.ProtoReflect.Descriptor instead.
 func (*CertificateRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{40}
+	return file_wire_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CertificateRequest) GetCsr() []byte {
@@ -3950,7 +4180,7 @@ type CertificateResponse struct {
 
 func (x *CertificateResponse) Reset() {
 	*x = CertificateResponse{}
-	mi := &file_wire_proto_msgTypes[41]
+	mi := &file_wire_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3962,7 +4192,7 @@ func (x *CertificateResponse) String() string {
 func (*CertificateResponse) ProtoMessage() {}
 
 func (x *CertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[41]
+	mi := &file_wire_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3975,7 +4205,7 @@ func (x *CertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateResponse.ProtoReflect.Descriptor instead.
 func (*CertificateResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{41}
+	return file_wire_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CertificateResponse) GetChain() [][]byte {
@@ -4014,7 +4244,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_wire_proto_msgTypes[42]
+	mi := &file_wire_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4026,7 +4256,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[42]
+	mi := &file_wire_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4039,7 +4269,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{42}
+	return file_wire_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *JoinRequest) GetTokenId() string {
@@ -4086,7 +4316,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_wire_proto_msgTypes[43]
+	mi := &file_wire_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4098,7 +4328,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[43]
+	mi := &file_wire_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4111,7 +4341,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{43}
+	return file_wire_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *JoinResponse) GetRefusal() JoinRefusal {
@@ -4177,7 +4407,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x14certificate_response\x18\v \x01(\v2 .iop.wire.v1.CertificateResponseH\x00R\x13certificateResponse\x12C\n" +
 	"\x0ecluster_update\x18\f \x01(\v2\x1a.iop.wire.v1.ClusterUpdateH\x00R\rclusterUpdate\x12@\n" +
 	"\redge_stopping\x18\r \x01(\v2\x19.iop.wire.v1.EdgeStoppingH\x00R\fedgeStoppingB\x05\n" +
-	"\x03msg\"\x97\x04\n" +
+	"\x03msg\"\xd3\x04\n" +
 	"\x0fRegisterRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fnode_version\x18\x02 \x01(\tR\vnodeVersion\x12)\n" +
@@ -4189,10 +4419,16 @@ const file_wire_proto_rawDesc = "" +
 	"\x11max_request_bytes\x18\b \x01(\x04R\x0fmaxRequestBytes\x12:\n" +
 	"\x19drain_previous_generation\x18\t \x01(\x04R\x17drainPreviousGeneration\x12#\n" +
 	"\rcluster_aware\x18\n" +
-	" \x01(\bR\fclusterAware\x1a9\n" +
+	" \x01(\bR\fclusterAware\x12:\n" +
+	"\fwake_targets\x18\v \x03(\v2\x17.iop.wire.v1.WakeTargetR\vwakeTargets\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\n" +
+	"WakeTarget\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x1c\n" +
+	"\tbroadcast\x18\x03 \x01(\tR\tbroadcast\"\x9b\x03\n" +
 	"\bProvider\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aadapter\x18\x02 \x01(\tR\aadapter\x12-\n" +
@@ -4201,7 +4437,20 @@ const file_wire_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\x0e2\x1a.iop.wire.v1.ProviderStateR\x05state\x12\"\n" +
 	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12\x16\n" +
 	"\x06detail\x18\a \x01(\tR\x06detail\x12\x15\n" +
-	"\x06in_use\x18\b \x01(\rR\x05inUse\"4\n" +
+	"\x06in_use\x18\b \x01(\rR\x05inUse\x120\n" +
+	"\x06loaded\x18\t \x03(\v2\x18.iop.wire.v1.LoadedModelR\x06loaded\x12!\n" +
+	"\floaded_known\x18\n" +
+	" \x01(\bR\vloadedKnown\x12\x1d\n" +
+	"\n" +
+	"all_loaded\x18\v \x01(\bR\tallLoaded\x12\x1d\n" +
+	"\n" +
+	"max_loaded\x18\f \x01(\rR\tmaxLoaded\"\x91\x01\n" +
+	"\vLoadedModel\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x1b\n" +
+	"\tsize_vram\x18\x03 \x01(\x04R\bsizeVram\x12&\n" +
+	"\x0fexpires_unix_ms\x18\x04 \x01(\x03R\rexpiresUnixMs\x12\x15\n" +
+	"\x06in_use\x18\x05 \x01(\rR\x05inUse\"4\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06health\x18\x02 \x01(\tR\x06health\"\xc6\x03\n" +
@@ -4382,7 +4631,7 @@ const file_wire_proto_rawDesc = "" +
 	"\tretryable\x18\t \x01(\bR\tretryable\x12\x1a\n" +
 	"\bprovider\x18\n" +
 	" \x01(\tR\bprovider\x12\x16\n" +
-	"\x06target\x18\v \x01(\tR\x06target\"\xb3\x03\n" +
+	"\x06target\x18\v \x01(\tR\x06target\"\xd3\x03\n" +
 	"\rTunnelRequest\x12\x1b\n" +
 	"\ttunnel_id\x18\x01 \x01(\tR\btunnelId\x12\x1d\n" +
 	"\n" +
@@ -4397,7 +4646,10 @@ const file_wire_proto_rawDesc = "" +
 	"\fsealed_lease\x18\n" +
 	" \x01(\fR\vsealedLease\x123\n" +
 	"\abinding\x18\v \x01(\v2\x19.iop.wire.v1.LeaseBindingR\abinding\x12\x1a\n" +
-	"\bmetadata\x18\f \x01(\bR\bmetadata\"2\n" +
+	"\bmetadata\x18\f \x01(\bR\bmetadata\x12\x1e\n" +
+	"\n" +
+	"management\x18\r \x01(\bR\n" +
+	"management\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\x9e\x01\n" +
@@ -4440,14 +4692,16 @@ const file_wire_proto_rawDesc = "" +
 	"\x05first\x18\x01 \x01(\rR\x05first\x12-\n" +
 	"\avectors\x18\x02 \x03(\v2\x13.iop.wire.v1.VectorR\avectors\" \n" +
 	"\x06Vector\x12\x16\n" +
-	"\x06values\x18\x01 \x03(\x02R\x06values\"\xb0\x01\n" +
+	"\x06values\x18\x01 \x03(\x02R\x06values\"\xd2\x01\n" +
 	"\x0eCommandRequest\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12,\n" +
 	"\x04kind\x18\x03 \x01(\x0e2\x18.iop.wire.v1.CommandKindR\x04kind\x122\n" +
-	"\x06tunnel\x18\x04 \x01(\v2\x1a.iop.wire.v1.TunnelRequestR\x06tunnel\"\xfb\x01\n" +
+	"\x06tunnel\x18\x04 \x01(\v2\x1a.iop.wire.v1.TunnelRequestR\x06tunnel\x12 \n" +
+	"\fwake_node_id\x18\x05 \x01(\tR\n" +
+	"wakeNodeId\"\xfb\x01\n" +
 	"\rCommandResult\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x1d\n" +
@@ -4522,12 +4776,13 @@ const file_wire_proto_rawDesc = "" +
 	"\x18TUNNEL_OUTCOME_CANCELLED\x10\x03\x12\x1f\n" +
 	"\x1bTUNNEL_OUTCOME_DISCONNECTED\x10\x04\x12#\n" +
 	"\x1fTUNNEL_OUTCOME_RESPONSE_STALLED\x10\x05\x12$\n" +
-	" TUNNEL_OUTCOME_DEADLINE_EXCEEDED\x10\x06*\x91\x01\n" +
+	" TUNNEL_OUTCOME_DEADLINE_EXCEEDED\x10\x06*\xa8\x01\n" +
 	"\vCommandKind\x12\x1c\n" +
 	"\x18COMMAND_KIND_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19COMMAND_KIND_CAPABILITIES\x10\x01\x12!\n" +
 	"\x1dCOMMAND_KIND_TRANSPORT_STATUS\x10\x02\x12\"\n" +
-	"\x1eCOMMAND_KIND_OLLAMA_API_TUNNEL\x10\x03*\xc4\x01\n" +
+	"\x1eCOMMAND_KIND_OLLAMA_API_TUNNEL\x10\x03\x12\x15\n" +
+	"\x11COMMAND_KIND_WAKE\x10\x04*\xc4\x01\n" +
 	"\vJoinRefusal\x12\x1c\n" +
 	"\x18JOIN_REFUSAL_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aJOIN_REFUSAL_UNKNOWN_TOKEN\x10\x01\x12\x1b\n" +
@@ -4549,7 +4804,7 @@ func file_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_wire_proto_goTypes = []any{
 	(ProviderState)(0),           // 0: iop.wire.v1.ProviderState
 	(RunEventType)(0),            // 1: iop.wire.v1.RunEventType
@@ -4559,113 +4814,117 @@ var file_wire_proto_goTypes = []any{
 	(JoinRefusal)(0),             // 5: iop.wire.v1.JoinRefusal
 	(*ControlFrame)(nil),         // 6: iop.wire.v1.ControlFrame
 	(*RegisterRequest)(nil),      // 7: iop.wire.v1.RegisterRequest
-	(*Provider)(nil),             // 8: iop.wire.v1.Provider
-	(*Target)(nil),               // 9: iop.wire.v1.Target
-	(*RegisterResponse)(nil),     // 10: iop.wire.v1.RegisterResponse
-	(*ClusterEdge)(nil),          // 11: iop.wire.v1.ClusterEdge
-	(*ClusterUpdate)(nil),        // 12: iop.wire.v1.ClusterUpdate
-	(*EdgeStopping)(nil),         // 13: iop.wire.v1.EdgeStopping
-	(*NodeReadyRequest)(nil),     // 14: iop.wire.v1.NodeReadyRequest
-	(*NodeReadyResponse)(nil),    // 15: iop.wire.v1.NodeReadyResponse
-	(*Heartbeat)(nil),            // 16: iop.wire.v1.Heartbeat
-	(*HeartbeatAck)(nil),         // 17: iop.wire.v1.HeartbeatAck
-	(*ProviderStatusUpdate)(nil), // 18: iop.wire.v1.ProviderStatusUpdate
-	(*DrainNotice)(nil),          // 19: iop.wire.v1.DrainNotice
-	(*CredentialNotice)(nil),     // 20: iop.wire.v1.CredentialNotice
-	(*StreamHeader)(nil),         // 21: iop.wire.v1.StreamHeader
-	(*HeaderPart)(nil),           // 22: iop.wire.v1.HeaderPart
-	(*LeaseBinding)(nil),         // 23: iop.wire.v1.LeaseBinding
-	(*RunRequest)(nil),           // 24: iop.wire.v1.RunRequest
-	(*CompletionInput)(nil),      // 25: iop.wire.v1.CompletionInput
-	(*ChatMessage)(nil),          // 26: iop.wire.v1.ChatMessage
-	(*Tool)(nil),                 // 27: iop.wire.v1.Tool
-	(*ToolCall)(nil),             // 28: iop.wire.v1.ToolCall
-	(*RunOptions)(nil),           // 29: iop.wire.v1.RunOptions
-	(*RunEvent)(nil),             // 30: iop.wire.v1.RunEvent
-	(*Usage)(nil),                // 31: iop.wire.v1.Usage
-	(*Failure)(nil),              // 32: iop.wire.v1.Failure
-	(*StallObservation)(nil),     // 33: iop.wire.v1.StallObservation
-	(*TunnelRequest)(nil),        // 34: iop.wire.v1.TunnelRequest
-	(*Header)(nil),               // 35: iop.wire.v1.Header
-	(*TunnelFrame)(nil),          // 36: iop.wire.v1.TunnelFrame
-	(*TunnelResponseHead)(nil),   // 37: iop.wire.v1.TunnelResponseHead
-	(*TunnelTerminal)(nil),       // 38: iop.wire.v1.TunnelTerminal
-	(*EmbedRequest)(nil),         // 39: iop.wire.v1.EmbedRequest
-	(*EmbedFrame)(nil),           // 40: iop.wire.v1.EmbedFrame
-	(*EmbedVectors)(nil),         // 41: iop.wire.v1.EmbedVectors
-	(*Vector)(nil),               // 42: iop.wire.v1.Vector
-	(*CommandRequest)(nil),       // 43: iop.wire.v1.CommandRequest
-	(*CommandResult)(nil),        // 44: iop.wire.v1.CommandResult
-	(*TransportStatus)(nil),      // 45: iop.wire.v1.TransportStatus
-	(*CertificateRequest)(nil),   // 46: iop.wire.v1.CertificateRequest
-	(*CertificateResponse)(nil),  // 47: iop.wire.v1.CertificateResponse
-	(*JoinRequest)(nil),          // 48: iop.wire.v1.JoinRequest
-	(*JoinResponse)(nil),         // 49: iop.wire.v1.JoinResponse
-	nil,                          // 50: iop.wire.v1.RegisterRequest.LabelsEntry
-	nil,                          // 51: iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
+	(*WakeTarget)(nil),           // 8: iop.wire.v1.WakeTarget
+	(*Provider)(nil),             // 9: iop.wire.v1.Provider
+	(*LoadedModel)(nil),          // 10: iop.wire.v1.LoadedModel
+	(*Target)(nil),               // 11: iop.wire.v1.Target
+	(*RegisterResponse)(nil),     // 12: iop.wire.v1.RegisterResponse
+	(*ClusterEdge)(nil),          // 13: iop.wire.v1.ClusterEdge
+	(*ClusterUpdate)(nil),        // 14: iop.wire.v1.ClusterUpdate
+	(*EdgeStopping)(nil),         // 15: iop.wire.v1.EdgeStopping
+	(*NodeReadyRequest)(nil),     // 16: iop.wire.v1.NodeReadyRequest
+	(*NodeReadyResponse)(nil),    // 17: iop.wire.v1.NodeReadyResponse
+	(*Heartbeat)(nil),            // 18: iop.wire.v1.Heartbeat
+	(*HeartbeatAck)(nil),         // 19: iop.wire.v1.HeartbeatAck
+	(*ProviderStatusUpdate)(nil), // 20: iop.wire.v1.ProviderStatusUpdate
+	(*DrainNotice)(nil),          // 21: iop.wire.v1.DrainNotice
+	(*CredentialNotice)(nil),     // 22: iop.wire.v1.CredentialNotice
+	(*StreamHeader)(nil),         // 23: iop.wire.v1.StreamHeader
+	(*HeaderPart)(nil),           // 24: iop.wire.v1.HeaderPart
+	(*LeaseBinding)(nil),         // 25: iop.wire.v1.LeaseBinding
+	(*RunRequest)(nil),           // 26: iop.wire.v1.RunRequest
+	(*CompletionInput)(nil),      // 27: iop.wire.v1.CompletionInput
+	(*ChatMessage)(nil),          // 28: iop.wire.v1.ChatMessage
+	(*Tool)(nil),                 // 29: iop.wire.v1.Tool
+	(*ToolCall)(nil),             // 30: iop.wire.v1.ToolCall
+	(*RunOptions)(nil),           // 31: iop.wire.v1.RunOptions
+	(*RunEvent)(nil),             // 32: iop.wire.v1.RunEvent
+	(*Usage)(nil),                // 33: iop.wire.v1.Usage
+	(*Failure)(nil),              // 34: iop.wire.v1.Failure
+	(*StallObservation)(nil),     // 35: iop.wire.v1.StallObservation
+	(*TunnelRequest)(nil),        // 36: iop.wire.v1.TunnelRequest
+	(*Header)(nil),               // 37: iop.wire.v1.Header
+	(*TunnelFrame)(nil),          // 38: iop.wire.v1.TunnelFrame
+	(*TunnelResponseHead)(nil),   // 39: iop.wire.v1.TunnelResponseHead
+	(*TunnelTerminal)(nil),       // 40: iop.wire.v1.TunnelTerminal
+	(*EmbedRequest)(nil),         // 41: iop.wire.v1.EmbedRequest
+	(*EmbedFrame)(nil),           // 42: iop.wire.v1.EmbedFrame
+	(*EmbedVectors)(nil),         // 43: iop.wire.v1.EmbedVectors
+	(*Vector)(nil),               // 44: iop.wire.v1.Vector
+	(*CommandRequest)(nil),       // 45: iop.wire.v1.CommandRequest
+	(*CommandResult)(nil),        // 46: iop.wire.v1.CommandResult
+	(*TransportStatus)(nil),      // 47: iop.wire.v1.TransportStatus
+	(*CertificateRequest)(nil),   // 48: iop.wire.v1.CertificateRequest
+	(*CertificateResponse)(nil),  // 49: iop.wire.v1.CertificateResponse
+	(*JoinRequest)(nil),          // 50: iop.wire.v1.JoinRequest
+	(*JoinResponse)(nil),         // 51: iop.wire.v1.JoinResponse
+	nil,                          // 52: iop.wire.v1.RegisterRequest.LabelsEntry
+	nil,                          // 53: iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
 }
 var file_wire_proto_depIdxs = []int32{
 	7,  // 0: iop.wire.v1.ControlFrame.register_request:type_name -> iop.wire.v1.RegisterRequest
-	10, // 1: iop.wire.v1.ControlFrame.register_response:type_name -> iop.wire.v1.RegisterResponse
-	14, // 2: iop.wire.v1.ControlFrame.ready_request:type_name -> iop.wire.v1.NodeReadyRequest
-	15, // 3: iop.wire.v1.ControlFrame.ready_response:type_name -> iop.wire.v1.NodeReadyResponse
-	16, // 4: iop.wire.v1.ControlFrame.heartbeat:type_name -> iop.wire.v1.Heartbeat
-	17, // 5: iop.wire.v1.ControlFrame.heartbeat_ack:type_name -> iop.wire.v1.HeartbeatAck
-	18, // 6: iop.wire.v1.ControlFrame.provider_status:type_name -> iop.wire.v1.ProviderStatusUpdate
-	19, // 7: iop.wire.v1.ControlFrame.drain:type_name -> iop.wire.v1.DrainNotice
-	20, // 8: iop.wire.v1.ControlFrame.credential_notice:type_name -> iop.wire.v1.CredentialNotice
-	46, // 9: iop.wire.v1.ControlFrame.certificate_request:type_name -> iop.wire.v1.CertificateRequest
-	47, // 10: iop.wire.v1.ControlFrame.certificate_response:type_name -> iop.wire.v1.CertificateResponse
-	12, // 11: iop.wire.v1.ControlFrame.cluster_update:type_name -> iop.wire.v1.ClusterUpdate
-	13, // 12: iop.wire.v1.ControlFrame.edge_stopping:type_name -> iop.wire.v1.EdgeStopping
-	8,  // 13: iop.wire.v1.RegisterRequest.providers:type_name -> iop.wire.v1.Provider
-	50, // 14: iop.wire.v1.RegisterRequest.labels:type_name -> iop.wire.v1.RegisterRequest.LabelsEntry
-	9,  // 15: iop.wire.v1.Provider.targets:type_name -> iop.wire.v1.Target
-	0,  // 16: iop.wire.v1.Provider.state:type_name -> iop.wire.v1.ProviderState
-	11, // 17: iop.wire.v1.RegisterResponse.cluster_edges:type_name -> iop.wire.v1.ClusterEdge
-	11, // 18: iop.wire.v1.ClusterUpdate.edges:type_name -> iop.wire.v1.ClusterEdge
-	8,  // 19: iop.wire.v1.NodeReadyRequest.providers:type_name -> iop.wire.v1.Provider
-	8,  // 20: iop.wire.v1.ProviderStatusUpdate.providers:type_name -> iop.wire.v1.Provider
-	51, // 21: iop.wire.v1.CredentialNotice.credential_revisions:type_name -> iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
-	24, // 22: iop.wire.v1.StreamHeader.run:type_name -> iop.wire.v1.RunRequest
-	34, // 23: iop.wire.v1.StreamHeader.tunnel:type_name -> iop.wire.v1.TunnelRequest
-	43, // 24: iop.wire.v1.StreamHeader.command:type_name -> iop.wire.v1.CommandRequest
-	39, // 25: iop.wire.v1.StreamHeader.embed:type_name -> iop.wire.v1.EmbedRequest
-	26, // 26: iop.wire.v1.RunRequest.messages:type_name -> iop.wire.v1.ChatMessage
-	27, // 27: iop.wire.v1.RunRequest.tools:type_name -> iop.wire.v1.Tool
-	29, // 28: iop.wire.v1.RunRequest.options:type_name -> iop.wire.v1.RunOptions
-	23, // 29: iop.wire.v1.RunRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	25, // 30: iop.wire.v1.RunRequest.completion:type_name -> iop.wire.v1.CompletionInput
-	28, // 31: iop.wire.v1.ChatMessage.tool_calls:type_name -> iop.wire.v1.ToolCall
-	1,  // 32: iop.wire.v1.RunEvent.type:type_name -> iop.wire.v1.RunEventType
-	28, // 33: iop.wire.v1.RunEvent.tool_call:type_name -> iop.wire.v1.ToolCall
-	31, // 34: iop.wire.v1.RunEvent.usage:type_name -> iop.wire.v1.Usage
-	32, // 35: iop.wire.v1.RunEvent.failure:type_name -> iop.wire.v1.Failure
-	33, // 36: iop.wire.v1.RunEvent.stall:type_name -> iop.wire.v1.StallObservation
-	2,  // 37: iop.wire.v1.Failure.kind:type_name -> iop.wire.v1.FailureKind
-	35, // 38: iop.wire.v1.TunnelRequest.headers:type_name -> iop.wire.v1.Header
-	23, // 39: iop.wire.v1.TunnelRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	37, // 40: iop.wire.v1.TunnelFrame.head:type_name -> iop.wire.v1.TunnelResponseHead
-	38, // 41: iop.wire.v1.TunnelFrame.terminal:type_name -> iop.wire.v1.TunnelTerminal
-	35, // 42: iop.wire.v1.TunnelResponseHead.headers:type_name -> iop.wire.v1.Header
-	3,  // 43: iop.wire.v1.TunnelTerminal.outcome:type_name -> iop.wire.v1.TunnelOutcome
-	32, // 44: iop.wire.v1.TunnelTerminal.failure:type_name -> iop.wire.v1.Failure
-	33, // 45: iop.wire.v1.TunnelTerminal.stall:type_name -> iop.wire.v1.StallObservation
-	23, // 46: iop.wire.v1.EmbedRequest.binding:type_name -> iop.wire.v1.LeaseBinding
-	41, // 47: iop.wire.v1.EmbedFrame.vectors:type_name -> iop.wire.v1.EmbedVectors
-	30, // 48: iop.wire.v1.EmbedFrame.terminal:type_name -> iop.wire.v1.RunEvent
-	42, // 49: iop.wire.v1.EmbedVectors.vectors:type_name -> iop.wire.v1.Vector
-	4,  // 50: iop.wire.v1.CommandRequest.kind:type_name -> iop.wire.v1.CommandKind
-	34, // 51: iop.wire.v1.CommandRequest.tunnel:type_name -> iop.wire.v1.TunnelRequest
-	32, // 52: iop.wire.v1.CommandResult.failure:type_name -> iop.wire.v1.Failure
-	8,  // 53: iop.wire.v1.CommandResult.providers:type_name -> iop.wire.v1.Provider
-	45, // 54: iop.wire.v1.CommandResult.transport_status:type_name -> iop.wire.v1.TransportStatus
-	5,  // 55: iop.wire.v1.JoinResponse.refusal:type_name -> iop.wire.v1.JoinRefusal
-	56, // [56:56] is the sub-list for method output_type
-	56, // [56:56] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	12, // 1: iop.wire.v1.ControlFrame.register_response:type_name -> iop.wire.v1.RegisterResponse
+	16, // 2: iop.wire.v1.ControlFrame.ready_request:type_name -> iop.wire.v1.NodeReadyRequest
+	17, // 3: iop.wire.v1.ControlFrame.ready_response:type_name -> iop.wire.v1.NodeReadyResponse
+	18, // 4: iop.wire.v1.ControlFrame.heartbeat:type_name -> iop.wire.v1.Heartbeat
+	19, // 5: iop.wire.v1.ControlFrame.heartbeat_ack:type_name -> iop.wire.v1.HeartbeatAck
+	20, // 6: iop.wire.v1.ControlFrame.provider_status:type_name -> iop.wire.v1.ProviderStatusUpdate
+	21, // 7: iop.wire.v1.ControlFrame.drain:type_name -> iop.wire.v1.DrainNotice
+	22, // 8: iop.wire.v1.ControlFrame.credential_notice:type_name -> iop.wire.v1.CredentialNotice
+	48, // 9: iop.wire.v1.ControlFrame.certificate_request:type_name -> iop.wire.v1.CertificateRequest
+	49, // 10: iop.wire.v1.ControlFrame.certificate_response:type_name -> iop.wire.v1.CertificateResponse
+	14, // 11: iop.wire.v1.ControlFrame.cluster_update:type_name -> iop.wire.v1.ClusterUpdate
+	15, // 12: iop.wire.v1.ControlFrame.edge_stopping:type_name -> iop.wire.v1.EdgeStopping
+	9,  // 13: iop.wire.v1.RegisterRequest.providers:type_name -> iop.wire.v1.Provider
+	52, // 14: iop.wire.v1.RegisterRequest.labels:type_name -> iop.wire.v1.RegisterRequest.LabelsEntry
+	8,  // 15: iop.wire.v1.RegisterRequest.wake_targets:type_name -> iop.wire.v1.WakeTarget
+	11, // 16: iop.wire.v1.Provider.targets:type_name -> iop.wire.v1.Target
+	0,  // 17: iop.wire.v1.Provider.state:type_name -> iop.wire.v1.ProviderState
+	10, // 18: iop.wire.v1.Provider.loaded:type_name -> iop.wire.v1.LoadedModel
+	13, // 19: iop.wire.v1.RegisterResponse.cluster_edges:type_name -> iop.wire.v1.ClusterEdge
+	13, // 20: iop.wire.v1.ClusterUpdate.edges:type_name -> iop.wire.v1.ClusterEdge
+	9,  // 21: iop.wire.v1.NodeReadyRequest.providers:type_name -> iop.wire.v1.Provider
+	9,  // 22: iop.wire.v1.ProviderStatusUpdate.providers:type_name -> iop.wire.v1.Provider
+	53, // 23: iop.wire.v1.CredentialNotice.credential_revisions:type_name -> iop.wire.v1.CredentialNotice.CredentialRevisionsEntry
+	26, // 24: iop.wire.v1.StreamHeader.run:type_name -> iop.wire.v1.RunRequest
+	36, // 25: iop.wire.v1.StreamHeader.tunnel:type_name -> iop.wire.v1.TunnelRequest
+	45, // 26: iop.wire.v1.StreamHeader.command:type_name -> iop.wire.v1.CommandRequest
+	41, // 27: iop.wire.v1.StreamHeader.embed:type_name -> iop.wire.v1.EmbedRequest
+	28, // 28: iop.wire.v1.RunRequest.messages:type_name -> iop.wire.v1.ChatMessage
+	29, // 29: iop.wire.v1.RunRequest.tools:type_name -> iop.wire.v1.Tool
+	31, // 30: iop.wire.v1.RunRequest.options:type_name -> iop.wire.v1.RunOptions
+	25, // 31: iop.wire.v1.RunRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	27, // 32: iop.wire.v1.RunRequest.completion:type_name -> iop.wire.v1.CompletionInput
+	30, // 33: iop.wire.v1.ChatMessage.tool_calls:type_name -> iop.wire.v1.ToolCall
+	1,  // 34: iop.wire.v1.RunEvent.type:type_name -> iop.wire.v1.RunEventType
+	30, // 35: iop.wire.v1.RunEvent.tool_call:type_name -> iop.wire.v1.ToolCall
+	33, // 36: iop.wire.v1.RunEvent.usage:type_name -> iop.wire.v1.Usage
+	34, // 37: iop.wire.v1.RunEvent.failure:type_name -> iop.wire.v1.Failure
+	35, // 38: iop.wire.v1.RunEvent.stall:type_name -> iop.wire.v1.StallObservation
+	2,  // 39: iop.wire.v1.Failure.kind:type_name -> iop.wire.v1.FailureKind
+	37, // 40: iop.wire.v1.TunnelRequest.headers:type_name -> iop.wire.v1.Header
+	25, // 41: iop.wire.v1.TunnelRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	39, // 42: iop.wire.v1.TunnelFrame.head:type_name -> iop.wire.v1.TunnelResponseHead
+	40, // 43: iop.wire.v1.TunnelFrame.terminal:type_name -> iop.wire.v1.TunnelTerminal
+	37, // 44: iop.wire.v1.TunnelResponseHead.headers:type_name -> iop.wire.v1.Header
+	3,  // 45: iop.wire.v1.TunnelTerminal.outcome:type_name -> iop.wire.v1.TunnelOutcome
+	34, // 46: iop.wire.v1.TunnelTerminal.failure:type_name -> iop.wire.v1.Failure
+	35, // 47: iop.wire.v1.TunnelTerminal.stall:type_name -> iop.wire.v1.StallObservation
+	25, // 48: iop.wire.v1.EmbedRequest.binding:type_name -> iop.wire.v1.LeaseBinding
+	43, // 49: iop.wire.v1.EmbedFrame.vectors:type_name -> iop.wire.v1.EmbedVectors
+	32, // 50: iop.wire.v1.EmbedFrame.terminal:type_name -> iop.wire.v1.RunEvent
+	44, // 51: iop.wire.v1.EmbedVectors.vectors:type_name -> iop.wire.v1.Vector
+	4,  // 52: iop.wire.v1.CommandRequest.kind:type_name -> iop.wire.v1.CommandKind
+	36, // 53: iop.wire.v1.CommandRequest.tunnel:type_name -> iop.wire.v1.TunnelRequest
+	34, // 54: iop.wire.v1.CommandResult.failure:type_name -> iop.wire.v1.Failure
+	9,  // 55: iop.wire.v1.CommandResult.providers:type_name -> iop.wire.v1.Provider
+	47, // 56: iop.wire.v1.CommandResult.transport_status:type_name -> iop.wire.v1.TransportStatus
+	5,  // 57: iop.wire.v1.JoinResponse.refusal:type_name -> iop.wire.v1.JoinRefusal
+	58, // [58:58] is the sub-list for method output_type
+	58, // [58:58] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -4688,19 +4947,19 @@ func file_wire_proto_init() {
 		(*ControlFrame_ClusterUpdate)(nil),
 		(*ControlFrame_EdgeStopping)(nil),
 	}
-	file_wire_proto_msgTypes[15].OneofWrappers = []any{
+	file_wire_proto_msgTypes[17].OneofWrappers = []any{
 		(*StreamHeader_Run)(nil),
 		(*StreamHeader_Tunnel)(nil),
 		(*StreamHeader_Command)(nil),
 		(*StreamHeader_Embed)(nil),
 	}
-	file_wire_proto_msgTypes[23].OneofWrappers = []any{}
-	file_wire_proto_msgTypes[30].OneofWrappers = []any{
+	file_wire_proto_msgTypes[25].OneofWrappers = []any{}
+	file_wire_proto_msgTypes[32].OneofWrappers = []any{
 		(*TunnelFrame_Head)(nil),
 		(*TunnelFrame_Body)(nil),
 		(*TunnelFrame_Terminal)(nil),
 	}
-	file_wire_proto_msgTypes[34].OneofWrappers = []any{
+	file_wire_proto_msgTypes[36].OneofWrappers = []any{
 		(*EmbedFrame_Vectors)(nil),
 		(*EmbedFrame_Terminal)(nil),
 	}
@@ -4710,7 +4969,7 @@ func file_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   46,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
