@@ -240,3 +240,26 @@ func (f *listFailures) recovered(log *slog.Logger) {
 	}
 	f.n = 0
 }
+
+// relistNow lists the targets of a provider that discovers them at once,
+// outside its interval: a management call (issue 23: a pull, delete, copy
+// or create through the Edge) has just changed what its model server
+// holds, and the Edge should route by the new list now, not within an
+// interval. A listing that fails keeps the last list, as a periodic one
+// does. It runs beside the periodic listing: should one of those have
+// started before the change and finish after this one, its older list
+// stands until the next interval.
+func (p *Provider) relistNow(ctx context.Context) {
+	p.mu.Lock()
+	pl, discovers := p.plugin, p.discovers(p.caps) && p.state == wirepb.ProviderState_PROVIDER_STATE_ONLINE
+	p.mu.Unlock()
+	if !discovers || pl == nil {
+		return
+	}
+	names, err := p.listTargets(ctx, pl)
+	if err != nil {
+		p.log.Warn("listing the model server's targets after a management call failed; keeping the last list", "err", err)
+		return
+	}
+	p.replaceTargets(names)
+}

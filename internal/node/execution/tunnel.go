@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -125,12 +128,28 @@ func (o *tunnelOut) claimed() *wirepb.TunnelTerminal {
 // validate, admit, run the plugin's Tunnel, and end with exactly one
 // terminal. A metadata request (a read-only call such as a model list)
 // takes no capacity slot, so it answers while the provider is busy.
+//
+// A management request (TunnelRequest.management: an admin's pull, delete,
+// copy or create through the Edge, issue 23) takes no slot either: a pull
+// lasts minutes and holds no model. Its paths are refused in any other
+// tunnel (ErrManagementOnly). When it ends, the provider lists its targets
+// again before the terminal is sent, so the Edge hears of a model pulled or
+// deleted no later than it hears that the call ended.
 func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req *wirepb.TunnelRequest, st Stream) {
 	out := &tunnelOut{st: st, ended: func() error { return nil }}
 	log := h.log.With("tunnel_id", req.GetTunnelId(), "provider", req.GetProvider(), "target", req.GetTarget())
 
+	if !req.GetManagement() && ManagementPath(req.GetPath()) {
+		f := &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, Reason: managementOnlyReason,
+			Message: fmt.Sprintf("%s %s: %v", req.GetMethod(), req.GetPath(), ErrManagementOnly)}
+		h.ended(tunnelKind(req), nil, refusedOutcome(f))
+		log.Warn("tunnel refused: a model-management path without the management flag", "method", req.GetMethod(), "path", req.GetPath())
+		out.finish(refusedOutcome(f).TunnelTerminal())
+		return
+	}
 	a, refused := h.admit(sess, admission{kind: tunnelKind(req), stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(),
-		target: req.GetTarget(), capability: sdk.CapTunnel, noSlot: req.GetMetadata(), sealed: req.GetSealedLease(), binding: req.GetBinding()})
+		target: req.GetTarget(), capability: sdk.CapTunnel, noSlot: req.GetMetadata() || req.GetManagement(),
+		sealed: req.GetSealedLease(), binding: req.GetBinding()})
 	if refused != nil {
 		if h.refuseBusy(ctx, st, refused, req.GetProvider(), "", req.GetTarget()) {
 			return
@@ -157,7 +176,19 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req 
 		defer context.AfterFunc(sctx, func() { g.stop(writeSideEnded(context.Cause(sctx))) })()
 	}
 	body := &tunnelBody{st: st, cancel: g.stop}
+	// relist is done once, before the terminal goes: the plugin's own, or
+	// the Node's (finish). Bounded by the listing timeout; the connection's
+	// end does not stop it: a Node that reconnects registers this list.
+	var relisted sync.Once
+	relist := func() {
+		if req.GetManagement() {
+			relisted.Do(func() { a.prov.relistNow(context.WithoutCancel(ctx)) })
+		}
+	}
 	emit := func(f *wirepb.TunnelFrame) error {
+		if f.GetTerminal() != nil {
+			relist()
+		}
 		return g.wd.Emit(TunnelFrameIsProgress(f), func() error {
 			err := out.emit(f)
 			var sc *quicwire.StreamCancelledError
@@ -187,6 +218,7 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req 
 		}
 		return Outcome{}, err
 	}, func(o Outcome) {
+		relist()
 		out.finish(o.TunnelTerminal())
 		term := out.claimed()
 		h.ended(tunnelKind(req), a.prov, outcomeOfTunnel(term))
@@ -198,6 +230,39 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req 
 		}
 		log.Info("tunnel ended", attrs...)
 	})
+}
+
+// ErrManagementOnly refuses a tunnel to a path that changes what a model
+// server holds (ManagementPath) without TunnelRequest.management: only the
+// Edge's model management, which it sends for admin principals alone, may
+// pull, delete, copy, create or push models, or upload blobs. A client's
+// raw tunnel to its model (/api/chat, /api/show...) never reaches them.
+var ErrManagementOnly = errors.New("this path changes the models the server holds: only a management tunnel (an admin's call through the Edge) may ask for it")
+
+// managementOnlyReason is the Failure.reason of an ErrManagementOnly
+// refusal.
+const managementOnlyReason = "management_only"
+
+// managementPaths are Ollama's endpoints that change what the server
+// holds; "/api/blobs/" is a prefix (/api/blobs/:digest).
+var managementPaths = []string{"/api/pull", "/api/delete", "/api/copy", "/api/create", "/api/push", "/api/blobs/"}
+
+// ManagementPath reports whether p (a tunnel's path, with its query) is
+// one of Ollama's model-management endpoints, as its router would see it:
+// percent-decoded, cleaned ("/api//pull", "/api/x/../pull") and without
+// regard to case, so that no spelling slips past the check.
+func ManagementPath(p string) bool {
+	p, _, _ = strings.Cut(p, "?")
+	if u, err := url.PathUnescape(p); err == nil {
+		p = u
+	}
+	p = strings.ToLower(path.Clean("/" + p))
+	for _, m := range managementPaths {
+		if p == m || strings.HasSuffix(m, "/") && strings.HasPrefix(p+"/", m) {
+			return true
+		}
+	}
+	return false
 }
 
 // frameWriter is the sdk.TunnelResponse of the Node's own relay: the
