@@ -307,5 +307,6 @@ func describeToWire(info Info, caps []string) *pluginpb.DescribeResponse {
 
 // tunnelRouteToWire is the wire form of a valid route.
 func tunnelRouteToWire(r *TunnelRoute) *pluginpb.TunnelRouteResponse {
-	return &pluginpb.TunnelRouteResponse{BaseUrl: r.BaseURL, Headers: pluginpb.HeadersToWire(r.Header), Bearer: r.Bearer}
+	return &pluginpb.TunnelRouteResponse{BaseUrl: r.BaseURL, Headers: pluginpb.HeadersToWire(r.Header), Bearer: r.Bearer,
+		Loaded: string(r.Loaded)}
 }

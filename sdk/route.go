@@ -42,7 +42,28 @@ type TunnelRoute struct {
 	// (its kind must be "" or "bearer"). Without it a lent credential is
 	// refused: the server would not see it.
 	Bearer bool
+	// Loaded says how the Node learns what the server holds loaded, so
+	// that the Edge can send a request where its model is already in
+	// memory (issue 23). The Node reads it through this route itself,
+	// without the plugin: a parked plugin process stays parked.
+	Loaded LoadedReport
 }
+
+// LoadedReport is how a server tells which of its models it holds loaded.
+type LoadedReport string
+
+// The ways a server reports what it holds loaded.
+const (
+	// LoadedUnknown: it does not say; the Edge routes without knowing.
+	LoadedUnknown LoadedReport = ""
+	// LoadedOllamaPS: Ollama's GET /api/ps on the route lists the loaded
+	// models with their sizes and expiry.
+	LoadedOllamaPS LoadedReport = "ollama_ps"
+	// LoadedAll: the server keeps every model it serves loaded (an
+	// OpenAI-compatible server started with its models, such as vLLM or
+	// llama.cpp's server).
+	LoadedAll LoadedReport = "all"
+)
 
 // Validate reports whether the route can be used: an absolute http or
 // https base URL without user info, query or fragment, and header names

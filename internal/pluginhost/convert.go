@@ -290,7 +290,8 @@ func targetsFromWire(targets []*wirepb.Target) []sdk.Target {
 
 // tunnelRouteFromWire is the route an adapter gave.
 func tunnelRouteFromWire(r *pluginpb.TunnelRouteResponse) *sdk.TunnelRoute {
-	return &sdk.TunnelRoute{BaseURL: r.GetBaseUrl(), Header: pluginpb.HeadersFromWire(r.GetHeaders()), Bearer: r.GetBearer()}
+	return &sdk.TunnelRoute{BaseURL: r.GetBaseUrl(), Header: pluginpb.HeadersFromWire(r.GetHeaders()), Bearer: r.GetBearer(),
+		Loaded: sdk.LoadedReport(r.GetLoaded())}
 }
 
 func healthFromWire(r *pluginpb.ProbeResponse) sdk.Health {

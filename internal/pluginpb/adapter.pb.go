@@ -886,8 +886,13 @@ type TunnelRouteResponse struct {
 	// Set on every relayed request, over the client's values.
 	Headers []*wirepb.Header `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty"`
 	// Present a lent credential as "Authorization: Bearer SECRET".
-	Bearer        bool            `protobuf:"varint,3,opt,name=bearer,proto3" json:"bearer,omitempty"`
-	Failure       *wirepb.Failure `protobuf:"bytes,4,opt,name=failure,proto3" json:"failure,omitempty"`
+	Bearer  bool            `protobuf:"varint,3,opt,name=bearer,proto3" json:"bearer,omitempty"`
+	Failure *wirepb.Failure `protobuf:"bytes,4,opt,name=failure,proto3" json:"failure,omitempty"`
+	// How the Node learns what the server holds loaded (issue 23): "" it
+	// cannot, "ollama_ps" Ollama's GET /api/ps through this route, "all"
+	// the server keeps every model it serves loaded. A plugin built before
+	// it leaves it empty.
+	Loaded        string `protobuf:"bytes,5,opt,name=loaded,proto3" json:"loaded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -948,6 +953,13 @@ func (x *TunnelRouteResponse) GetFailure() *wirepb.Failure {
 		return x.Failure
 	}
 	return nil
+}
+
+func (x *TunnelRouteResponse) GetLoaded() string {
+	if x != nil {
+		return x.Loaded
+	}
+	return ""
 }
 
 type CountTokensResponse struct {
@@ -1139,12 +1151,13 @@ const file_internal_pluginpb_adapter_proto_rawDesc = "" +
 	"credential\x18\x02 \x01(\v2\x1a.iop.adapter.v1.CredentialR\n" +
 	"credential\"\x0f\n" +
 	"\rTunnelBodyEnd\"\x14\n" +
-	"\x12TunnelRouteRequest\"\xa7\x01\n" +
+	"\x12TunnelRouteRequest\"\xbf\x01\n" +
 	"\x13TunnelRouteResponse\x12\x19\n" +
 	"\bbase_url\x18\x01 \x01(\tR\abaseUrl\x12-\n" +
 	"\aheaders\x18\x02 \x03(\v2\x13.iop.wire.v1.HeaderR\aheaders\x12\x16\n" +
 	"\x06bearer\x18\x03 \x01(\bR\x06bearer\x12.\n" +
-	"\afailure\x18\x04 \x01(\v2\x14.iop.wire.v1.FailureR\afailure\"]\n" +
+	"\afailure\x18\x04 \x01(\v2\x14.iop.wire.v1.FailureR\afailure\x12\x16\n" +
+	"\x06loaded\x18\x05 \x01(\tR\x06loaded\"]\n" +
 	"\x13CountTokensResponse\x12\x16\n" +
 	"\x06tokens\x18\x01 \x01(\x03R\x06tokens\x12.\n" +
 	"\afailure\x18\x02 \x01(\v2\x14.iop.wire.v1.FailureR\afailure\"\x0e\n" +

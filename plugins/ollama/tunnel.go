@@ -18,10 +18,12 @@ func isHopByHop(canonical string) bool { return hopByHop[canonical] }
 
 // TunnelRoute says how the Node reaches Ollama for a raw tunnel: the
 // configured base URL and static headers, and a lent credential as a bearer
-// key. The Node then relays the bytes itself (sdk.RelayTunnel).
+// key. The Node then relays the bytes itself (sdk.RelayTunnel), and reads
+// what Ollama holds loaded from its /api/ps along the same route (issue
+// 23: Ollama loads a model on demand and evicts another to make room).
 func (a *Adapter) TunnelRoute(context.Context) (*sdk.TunnelRoute, error) {
 	s := a.cfg.Load()
-	return &sdk.TunnelRoute{BaseURL: s.base.String(), Header: s.headers.Clone(), Bearer: true}, nil
+	return &sdk.TunnelRoute{BaseURL: s.base.String(), Header: s.headers.Clone(), Bearer: true, Loaded: sdk.LoadedOllamaPS}, nil
 }
 
 // Tunnel relays one raw HTTP request to Ollama and streams its answer

@@ -193,6 +193,9 @@ func TestTunnelRouteIsTheConfiguredServer(t *testing.T) {
 	if r.BaseURL != "http://ollama.internal:8080/prefix" || r.Header.Get("X-Team") != "a" || !r.Bearer {
 		t.Errorf("route %+v", r)
 	}
+	if r.Loaded != sdk.LoadedOllamaPS { // issue 23: the Node reads /api/ps along it
+		t.Errorf("route's loaded report %q, want %q", r.Loaded, sdk.LoadedOllamaPS)
+	}
 	if err := a.Tunnel(context.Background(), &sdk.TunnelRequest{Method: "CONNECT", Path: "/", Header: http.Header{}, Body: http.NoBody}, &tunnelRecorder{}); !errors.Is(err, sdk.ErrInvalidRequest) {
 		t.Errorf("CONNECT: %v", err)
 	}

@@ -15,7 +15,10 @@ func (a *Adapter) TunnelRoute(context.Context) (*sdk.TunnelRoute, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &sdk.TunnelRoute{BaseURL: c.base.String(), Header: c.headers.Clone(), Bearer: true}, nil
+	// An OpenAI-compatible server (vLLM, llama.cpp's server, SGLang, TGI)
+	// is started with its models and keeps them loaded: every target is
+	// warm (issue 23).
+	return &sdk.TunnelRoute{BaseURL: c.base.String(), Header: c.headers.Clone(), Bearer: true, Loaded: sdk.LoadedAll}, nil
 }
 
 // Tunnel relays req to the server along the adapter's route: its Path

@@ -108,6 +108,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 			Name: p.Name, Adapter: p.Adapter, Targets: p.Targets, Capacity: p.Capacity, Config: sdk.Config(conf), Launch: launch,
 			RelistInterval: time.Duration(p.RelistInterval), // 0 (a config built in code) is the runtime's default
 			IdleStop:       time.Duration(p.IdleStop),       // 0 keeps the plugin running (issue 25)
+			MaxLoaded:      p.MaxLoadedModels,               // 0: not known (issue 23)
 			Metrics:        a.metrics,
 		}, sup, opts.Logger, a.providers.Notify))
 	}

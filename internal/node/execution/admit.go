@@ -75,7 +75,7 @@ func (h *Handler) admit(sess *transport.Session, a admission) (*admitted, *wirep
 	if a.noSlot {
 		plugin, err = prov.Current()
 	} else {
-		plugin, release, err = prov.Acquire()
+		plugin, release, err = prov.AcquireFor(a.target)
 	}
 	var route *sdk.TunnelRoute
 	if err == nil && a.capability == sdk.CapTunnel {

@@ -40,6 +40,9 @@ type ProviderConfig struct {
 	// long, and starts it again for the next call that needs it (idle.go).
 	// Zero keeps the plugin running.
 	IdleStop time.Duration
+	// MaxLoaded is how many models the provider's server holds loaded at
+	// once, for the Edge's warm-first routing (loaded.go); 0: not known.
+	MaxLoaded int
 }
 
 // Supervision policy: restart with backoff; after BreakerThreshold failures
@@ -122,6 +125,13 @@ type Provider struct {
 	unhealthy  map[string]bool
 	superCtx   context.Context
 	recovering sync.WaitGroup
+	// loaded is what the server holds loaded, as last read, and uses
+	// counts the calls holding a slot, by target (loaded.go); loadedKick
+	// asks refreshLoaded for a read. loadedFails is refreshLoaded's own.
+	loaded      loadedList
+	uses        map[string]int
+	loadedKick  chan struct{}
+	loadedFails listFailures
 }
 
 // NewProvider returns a provider in the starting state; Supervise runs it.
@@ -140,6 +150,9 @@ func NewProvider(cfg ProviderConfig, sup Supervision, log *slog.Logger, changed 
 		state:     wirepb.ProviderState_PROVIDER_STATE_STARTING,
 		targets:   slices.Clone(cfg.Targets),
 		attempted: make(chan struct{}),
+		uses:      make(map[string]int),
+		// loadedKick holds one pending read: kicks meanwhile are that read.
+		loadedKick: make(chan struct{}, 1),
 	}
 	p.circuit.Store(nodemetrics.CircuitClosed)
 	return p
@@ -161,6 +174,7 @@ func (p *Provider) Wire() *wirepb.Provider {
 		Capabilities: slices.Clone(p.caps),
 		InUse:        uint32(len(p.slots)),
 	}
+	p.wireLoadedLocked(w)
 	for _, t := range p.targets {
 		wt := &wirepb.Target{Name: t}
 		if p.unhealthy[t] {
@@ -178,10 +192,15 @@ func (p *Provider) Serves(target string) bool {
 	return slices.Contains(p.targets, target)
 }
 
-// Acquire admits one run: it takes a capacity slot of an online provider
-// without waiting (over capacity is refused at once). release gives the
-// slot back.
-func (p *Provider) Acquire() (pl Plugin, release func(), err error) {
+// Acquire admits one call for no particular model; see AcquireFor.
+func (p *Provider) Acquire() (pl Plugin, release func(), err error) { return p.AcquireFor("") }
+
+// AcquireFor admits one call (a run, a tunnel, an embedding) on target: it
+// takes a capacity slot of an online provider without waiting (over
+// capacity is refused at once). release gives the slot back. The call
+// counts as in use on target's loaded model until then, and its end has
+// the loaded list read again (loaded.go).
+func (p *Provider) AcquireFor(target string) (pl Plugin, release func(), err error) {
 	p.mu.Lock()
 	pl, state, detail := p.plugin, p.state, p.detail
 	p.mu.Unlock()
@@ -204,14 +223,23 @@ func (p *Provider) Acquire() (pl Plugin, release func(), err error) {
 	default:
 		return nil, nil, fmt.Errorf("provider %s: %w: all %d slots busy", p.cfg.Name, ErrCapacityExhausted, p.cfg.Capacity)
 	}
+	p.mu.Lock()
+	p.uses[target]++
+	p.mu.Unlock()
 	// Every Edge hears of the slots in use (Provider.in_use), a hint for
 	// its scheduler.
 	p.notify()
 	var once sync.Once
 	return pl, func() {
 		once.Do(func() {
+			p.mu.Lock()
+			if p.uses[target]--; p.uses[target] <= 0 {
+				delete(p.uses, target)
+			}
+			p.mu.Unlock()
 			<-p.slots
 			p.notify()
+			p.kickLoaded() // the server's list moved: expiry, or a model loaded for it
 		})
 	}, nil
 }
@@ -256,6 +284,9 @@ func (p *Provider) set(state wirepb.ProviderState, detail string, pl Plugin) {
 	p.state, p.detail, p.plugin = state, detail, pl
 	p.mu.Unlock()
 	p.notify()
+	if state == wirepb.ProviderState_PROVIDER_STATE_ONLINE {
+		p.kickLoaded() // a new plugin's route, perhaps to another server: read what it holds
+	}
 }
 
 // Supervise keeps the plugin running until ctx is done, then stops it. A
@@ -272,11 +303,14 @@ func (p *Provider) Supervise(ctx context.Context) {
 	p.mu.Lock()
 	p.superCtx = ctx
 	p.mu.Unlock()
+	var refreshing sync.WaitGroup
+	refreshing.Go(func() { p.refreshLoaded(ctx) })
 	defer func() {
 		p.mu.Lock()
 		p.superCtx = nil // no recovery prober starts after this
 		p.mu.Unlock()
 		p.recovering.Wait()
+		refreshing.Wait() // ctx is done: it returns
 		p.relay.CloseIdleConnections()
 	}()
 	failures := 0
@@ -397,6 +431,7 @@ func (p *Provider) woke(caps []string, route *sdk.TunnelRoute) {
 	changed := !slices.Equal(p.caps, caps)
 	p.caps, p.route = caps, route
 	p.mu.Unlock()
+	p.kickLoaded() // the route is asked again after every Configure
 	if changed {
 		p.log.Info("adapter plugin reports other capabilities after a restart", "capabilities", caps)
 		p.notify()

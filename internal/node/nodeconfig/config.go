@@ -58,6 +58,9 @@ const (
 	// second of an idle process, and a day is as good as never.
 	MinIdleStop = time.Second
 	MaxIdleStop = 24 * time.Hour
+	// MaxLoadedModels bounds a provider's max_loaded_models (issue 23): far above what one
+	// server's memory holds.
+	MaxLoadedModels = 1024
 )
 
 // Adapter kinds a provider may name.
@@ -162,6 +165,11 @@ type Provider struct {
 	// it; the provider stays online and its raw tunnels are relayed meanwhile. Default 1m, from
 	// 1s to 24h; 0 keeps the plugin running (as does a Provider built in code that leaves it 0).
 	IdleStop yamlconf.Duration `yaml:"idle_stop"`
+	// MaxLoadedModels is how many models the model server holds loaded at once (Ollama's
+	// OLLAMA_MAX_LOADED_MODELS), told to the Edge so that it sends a model that is not loaded
+	// where there is room for it (issue 23). 0 (the default) means not known: the Edge then
+	// judges room by whether a loaded model is idle. From 0 to MaxLoadedModels.
+	MaxLoadedModels int `yaml:"max_loaded_models"`
 	// Config is the adapter's own settings (such as base_url), handed to it as-is.
 	Config map[string]any `yaml:"config,omitempty"`
 }
@@ -469,6 +477,9 @@ func (p Provider) validate(path string, decoded bool) []*yamlconf.Error {
 	}
 	if d := time.Duration(p.IdleStop); d != 0 && (d < MinIdleStop || d > MaxIdleStop) {
 		es.Add(path+".idle_stop", "must be 0 (keep the plugin running) or from %s to %s, got %s", MinIdleStop, MaxIdleStop, d)
+	}
+	if p.MaxLoadedModels < 0 || p.MaxLoadedModels > MaxLoadedModels {
+		es.Add(path+".max_loaded_models", "must be from 0 (not known) to %d, got %d", MaxLoadedModels, p.MaxLoadedModels)
 	}
 	return es
 }

@@ -164,6 +164,11 @@ func TestValidateReportsFieldAndReason(t *testing.T) {
 			"providers[1].idle_stop", "got 25h0m0s"},
 		{"idle stop negative", func(c *Config) { c.Providers[1].IdleStop = yamlconf.Duration(-time.Second) },
 			"providers[1].idle_stop", "got -1s"},
+		// Issue 23: max_loaded_models, 0 for not known.
+		{"max loaded models negative", func(c *Config) { c.Providers[0].MaxLoadedModels = -1 },
+			"providers[0].max_loaded_models", "must be from 0 (not known) to 1024, got -1"},
+		{"max loaded models too many", func(c *Config) { c.Providers[1].MaxLoadedModels = 1025 },
+			"providers[1].max_loaded_models", "got 1025"},
 		// Issue 10 item 4: a Node may not offer more slots than it can accept streams for.
 		{"total capacity above the stream limit", func(c *Config) {
 			c.Providers = nil
