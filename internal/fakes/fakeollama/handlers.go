@@ -83,6 +83,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.ps(rw)
 	case "GET /api/version":
 		writeJSON(rw, http.StatusOK, map[string]string{"version": ServerVersion})
+	case "POST /api/pull": // model management: manage.go
+		s.pull(ctx, rw, body)
+	case "DELETE /api/delete":
+		s.deleteModel(rw, body)
+	case "POST /api/copy":
+		s.copyModel(rw, body)
+	case "POST /api/create":
+		s.create(ctx, rw, body)
 	default:
 		// Ollama's router (gin) answers unknown routes and methods this way.
 		rw.Header().Set("Content-Type", "text/plain")
