@@ -112,6 +112,11 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 			Metrics:        a.metrics,
 		}, sup, opts.Logger, a.providers.Notify))
 	}
+	var wake []execution.WakeTarget
+	for _, w := range cfg.Wake {
+		wake = append(wake, execution.WakeTarget{NodeID: w.NodeID, MAC: w.HardwareAddr(), Addr: w.Addr()})
+	}
+	waker := execution.NewWaker(wake, opts.Logger)
 	a.cluster, err = edgeclient.NewCluster(edgeclient.ClusterOptions{
 		Seeds: cfg.Edge.Seeds(),
 		TLS:   dialTLS,
@@ -124,6 +129,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 			Capacity:       cfg.TotalCapacity(),
 			MaxRequest:     cfg.Limits.MaxRequest(),
 			Labels:         cfg.Labels,
+			WakeTargets:    execution.WakeTargetsWire(wake),
 			Providers:      a.providers,
 			Certificates:   certs,
 		},
@@ -134,7 +140,7 @@ func New(cfg *nodeconfig.Config, opts Options) (*Agent, error) {
 		PerEdge: func(status func() edgeclient.Status) (edgeclient.Handler, edgeclient.Leases) {
 			leases := lease.NewOpener(lease.OpenerConfig{Key: &key.Private, Public: &key.Public})
 			return execution.NewHandler(a.providers, opts.Logger, execution.HandlerOptions{
-				Status: status, Stall: stall, Leases: leases, Metrics: a.metrics,
+				Status: status, Stall: stall, Leases: leases, Metrics: a.metrics, Waker: waker,
 			}), leases
 		},
 		Logger: opts.Logger,

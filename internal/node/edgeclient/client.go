@@ -81,8 +81,11 @@ type Options struct {
 	// DefaultMaxRequest.
 	MaxRequest int
 	Labels     map[string]string
-	Providers  Providers
-	Handler    Handler
+	// WakeTargets are the machines this Node can wake (issue 23), told to
+	// the Edge at registration (RegisterRequest.wake_targets).
+	WakeTargets []*wirepb.WakeTarget
+	Providers   Providers
+	Handler     Handler
 	// Leases, if set, learns the Edge's signing key and credential notices.
 	Leases Leases
 	// Certificates, if set, is renewed on the control stream before it
@@ -553,6 +556,7 @@ func (c *Client) register(st *quic.Stream, cs *transport.ControlStream, drainPre
 		MaxDispatchedStreams: uint32(c.streams()),
 		MaxRequestBytes:      uint64(c.opts.MaxRequest),
 		ClusterAware:         true,
+		WakeTargets:          c.opts.WakeTargets,
 
 		DrainPreviousGeneration: drainPrevious,
 	}}})

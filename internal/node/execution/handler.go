@@ -27,6 +27,7 @@ type Handler struct {
 	// provider of this Node (each provider counts its own).
 	metrics *nodemetrics.Metrics
 	unnamed *nodemetrics.Provider
+	waker   *Waker // wake.go
 }
 
 // HandlerOptions configure a Handler.
@@ -43,6 +44,9 @@ type HandlerOptions struct {
 	// of this Node; nil records nothing. Each provider records its own
 	// calls (ProviderConfig.Metrics).
 	Metrics *nodemetrics.Metrics
+	// Waker sends the wake-on-LAN packets COMMAND_KIND_WAKE asks for
+	// (wake.go); nil has no targets.
+	Waker *Waker
 }
 
 var _ edgeclient.Handler = (*Handler)(nil)
@@ -53,7 +57,7 @@ func NewHandler(set *Set, log *slog.Logger, opts HandlerOptions) *Handler {
 		opts.Status = func() edgeclient.Status { return edgeclient.Status{} }
 	}
 	return &Handler{set: set, log: log, status: opts.Status, live: opts.Stall, leases: opts.Leases,
-		metrics: opts.Metrics, unnamed: opts.Metrics.Provider("")}
+		metrics: opts.Metrics, unnamed: opts.Metrics.Provider(""), waker: opts.Waker}
 }
 
 // ServeStream implements edgeclient.Handler.
@@ -86,11 +90,13 @@ func (h *Handler) command(sess *transport.Session, c *wirepb.CommandRequest) *wi
 			HealthObservationSeq: sess.HealthObservationSeq(),
 			ConnectedUnixMs:      sess.ConnectedAt().UnixMilli(),
 		}
+	case wirepb.CommandKind_COMMAND_KIND_WAKE:
+		h.wake(c, res)
 	case wirepb.CommandKind_COMMAND_KIND_OLLAMA_API_TUNNEL:
 		res.Failure = &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED, Message: "the Ollama API tunnel is not served by this node version"}
 	default:
 		res.Failure = &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_UNSUPPORTED,
-			Message: fmt.Sprintf("unknown command kind %d: commands are capabilities, transport_status and ollama_api_tunnel", c.GetKind())}
+			Message: fmt.Sprintf("unknown command kind %d: commands are capabilities, transport_status, ollama_api_tunnel and wake", c.GetKind())}
 	}
 	return res
 }

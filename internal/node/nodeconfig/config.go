@@ -92,6 +92,8 @@ type Config struct {
 	Providers []Provider        `yaml:"providers,omitempty"`
 	Labels    map[string]string `yaml:"labels,omitempty"` // free-form tags reported to the Edge
 	Log       Log               `yaml:"log"`
+	// Wake lists the machines on this Node's LAN it can wake for the Edge (wake.go, issue 23).
+	Wake []Wake `yaml:"wake,omitempty"`
 }
 
 // Edge is the `edge` section: the Edge or Edges this Node dials first.
@@ -393,6 +395,7 @@ func (c *Config) validate(decoded bool) error {
 		}
 	}
 	es.Append(c.Log.Validate("log")...)
+	es.Append(c.validateWake()...)
 	return es.Err()
 }
 
