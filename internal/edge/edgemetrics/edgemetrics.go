@@ -52,6 +52,10 @@ type Metrics struct {
 	// by outcome (SessionOutcomes): whether the turn ran where the
 	// session's last one did (session affinity), and if not why.
 	SessionTurns *prometheus.CounterVec
+	// RouteChoices counts the candidates the scheduler picked, by why
+	// (RouteChoiceReasons, issue 23): the model loaded there (warm), room
+	// to load it, a spill past a busy warm Node, cold, or not known.
+	RouteChoices *prometheus.CounterVec
 	// Refusals counts what the Edge turned away at its doors, by kind
 	// (RefusalKinds): the log shows a sample of them.
 	Refusals *prometheus.CounterVec
@@ -135,6 +139,10 @@ func NewWith(reg *fleet.Registry, depth func() map[string]int, opts Options) *Me
 			Name: "iop_edge_session_turns_total",
 			Help: "Turns of requests that name their session, by outcome: new, stuck (where the last turn ran), moved_busy, moved_gone, moved_failover.",
 		}, []string{"outcome"}),
+		RouteChoices: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iop_edge_route_choices_total",
+			Help: "Candidates the scheduler picked, by reason: warm (the model loaded there), room (loaded without evicting a model in use), spill (loaded elsewhere, but that is full or too busy), cold, unknown (the Node does not say).",
+		}, []string{"reason"}),
 		Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iop_edge_refusals_total", Help: "Connections, request bodies, handshakes and registrations refused at the Edge's doors, by kind.",
 		}, []string{"kind"}),
@@ -149,7 +157,7 @@ func NewWith(reg *fleet.Registry, depth func() map[string]int, opts Options) *Me
 	if opts.Cluster != nil {
 		r.MustRegister(&clusterCollector{stats: opts.Cluster})
 	}
-	r.MustRegister(m.ConfigReloads, m.Requests, m.TimeToFirstToken, m.PromptTokens, m.CompletionTokens, m.TokensPerSecond, m.QueueWait, m.Active, m.Cancellations, m.Failovers, m.Stalls, m.SessionTurns, m.Refusals,
+	r.MustRegister(m.ConfigReloads, m.Requests, m.TimeToFirstToken, m.PromptTokens, m.CompletionTokens, m.TokensPerSecond, m.QueueWait, m.Active, m.Cancellations, m.Failovers, m.Stalls, m.SessionTurns, m.RouteChoices, m.Refusals,
 		&nodeCollector{reg: reg, depth: depth},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The label values of closed sets start at zero, so that every series
@@ -160,6 +168,7 @@ func NewWith(reg *fleet.Registry, depth func() map[string]int, opts Options) *Me
 		m.Failovers:     {"before_first_byte", "node_suspect", "response_stalled"},
 		m.Stalls:        {"request_stalled", "provider_unhealthy", "health_unknown"},
 		m.SessionTurns:  SessionOutcomes,
+		m.RouteChoices:  RouteChoiceReasons,
 		m.Cancellations: {"client_gone", "idle_timeout", "deadline"},
 		m.Refusals:      RefusalKinds,
 		m.ConfigReloads: {"applied", "refused"},
@@ -268,6 +277,10 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 // SessionOutcomes are the outcomes of a session's turn
 // (dispatch.TurnOutcomes).
 var SessionOutcomes = []string{"new", "stuck", "moved_busy", "moved_gone", "moved_failover"}
+
+// RouteChoiceReasons are the reasons of iop_edge_route_choices_total
+// (sched.Choices).
+var RouteChoiceReasons = []string{"warm", "room", "spill", "cold", "unknown"}
 
 // RefusalKinds are the kinds of iop_edge_refusals_total, each exported at 0
 // from the start so that a rate over them is defined before the first one.

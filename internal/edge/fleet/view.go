@@ -65,6 +65,9 @@ type ProviderView struct {
 	// entry for: why an unhealthy one is out of selection, and the last
 	// stall observation.
 	Evidence map[string]TargetEvidence `json:"evidence,omitempty"`
+	// Loaded is what the provider's server holds loaded (loaded.go);
+	// absent when its Node does not say.
+	Loaded *LoadedView `json:"loaded,omitempty"`
 }
 
 // TargetEvidence is the health overlay's entry for one target (R6, R7).
@@ -159,6 +162,7 @@ func providerViews(ps []*wirepb.Provider, health map[targetKey]*targetHealth) []
 			Targets:      make([]string, 0, len(p.GetTargets())),
 			Capabilities: p.GetCapabilities(),
 			Detail:       p.GetDetail(),
+			Loaded:       loadedView(p),
 		}
 		for _, t := range p.GetTargets() {
 			v.Targets = append(v.Targets, t.GetName())

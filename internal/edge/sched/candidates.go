@@ -33,6 +33,9 @@ type Candidate struct {
 	// one. The slots this Edge grants are counted against Capacity alone;
 	// the Node's busy refusal is the guarantee.
 	InUse int
+	// Choice is why the scheduler picked this candidate (warm.go): set on
+	// a granted Slot's Candidate, empty in candidate lists.
+	Choice Choice
 }
 
 // providerKey names the capacity a slot counts against: one provider on
@@ -65,6 +68,9 @@ type candidate struct {
 	// connSlots is how many slots the generation may hold at once, all
 	// its providers together (fleet.Conn.Slots).
 	connSlots int
+	// load is what the provider's Node says its server holds loaded,
+	// shared by its targets (warm.go).
+	load *loadState
 }
 
 // SameModel reports whether a provider target serves what a client asked
@@ -117,6 +123,7 @@ func (s *Scheduler) refreshLocked() bool {
 			if p.GetState() != wirepb.ProviderState_PROVIDER_STATE_ONLINE || p.GetCapacity() == 0 {
 				continue
 			}
+			load := newLoadState(p)
 			for _, t := range p.GetTargets() {
 				// provider_unhealthy evidence keeps a target out until the
 				// Node reports it back (nodes/health.go).
@@ -124,7 +131,7 @@ func (s *Scheduler) refreshLocked() bool {
 				if h.Unhealthy {
 					continue
 				}
-				s.cands = append(s.cands, candidate{conn: conn, stalls: h.Stalls, connSlots: conn.Slots(), Candidate: Candidate{
+				s.cands = append(s.cands, candidate{conn: conn, stalls: h.Stalls, connSlots: conn.Slots(), load: load, Candidate: Candidate{
 					NodeID:       conn.NodeID(),
 					Generation:   conn.Generation(),
 					Provider:     p.GetName(),
@@ -156,77 +163,167 @@ func (s *Scheduler) anyCandidateLocked(r *Request) bool {
 	return false
 }
 
-// pickLocked returns r's candidate with the largest share of its capacity
-// free (a candidate whose Node generation holds as many slots as it has
-// streams for is busy, whatever its provider's capacity says), then the
-// fewest consecutive stalls; ties are taken in turn so that
-// equal Nodes share the load. A provider
-// counts once however many of its targets match (its first matching
-// target is used). ok is false when every candidate is busy.
+// eligible is a candidate that can take a request now, as pickLocked
+// ranks it.
+type eligible struct {
+	i      int // in s.cands
+	free   int // rankFree
+	tier   int // warm.go
+	choice Choice
+}
+
+// busy is e's share of its capacity in use, for ranking.
+func (s *Scheduler) busy(e eligible) float64 {
+	c := &s.cands[e.i]
+	return float64(c.Capacity-e.free) / float64(c.Capacity)
+}
+
+// pickLocked returns r's candidate among those that can take it now (a
+// candidate whose Node generation holds as many slots as it has streams
+// for is busy, whatever its provider's capacity says), in the order of
+// preferences warm.go writes down: session affinity, then warm first
+// within bounded load when r.WarmFirst, then the largest share of
+// capacity free, the fewest consecutive stalls, and in turn, so that
+// equal Nodes share the load. A provider counts once however many of its
+// targets match: the warmest of them (the first among equals) is used.
+// The candidate comes with its Choice; ok is false when every candidate is
+// busy.
 func (s *Scheduler) pickLocked(r *Request) (c candidate, ok bool) {
-	s.tied = s.tied[:0]
-	bestFree, bestCap, bestStalls := 0, 1, uint64(0)
+	s.elig = s.elig[:0]
+	warmAnywhere := false
 	var seen providerKey // the provider last considered
+	last := -1           // its entry in s.elig, if it can take r
 	for i := range s.cands {
 		c := &s.cands[i]
 		k := c.key()
-		if k == seen || !r.matches(c.Candidate) || r.excludes(k) {
+		if !r.matches(c.Candidate) || r.excludes(k) {
 			continue
 		}
-		seen = k
-		if c.Capacity-s.inflight[k] <= 0 || s.connSlots[k.conn()] >= c.connSlots || s.fullLocked(k) {
+		tier, choice := s.warmthLocked(c)
+		warmAnywhere = warmAnywhere || tier == tierWarm
+		if k == seen {
+			if last >= 0 && tier < s.elig[last].tier {
+				s.elig[last].i, s.elig[last].tier, s.elig[last].choice = i, tier, choice
+			}
 			continue
 		}
-		free := s.rankFree(c)
-		// free/Capacity against bestFree/bestCap, without division.
-		switch d := free*bestCap - bestFree*c.Capacity; {
-		case d > 0 || d == 0 && c.stalls < bestStalls:
-			s.tied = append(s.tied[:0], i)
-			bestFree, bestCap, bestStalls = free, c.Capacity, c.stalls
-		case d == 0 && c.stalls == bestStalls:
-			s.tied = append(s.tied, i)
+		seen, last = k, -1
+		if !s.canTakeLocked(c) {
+			continue
 		}
+		last = len(s.elig)
+		s.elig = append(s.elig, eligible{i: i, free: s.rankFree(c), tier: tier, choice: choice})
 	}
-	if len(s.tied) == 0 {
+	if len(s.elig) == 0 {
 		return candidate{}, false
 	}
-	if c, ok := s.preferredLocked(r, bestFree, bestCap); ok {
+	pick := func(e eligible, choice Choice) (candidate, bool) {
+		c := s.cands[e.i]
+		c.Choice = choice
 		return c, true
 	}
-	if len(s.tied) == 1 {
-		return s.cands[s.tied[0]], true
+	all := func(eligible) bool { return true }
+	least, _ := s.leastBusy(all)
+	if e, ok := s.preferredLocked(r, least); ok {
+		return pick(e, e.choice)
 	}
-	i := s.tied[s.rr%uint64(len(s.tied))]
-	s.rr++
-	return s.cands[i], true
+	if !r.WarmFirst {
+		e, _ := s.bestLocked(all)
+		return pick(e, e.choice)
+	}
+	spilled := func(choice Choice) Choice {
+		if warmAnywhere {
+			return ChoiceSpill
+		}
+		return choice
+	}
+	if least, ok := s.leastBusy(func(e eligible) bool { return e.tier <= tierRoom }); ok {
+		bound := least + WarmSlack
+		if e, ok := s.bestLocked(func(e eligible) bool { return e.tier == tierWarm && s.busy(e) <= bound }); ok {
+			return pick(e, ChoiceWarm)
+		}
+		e, _ := s.bestLocked(func(e eligible) bool { return e.tier == tierRoom })
+		return pick(e, spilled(e.choice))
+	}
+	e, _ := s.bestLocked(all) // every one is cold: rather than queue
+	return pick(e, spilled(ChoiceCold))
 }
 
-// preferredLocked is r's preferred candidate, if it can take r and is not
-// too much busier than the least busy one, whose free slots of its
-// capacity are bestFree of bestCap.
-func (s *Scheduler) preferredLocked(r *Request, bestFree, bestCap int) (candidate, bool) {
+// canTakeLocked reports whether c has a slot free now: below its
+// provider's capacity and its connection's stream limit in this Edge's
+// count, and not marked full by its Node.
+func (s *Scheduler) canTakeLocked(c *candidate) bool {
+	k := c.key()
+	return c.Capacity-s.inflight[k] > 0 && s.connSlots[k.conn()] < c.connSlots && !s.fullLocked(k)
+}
+
+// leastBusy is the smallest share of capacity in use among the entries of
+// s.elig that keep admits; ok is false when it admits none.
+func (s *Scheduler) leastBusy(keep func(eligible) bool) (least float64, ok bool) {
+	for _, e := range s.elig {
+		if b := s.busy(e); keep(e) && (!ok || b < least) {
+			least, ok = b, true
+		}
+	}
+	return least, ok
+}
+
+// bestLocked returns the entry of s.elig that keep admits with the
+// largest share of its capacity free, then the fewest consecutive stalls;
+// ties are taken in turn. ok is false when keep admits none.
+func (s *Scheduler) bestLocked(keep func(eligible) bool) (e eligible, ok bool) {
+	s.tied = s.tied[:0]
+	bestFree, bestCap, bestStalls := 0, 1, uint64(0)
+	for j, e := range s.elig {
+		if !keep(e) {
+			continue
+		}
+		c := &s.cands[e.i]
+		// free/Capacity against bestFree/bestCap, without division.
+		switch d := e.free*bestCap - bestFree*c.Capacity; {
+		case len(s.tied) == 0 || d > 0 || d == 0 && c.stalls < bestStalls:
+			s.tied = append(s.tied[:0], j)
+			bestFree, bestCap, bestStalls = e.free, c.Capacity, c.stalls
+		case d == 0 && c.stalls == bestStalls:
+			s.tied = append(s.tied, j)
+		}
+	}
+	switch len(s.tied) {
+	case 0:
+		return eligible{}, false
+	case 1:
+		return s.elig[s.tied[0]], true
+	}
+	j := s.tied[s.rr%uint64(len(s.tied))]
+	s.rr++
+	return s.elig[j], true
+}
+
+// preferredLocked is r's preferred candidate's entry, if it can take r,
+// is not too much busier than the least busy one (whose share of capacity
+// in use is least), and, for a request routed warm first, is warm or does
+// not say: a server that unloaded the model dropped its prompt cache too.
+func (s *Scheduler) preferredLocked(r *Request, least float64) (eligible, bool) {
 	p := r.Prefer
 	if p == nil {
-		return candidate{}, false
+		return eligible{}, false
 	}
 	for i := range s.cands {
 		c := &s.cands[i]
 		if c.NodeID != p.NodeID || c.Provider != p.Provider || c.Target != p.Target {
 			continue
 		}
-		k := c.key()
-		if !r.matches(c.Candidate) || r.excludes(k) {
-			return candidate{}, false
+		if !r.matches(c.Candidate) || r.excludes(c.key()) || !s.canTakeLocked(c) {
+			return eligible{}, false
 		}
-		if c.Capacity-s.inflight[k] <= 0 || s.connSlots[k.conn()] >= c.connSlots || s.fullLocked(k) {
-			return candidate{}, false
+		tier, choice := s.warmthLocked(c)
+		if r.WarmFirst && tier != tierWarm && choice != ChoiceUnknown {
+			return eligible{}, false
 		}
-		free := s.rankFree(c)
-		busy := float64(c.Capacity-free) / float64(c.Capacity)
-		least := float64(bestCap-bestFree) / float64(bestCap)
-		return *c, busy <= least+r.PreferSlack
+		e := eligible{i: i, free: s.rankFree(c), tier: tier, choice: choice}
+		return e, s.busy(e) <= least+r.PreferSlack
 	}
-	return candidate{}, false
+	return eligible{}, false
 }
 
 // rankFree is how many of c's slots are free for ranking: its capacity

@@ -1,7 +1,9 @@
 // Package sched decides where on the Edge a request runs. It lists the
 // candidates (online provider targets on ready, current Node generations,
 // R1), counts its own slots against each provider's reported capacity,
-// picks the candidate with the largest share of its capacity free, and
+// picks among those with a slot free the one where the work is cheapest
+// (the session's last place, the model already loaded: warm.go writes
+// down the order) and then the largest share of its capacity free, and
 // admits a request that finds every slot busy into a FIFO queue per model,
 // bounded by a depth and a queue timeout (S5). Queued work is re-evaluated
 // whenever a slot frees and whenever the registry changes: a Node
@@ -62,6 +64,11 @@ type Request struct {
 	// PreferSlack is how much busier, as a fraction of capacity, the
 	// preferred candidate may be than the least busy one.
 	PreferSlack float64
+	// WarmFirst routes the request warm first (warm.go): to a candidate
+	// whose server holds its model loaded, then to one with room to load
+	// it, within bounded load. Without it the tiers are not used (the
+	// slot's Choice still says which one the pick was).
+	WarmFirst bool
 }
 
 // Scheduler hands out slots on candidates. It is safe for concurrent use.
@@ -80,8 +87,12 @@ type Scheduler struct {
 	waiting   []*waiter              // every model's waiters, in arrival order
 	// full marks providers their Node refused busy, until when (full.go).
 	full map[providerKey]time.Time
-	tied []int  // pickLocked's scratch
-	rr   uint64 // turns among tied candidates
+	// byTarget counts this Edge's slots on each provider by target:
+	// what it has loaded or is loading there (warm.go).
+	byTarget map[providerKey]map[string]int
+	elig     []eligible // pickLocked's scratch
+	tied     []int      // bestLocked's scratch
+	rr       uint64     // turns among tied candidates
 }
 
 type modelCount struct{ waiting, inflight int }
@@ -110,6 +121,7 @@ func New(reg *fleet.Registry, opts Options) *Scheduler {
 		inflight:  make(map[providerKey]int),
 		connSlots: make(map[connKey]int),
 		models:    make(map[string]*modelCount),
+		byTarget:  make(map[providerKey]map[string]int),
 	}
 }
 
@@ -161,6 +173,14 @@ func (sl *Slot) Release() {
 	k := sl.Candidate.key()
 	if s.inflight[k]--; s.inflight[k] <= 0 {
 		delete(s.inflight, k)
+	}
+	if t := s.byTarget[k]; t[sl.Candidate.Target] <= 1 {
+		delete(t, sl.Candidate.Target)
+		if len(t) == 0 {
+			delete(s.byTarget, k)
+		}
+	} else {
+		t[sl.Candidate.Target]--
 	}
 	if ck := k.conn(); s.connSlots[ck] <= 1 {
 		delete(s.connSlots, ck)
@@ -280,8 +300,13 @@ func (s *Scheduler) dispatchLocked() {
 
 // grantLocked counts a slot on c for model.
 func (s *Scheduler) grantLocked(c candidate, model string, waited time.Duration) *Slot {
-	s.inflight[c.key()]++
-	s.connSlots[c.key().conn()]++
+	k := c.key()
+	s.inflight[k]++
+	s.connSlots[k.conn()]++
+	if s.byTarget[k] == nil {
+		s.byTarget[k] = make(map[string]int)
+	}
+	s.byTarget[k][c.Target]++
 	s.modelLocked(model).inflight++
 	return &Slot{Candidate: c.Candidate, Waited: waited, s: s, conn: c.conn, model: model}
 }
