@@ -172,8 +172,9 @@ type life struct {
 	resp *Response
 	peek Peek
 	job  Job
-	// id is the work's id and node where it ran, once it started.
-	id, node string
+	// id is the work's id and node where it ran, once it started; route
+	// is why the scheduler picked that node (sched.Choice, issue 23).
+	id, node, route string
 	body     *frontdoor.Body
 	outcome  string // the outcome of an answer relayed as the provider gave it
 }
@@ -321,7 +322,7 @@ func (l *life) end(f *Failure) {
 		attrs = append(attrs, slog.Bool("stream", l.peek.Stream))
 	}
 	if l.id != "" {
-		attrs = append(attrs, slog.String("id", l.id), slog.String("node", l.node))
+		attrs = append(attrs, slog.String("id", l.id), slog.String("node", l.node), slog.String("route", l.route))
 	}
 	if l.job != nil {
 		if a, ok := l.job.writer().(interface{ LogAttrs() []slog.Attr }); ok {

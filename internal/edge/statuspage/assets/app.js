@@ -84,6 +84,36 @@
     return cell;
   }
 
+  // fmtBytes is a size in GiB or MiB.
+  function fmtBytes(n) {
+    if (!n) return '0';
+    if (n >= 1 << 30) return (n / (1 << 30)).toFixed(1) + ' GiB';
+    return Math.round(n / (1 << 20)) + ' MiB';
+  }
+
+  // loadedLine shows what a provider's server holds loaded (issue 23: the
+  // Edge routes warm first by it): each model with its size (in VRAM),
+  // the runs on it and when it is unloaded; nothing when the Node does
+  // not say.
+  function loadedLine(p) {
+    const l = p.loaded;
+    if (!l) return null;
+    const line = el('div', { class: 'targets', data: { loaded: '' } }, 'loaded' + (l.max ? ' (at most ' + l.max + ')' : '') + ': ');
+    if (l.all) {
+      line.append('every model');
+      return line;
+    }
+    if (!(l.models || []).length) line.append(el('span', { class: 'muted', text: 'none' }));
+    (l.models || []).forEach((m, i) => {
+      const left = m.expires_at ? Date.parse(m.expires_at) - Date.now() - skew : null;
+      const parts = [fmtBytes(m.size) + (m.size_vram && m.size_vram !== m.size ? ', ' + fmtBytes(m.size_vram) + ' VRAM' : '')];
+      if (m.in_use) parts.push(m.in_use + ' running');
+      if (left !== null) parts.push(left > 0 ? 'unloads in ' + fmtDur(left) : 'unloading');
+      line.append(i ? ', ' : '', el('span', { class: 'chip', data: { model: m.name }, text: m.name }), ' ' + parts.join(' · '));
+    });
+    return line;
+  }
+
   function renderNodes(nodes, cluster) {
     const links = {};
     for (const n of (cluster && cluster.nodes) || []) links[n.id] = n.edges;
@@ -105,6 +135,8 @@
           el('div', { class: 'head' }, el('strong', { text: p.name }), badge(p.state), el('span', { class: 'chip', text: p.adapter || '?' }),
             meter(p.in_flight || 0, p.capacity || 0)));
         if ((p.targets || []).length) div.append(el('div', { class: 'targets', text: 'targets: ' + p.targets.join(', ') }));
+        const loaded = loadedLine(p);
+        if (loaded) div.append(loaded);
         for (const t of p.unhealthy_targets || []) {
           const ev = (p.evidence || {})[t] || {};
           const why = [];
