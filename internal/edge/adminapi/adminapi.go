@@ -79,6 +79,10 @@ type Options struct {
 	// Logger logs every change made through the admin endpoints, at Warn;
 	// nil logs nothing.
 	Logger *slog.Logger
+	// Wake serves GET /admin/v1/wake: the Nodes the Edge can wake, each
+	// sleeping, waking or awake (wake.Tracker.Snapshot, issue 23); nil
+	// leaves it answering 404.
+	Wake func() any
 }
 
 // newHandler is the handler of opts.
@@ -110,6 +114,9 @@ func newHandler(opts Options) *handler {
 //	GET /admin/v1/runs   with Options.Runs, the work in flight (phase,
 //	                     Node, time to first token, tokens) and recent
 //	                     terminals by reason, per minute
+//	GET /admin/v1/wake   with Options.Wake, the Nodes the Edge can wake:
+//	                     sleeping, waking or awake, their models and
+//	                     wakers, the last wake's time
 //
 // and, with Options.Credentials, the credential endpoints of
 // credentials.go, with Options.Cluster the cluster view and the usage
@@ -149,6 +156,13 @@ func Handler(reg *fleet.Registry, ready Readiness, opts Options) http.Handler {
 			Nodes []nodeView `json:"nodes"`
 		}{withLoad(reg.Snapshot(), opts.Load)})
 	}))
+	if opts.Wake != nil {
+		mux.HandleFunc("GET /admin/v1/wake", h.read(func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, struct {
+				Nodes any `json:"nodes"`
+			}{opts.Wake()})
+		}))
+	}
 	if opts.Runs != nil {
 		mux.HandleFunc("GET /admin/v1/runs", h.read(func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, opts.Runs.Snapshot())

@@ -47,6 +47,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/internal/edge/served"
 	"github.com/iop-dev/iop/internal/edge/statuspage"
+	"github.com/iop-dev/iop/internal/edge/wake"
 	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/internal/yamlconf"
 	"github.com/iop-dev/iop/quicwire"
@@ -137,7 +138,7 @@ func Module(cfg *edgeconfig.Config) fx.Option {
 	return fx.Options(
 		fx.Supply(cfg, quicwire.DefaultLiveness, ConfigPath("")),
 		fx.Provide(newLogger, newClusterDB, newMembership, newRegistry, newEdgeTLS, newQUICListener, newCredentials, newLeases, newTransport, newScheduler, newMetrics,
-			newRefusals, newDoor, newAuthenticator, newLive, newServed, newDispatcher, newFront, newReloader, newClientCerts, newHTTPServer),
+			newRefusals, newDoor, newAuthenticator, newLive, newServed, newWake, newDispatcher, newFront, newReloader, newClientCerts, newHTTPServer),
 		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
 			l := &fxevent.SlogLogger{Logger: log}
 			// fx's own events are debugging detail; a failed start is
@@ -435,9 +436,34 @@ func newServed(lc fx.Lifecycle, cfg *edgeconfig.Config, liveness quicwire.Livene
 	return m
 }
 
+// newWake is wake on demand (issue 23): which Nodes sleep, which models
+// they served and who can wake them, kept in data_dir (wake.json) when
+// there is one, kept up to date with the registry from start to stop.
+func newWake(lc fx.Lifecycle, cfg *edgeconfig.Config, reg *fleet.Registry, srv *nodeserver.Server, m *edgemetrics.Metrics, log *slog.Logger) *wake.Tracker {
+	path := ""
+	if cfg.DataDir != "" {
+		path = filepath.Join(cfg.DataDir, wake.FileName)
+	}
+	t := wake.New(wake.Options{Source: reg, Commands: srv, Path: path, Logger: log, Metrics: wake.NewMetrics(m.Registry())})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() { defer close(done); t.Run(ctx) }()
+			return nil
+		},
+		OnStop: func(context.Context) error { cancel(); <-done; return nil },
+	})
+	return t
+}
+
 func newDispatcher(cfg *edgeconfig.Config, s *sched.Scheduler, srv *nodeserver.Server, m *edgemetrics.Metrics, leases *dispatch.Leases,
-	mem *served.Memory, log *slog.Logger) *dispatch.Dispatcher {
-	return dispatch.New(cfg, dispatch.SchedulerSlots(s), dispatch.ServerNodes(srv), dispatch.Options{Metrics: m, Leases: leases, Logger: log, Served: mem})
+	mem *served.Memory, wakes *wake.Tracker, log *slog.Logger) *dispatch.Dispatcher {
+	opts := dispatch.Options{Metrics: m, Leases: leases, Logger: log, Served: mem}
+	if wakes != nil {
+		opts.Waker = wakes
+	}
+	return dispatch.New(cfg, dispatch.SchedulerSlots(s), dispatch.ServerNodes(srv), opts)
 }
 
 // newFront is the one front end every client API is a translation on.
@@ -475,11 +501,14 @@ type HTTPServer struct {
 // its next request shows the Edge's reason).
 func newHTTPServer(cfg *edgeconfig.Config, reg *fleet.Registry, s *sched.Scheduler, m *edgemetrics.Metrics, door *frontdoor.Door,
 	d *dispatch.Dispatcher, front *frontend.Front, authn *auth.Authenticator, store *credentials.Store, runs *inflight.Tracker, reloader *reload.Reloader,
-	certs *frontdoor.CertFiles, cl cluster.Membership, log *slog.Logger) *HTTPServer {
+	certs *frontdoor.CertFiles, cl cluster.Membership, wakes *wake.Tracker, log *slog.Logger) *HTTPServer {
 	h := &HTTPServer{addr: cfg.Listen.HTTP, door: door, certs: certs}
 	access := adminapi.Options{Authenticator: authn, Logger: log, ReadsOpen: authn.AdminReadsOpen, Reloader: reloader,
 		Credentials: store, Queues: func() any { return s.Snapshot() },
 		Models: func() any { return s.Models() }, Sessions: func() any { return d.Sessions() }, NotYetBack: func() any { return d.NotYetBack() }, Load: s.InFlight, Runs: runs, Cluster: cl}
+	if wakes != nil {
+		access.Wake = func() any { return wakes.Snapshot() }
+	}
 	admin := adminapi.Handler(reg, func() error {
 		if h.stopping.Load() {
 			return errors.New("stopping: this Edge takes no new work")

@@ -37,9 +37,9 @@ func drainEdge(t *testing.T) (*Edge, http.Handler) {
 	runs := inflight.New(inflight.Options{})
 	door := frontdoor.New(frontdoor.Limits{}, nil)
 	nodes := nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg)
-	d := newDispatcher(cfg, s, nodes, m, nil, nil, log)
+	d := newDispatcher(cfg, s, nodes, m, nil, nil, nil, log)
 	front := newFront(d, a, door, m, runs, log)
-	h := newHTTPServer(cfg, reg, s, m, door, d, front, a, nil, runs, nil, nil, cluster.NewSingle(cluster.Self{ID: "e"}, reg, cluster.LedgerOptions{}), log)
+	h := newHTTPServer(cfg, reg, s, m, door, d, front, a, nil, runs, nil, nil, cluster.NewSingle(cluster.Self{ID: "e"}, reg, cluster.LedgerOptions{}), nil, log)
 	h.serving.Store(true)
 	return &Edge{http: h, front: front, runs: runs, nodes: nodes, clust: cluster.NewSingle(cluster.Self{ID: "e"}, reg, cluster.LedgerOptions{}), log: log}, h.srv.Handler
 }

@@ -31,8 +31,8 @@ func TestHTTPServerMountsOllamaAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	door := frontdoor.New(frontdoor.Limits{}, nil)
-	d := newDispatcher(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), m, nil, nil, log)
-	h := newHTTPServer(cfg, reg, s, m, door, d, newFront(d, a, door, m, inflight.New(inflight.Options{}), log), a, nil, inflight.New(inflight.Options{}), nil, nil, cluster.NewSingle(cluster.Self{ID: "e"}, reg, cluster.LedgerOptions{}), log).srv.Handler
+	d := newDispatcher(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), m, nil, nil, nil, log)
+	h := newHTTPServer(cfg, reg, s, m, door, d, newFront(d, a, door, m, inflight.New(inflight.Options{}), log), a, nil, inflight.New(inflight.Options{}), nil, nil, cluster.NewSingle(cluster.Self{ID: "e"}, reg, cluster.LedgerOptions{}), nil, log).srv.Handler
 	tests := []struct {
 		method, path string
 		status       int

@@ -41,8 +41,8 @@ func TestStatusPageIsServedAndItsDataAreGuardedLikeTheAdminReads(t *testing.T) {
 		runs := inflight.New(inflight.Options{})
 		runs.Start(inflight.Work{Kind: inflight.Run, ID: "run-1", Model: "m"})
 		door := frontdoor.New(frontdoor.Limits{}, nil)
-		d := newDispatcher(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), m, nil, nil, log)
-		h := newHTTPServer(cfg, reg, s, m, door, d, newFront(d, a, door, m, runs, log), a, nil, runs, nil, nil, cluster.NewSingle(cluster.Self{ID: "e"}, reg, cluster.LedgerOptions{}), log).srv.Handler
+		d := newDispatcher(cfg, s, nodeserver.NewServer(nodeserver.Options{EdgeID: "e"}, reg), m, nil, nil, nil, log)
+		h := newHTTPServer(cfg, reg, s, m, door, d, newFront(d, a, door, m, runs, log), a, nil, runs, nil, nil, cluster.NewSingle(cluster.Self{ID: "e"}, reg, cluster.LedgerOptions{}), nil, log).srv.Handler
 		do := func(path, key string) *httptest.ResponseRecorder {
 			r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:8080"+path, nil)
 			if key != "" {

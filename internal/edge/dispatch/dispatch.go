@@ -43,6 +43,7 @@ type Dispatcher struct {
 	prefix   string
 	sessions *sessions
 	served   *served.Memory
+	waker    Waker // wake.go
 }
 
 // Options are the optional parts of a Dispatcher.
@@ -61,6 +62,9 @@ type Options struct {
 	// offers now that it remembers (or any, in its start-up grace) is
 	// ErrNotYetBack, not ErrUnknownModel, and is listed. nil: none.
 	Served *served.Memory
+	// Waker wakes a sleeping Node that served a model no Node serves now
+	// (wake.go, issue 23); nil: none is woken.
+	Waker Waker
 }
 
 // New returns a dispatcher that resolves in cfg (until SetConfig), takes
@@ -75,7 +79,7 @@ func New(cfg *edgeconfig.Config, slots Slots, nodes Nodes, opts Options) *Dispat
 		now = time.Now
 	}
 	d := &Dispatcher{slots: slots, nodes: nodes, metrics: opts.Metrics, leases: opts.Leases, log: log,
-		prefix: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff), sessions: newSessions(now), served: opts.Served}
+		prefix: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff), sessions: newSessions(now), served: opts.Served, waker: opts.Waker}
 	d.cfg.Store(cfg)
 	return d
 }
@@ -231,7 +235,7 @@ func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []
 			return plan.Match(c) && (plan.Needs == "" || slices.Contains(c.Capabilities, plan.Needs)) && takes(c, plan.Size)
 		}
 	}
-	slot, err := d.slots.Acquire(ctx, sched.Request{
+	req := sched.Request{
 		ID:            id,
 		Model:         plan.Model,
 		Match:         match,
@@ -240,7 +244,19 @@ func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []
 		MaxQueueDepth: plan.Profile.MaxQueueDepth,
 		Prefer:        prefer,
 		PreferSlack:   AffinitySlack,
-	})
+	}
+	slot, err := d.slots.Acquire(ctx, req)
+	if len(tried) == 0 && errors.Is(err, sched.ErrNoCandidate) && !slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
+		// Served by a sleeping Node only: wake it, holding the request up
+		// to the wake timeout, then queue as any other (wake.go).
+		woke, werr := d.awaken(ctx, plan)
+		if werr != nil {
+			return nil, werr
+		}
+		if woke {
+			slot, err = d.slots.Acquire(ctx, req)
+		}
+	}
 	if err == nil && d.metrics != nil {
 		d.metrics.QueueWait.WithLabelValues(plan.Model).Observe(time.Since(start).Seconds())
 	}

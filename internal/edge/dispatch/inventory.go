@@ -20,6 +20,10 @@ type Offering struct {
 	// listed so that a client that lists, then asks, is told to retry
 	// rather than find it gone.
 	Reconnecting bool
+	// Asleep: no candidate serves it now (Candidates is empty), but these
+	// sleeping Nodes served it, and a request for it wakes one (wake.go,
+	// issue 23). It is listed so that a client can pick it.
+	Asleep []string
 }
 
 // Has reports whether any of o's candidates runs on adapter.
@@ -35,7 +39,8 @@ func (o Offering) Has(adapter string) bool {
 // and it reads the scheduler's candidates, so a list and the routing agree:
 // a listed model can be scheduled, an unlisted one cannot, with one
 // exception: after a restart, a model remembered and not back yet is
-// listed, Reconnecting. Sorted by id.
+// listed, Reconnecting; and one that only a sleeping Node served, which a
+// request wakes, is listed Asleep. Sorted by id.
 func (d *Dispatcher) Inventory(p auth.Principal) []Offering {
 	cands := d.slots.Candidates()
 	seen := map[string]bool{}
@@ -75,6 +80,7 @@ func (d *Dispatcher) Inventory(p auth.Principal) []Offering {
 		listed[o.ID] = true
 	}
 	out = append(out, d.returning(p, listed)...)
+	out = append(out, d.asleep(p, listed)...)
 	slices.SortFunc(out, func(a, b Offering) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
@@ -94,10 +100,15 @@ func (d *Dispatcher) Candidates(plan Plan) []sched.Candidate {
 // Available is nil when work of plan can be scheduled now; otherwise it
 // says why not, as StartRun would: ErrUnknownModel, ErrNotYetBack for a
 // model whose Nodes are expected back after a restart, or a no_candidate
-// refusal for a model that is known but that nobody can serve now.
+// refusal for a model that is known but that nobody can serve now. A
+// model that only a sleeping Node served is available while a connected
+// Node can wake it: a request for it wakes it (wake.go).
 func (d *Dispatcher) Available(plan Plan) error {
 	if slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
 		return nil
+	}
+	if ok, err := d.wakeable(plan); ok || err != nil {
+		return err // a request would wake a sleeping Node (wake.go), or nobody can
 	}
 	if err := d.absent(plan); err != nil {
 		return err

@@ -28,9 +28,16 @@ type NotYetBackError struct {
 	Remembered bool
 	// RetryAfter is when to try again.
 	RetryAfter time.Duration
+	// Detail, when set, is the whole message: the model is expected back
+	// for another reason (its sleeping Node was woken but is not back
+	// yet, wake.go).
+	Detail string
 }
 
 func (e *NotYetBackError) Error() string {
+	if e.Detail != "" {
+		return e.Detail
+	}
 	if e.Remembered {
 		return fmt.Sprintf("model %q was served before this Edge restarted %s ago; its Nodes are reconnecting; retry",
 			e.Model, e.Since.Round(100*time.Millisecond))

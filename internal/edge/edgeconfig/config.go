@@ -63,6 +63,8 @@ type Config struct {
 	// carries: it refuses new work at once, tells its Nodes, and closes when its streams are
 	// done or the grace is over. Default 10m (LLM streams last minutes); 0 stops at once.
 	ShutdownGrace *yamlconf.Duration `yaml:"shutdown_grace,omitempty"`
+	// Scheduling holds what placing work needs beyond the profiles (scheduling.go).
+	Scheduling Scheduling `yaml:"scheduling"`
 }
 
 // Listen is the `listen` section: the Edge's two listening addresses, as host:port.
@@ -324,5 +326,6 @@ func (c *Config) Validate() error {
 	es.Append(c.Log.Validate("log")...)
 	es.Append(c.validateEnrollment()...)
 	es.Append(c.validateCluster()...)
+	es.Append(c.validateScheduling()...)
 	return es.Err()
 }

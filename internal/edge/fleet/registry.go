@@ -106,6 +106,9 @@ type ConnInfo struct {
 	// the Node takes, in parts (RegisterRequest.max_request_bytes); 0 for
 	// an older Node, which takes one frame.
 	MaxRequest int
+	// WakeTargets are the machines the Node can wake
+	// (RegisterRequest.wake_targets, issue 23; internal/edge/wake).
+	WakeTargets []*wirepb.WakeTarget
 	// Link is the connection itself. Nil only in tests of the registry's
 	// bookkeeping, which never dispatch: such a generation reports no
 	// round trip and has nothing to close.
@@ -201,6 +204,9 @@ func (c *Conn) Identity() string { return c.info.Identity }
 // Verified reports whether the Node's identity was verified by mutual TLS
 // (S3): only such a connection is issued credential leases.
 func (c *Conn) Verified() bool { return c.info.Identity != "" && c.info.Identity != "loopback" }
+
+// WakeTargets are the machines the Node said it can wake.
+func (c *Conn) WakeTargets() []*wirepb.WakeTarget { return c.info.WakeTargets }
 
 // LeaseKey is the X25519 key the Node registered for sealed leases.
 func (c *Conn) LeaseKey() []byte { return c.info.LeaseKey }

@@ -93,6 +93,8 @@ func newNodeConn(s *Server, qc *quic.Conn, cs *transport.ControlStream, req *wir
 		MaxRequest: int(min(req.GetMaxRequestBytes(), math.MaxInt32)),
 		Link:       c,
 
+		WakeTargets: req.GetWakeTargets(),
+
 		DrainPrevious: req.GetDrainPreviousGeneration(),
 	})
 	c.log = s.log.With("remote", qc.RemoteAddr().String(), "node", c.gen.NodeID(), "generation", c.gen.Generation())

@@ -41,6 +41,14 @@ type tagEntry struct {
 	Size       int64     `json:"size"`
 	Digest     string    `json:"digest"`
 	Details    details   `json:"details"`
+	// AsleepOn marks a model that only sleeping Nodes served (issue 23):
+	// their ids. Ollama's list has no field that says a model is not
+	// ready, and its clients pick a model by name from the list, so the
+	// model is listed as any other (a request for it wakes a Node and
+	// waits for it) and this field, which Ollama's clients ignore as
+	// they ignore every field they do not know, tells a person or a
+	// script reading the list why the first answer may take a while.
+	AsleepOn []string `json:"asleep_on,omitempty"`
 }
 
 // psEntry is an entry of /api/ps (api.ProcessModelResponse) made from the
@@ -98,9 +106,10 @@ func (h *handler) listing(path string, running bool) func(r *http.Request, p aut
 		}
 		out := modelList{Models: []json.RawMessage{}}
 		for _, o := range inv {
-			if running && o.Reconnecting {
+			if running && (o.Reconnecting || len(o.Asleep) > 0) {
 				// Served before the Edge restarted, its Nodes not back
-				// yet: a tag (asking for it says retry), not running.
+				// yet, or by a sleeping Node only: a tag (asking for it
+				// says retry, or wakes the Node), not running.
 				continue
 			}
 			listed := false
@@ -125,7 +134,7 @@ func (h *handler) listing(path string, running bool) func(r *http.Request, p aut
 			case running:
 				out.Models = append(out.Models, mustJSON(psEntry{Name: o.ID, Model: o.ID}))
 			default:
-				out.Models = append(out.Models, mustJSON(tagEntry{Name: o.ID, Model: o.ID, ModifiedAt: h.started}))
+				out.Models = append(out.Models, mustJSON(tagEntry{Name: o.ID, Model: o.ID, ModifiedAt: h.started, AsleepOn: o.Asleep}))
 			}
 		}
 		slices.SortStableFunc(out.Models, func(a, b json.RawMessage) int { return cmp.Compare(entryName(a), entryName(b)) })
