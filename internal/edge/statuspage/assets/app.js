@@ -176,6 +176,34 @@
     fill('nodes', rows, 7, 'No Node has connected yet.');
   }
 
+  // renderWake shows the Nodes this Edge can wake (issue 23): sleeping,
+  // waking (since when, for which model, through whom, packets sent) or
+  // awake, the models a request wakes them for, who can wake them, and
+  // the last wake. Hidden while no Node lists a machine to wake.
+  function renderWake(w) {
+    const nodes = (w && w.nodes) || [];
+    $('wake').hidden = nodes.length === 0;
+    if (!nodes.length) return;
+    const rows = nodes.map((n) => {
+      const state = td(null, badge(n.state));
+      if (n.state === 'waking') {
+        state.append(el('div', { class: 'small muted', text: 'since ' + ago(n.waking_since) + ' for ' + n.waking_for +
+          ' via ' + (n.via || '–') + ' · ' + (n.packets || 0) + ' packet' + (n.packets === 1 ? '' : 's') }));
+      }
+      const wakers = td({ class: 'wrap' });
+      for (const k of n.wakers || []) {
+        wakers.append(el('span', { class: 'chip', data: { waker: k.node, connected: k.connected } },
+          k.node + ' ', badge(k.connected ? 'ready' : 'offline', k.connected ? 'connected' : 'not connected')));
+      }
+      const last = td({ text: n.last_woke_at ? 'woke in ' + fmtDur(n.last_wake_ms) + ' via ' + n.last_via + ', ' + ago(n.last_woke_at) : '–' });
+      if (n.last_timed_out_at) last.append(el('div', { class: 'small muted', text: 'last wake timed out ' + ago(n.last_timed_out_at) }));
+      return el('tr', { data: { wake: n.node, state: n.state } },
+        td(null, el('strong', { text: n.node })), state,
+        td({ class: 'wrap mono', text: (n.models || []).join(', ') || '–' }), wakers, last);
+    });
+    fill('wakes', rows, 5, '');
+  }
+
   // edgeState is an Edge's state as the page shows it.
   function edgeState(e) {
     if (!e.alive) return 'dead';
@@ -364,11 +392,13 @@
   }
 
   async function tick() {
+    const wake = getJSON('admin/v1/wake', true).catch(() => null); // an Edge without wake on demand: none
     try {
       // Relative paths: the page works behind a proxy that adds a prefix.
       const [nodes, queues, runs, cluster] = await Promise.all([getJSON('admin/v1/nodes'), getJSON('admin/v1/queues'), getJSON('admin/v1/runs'),
         getJSON('admin/v1/cluster', true)]);
       skew = Date.parse(runs.now) - Date.now();
+      renderWake(await wake);
       renderTiles(nodes.nodes, queues, runs, cluster);
       renderCluster(cluster);
       renderNodes(nodes.nodes, cluster);
