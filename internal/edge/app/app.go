@@ -536,7 +536,8 @@ func newHTTPServer(cfg *edgeconfig.Config, reg *fleet.Registry, s *sched.Schedul
 	mux.Handle("/v1/models", anthropicapi.ModelsOr(anthropic, openai))
 	mux.Handle("/v1/models/", anthropicapi.ModelsOr(anthropic, openai))
 	// Ollama's API, and its root: the ollama CLI probes HEAD / first.
-	ollama := ollamaapi.Handler(front)
+	// Model management (pull, delete, copy, create) for admin principals.
+	ollama := ollamaapi.Handler(front, ollamaapi.WithManagement(ollamaapi.Management{Auth: authn, Manager: d, Metrics: m}))
 	mux.Handle("/api/", ollama)
 	mux.Handle("/{$}", ollama)
 	guarded := authn.Boundary(mux, auth.BoundaryOptions{

@@ -9,6 +9,9 @@
 //	                                 and filtered to what the caller may use
 //	GET  /api/ps                     every ready Node's running models
 //	GET  /api/version                one ready Node's Ollama version
+//	POST /api/pull, /api/copy,       model management on the fleet, for
+//	     /api/create; DELETE          admin principals (manage.go)
+//	     /api/delete
 //	GET  /  (and HEAD /)             "Ollama is running", as Ollama answers
 //	                                 the CLI's probe; no key needed
 //
@@ -75,8 +78,11 @@ type endpoint struct {
 
 // Handler serves the Ollama-compatible API on front; see the package
 // comment for its routes. Mount it at "/api/" and at "/{$}".
-func Handler(front *frontend.Front) http.Handler {
+func Handler(front *frontend.Front, opts ...Option) http.Handler {
 	h := &handler{front: front, d: front.Dispatcher(), started: time.Now().UTC()}
+	for _, o := range opts {
+		o(h)
+	}
 	// A body may be as large as the Edge's request limit (the endpoint's
 	// MaxBody left 0): a tunnel holds it in memory, as the dispatcher may
 	// send it to a second candidate, and how many are held at once is the
@@ -94,6 +100,10 @@ func Handler(front *frontend.Front) http.Handler {
 		"/api/tags":       {http.MethodGet, front.Listing(shape, routeTags, h.listing("/api/tags", false))},
 		"/api/ps":         {http.MethodGet, front.Listing(shape, routePS, h.listing("/api/ps", true))},
 		"/api/version":    {http.MethodGet, front.Listing(shape, routeVersion, h.version)},
+		"/api/pull":       {http.MethodPost, h.manage(opPull)}, // model management: manage.go
+		"/api/delete":     {http.MethodDelete, h.manage(opDelete)},
+		"/api/copy":       {http.MethodPost, h.manage(opCopy)},
+		"/api/create":     {http.MethodPost, h.manage(opCreate)},
 		"/":               {http.MethodGet, http.HandlerFunc(running)},
 	}
 	return h
@@ -107,6 +117,8 @@ type handler struct {
 	// started is when the handler was made: the modified_at of models
 	// whose server does not say.
 	started time.Time
+	// manager serves model management (WithManagement); nil: not served.
+	manager *Management
 }
 
 // ServeHTTP routes by path, then checks the method, so that both mistakes
