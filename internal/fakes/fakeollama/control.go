@@ -18,6 +18,8 @@ import (
 //	PUT    /_fake/mode           {"mode": "up" | "unavailable" | "reset" | "hang"}
 //	PUT    /_fake/prompt-cache   {"prompts": N, "tokens": M}: a new, empty cache of those bounds
 //	DELETE /_fake/prompt-cache   forget every prompt served (the next requests prefill cold)
+//	PUT    /_fake/loading        {"max_loaded": N, "load_time": NANOSECONDS}: how models are held (Loading)
+//	GET    /_fake/loads          the loads and evictions so far, and what is loaded (LoadStats)
 const controlPrefix = "/_fake/"
 
 func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
@@ -70,6 +72,18 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		}
 		s.SetPromptCache(bounds.Prompts, bounds.Tokens)
 		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodPut && path == "loading":
+		var l Loading
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&l); err != nil || l.MaxLoaded < 0 || l.LoadTime < 0 {
+			writeError(w, http.StatusBadRequest, "fakeollama: body must be {\"max_loaded\": N, \"load_time\": NANOSECONDS}, neither negative")
+			return
+		}
+		s.SetLoading(l)
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodGet && path == "loads":
+		writeJSON(w, http.StatusOK, s.Loads())
 	case r.Method == http.MethodDelete && path == "prompt-cache":
 		s.ResetPromptCache()
 		w.WriteHeader(http.StatusNoContent)

@@ -8,6 +8,9 @@
 // outputs (format), and a coding agent's turns (Model.Agent). A prompt
 // cache per server makes prefill cost only the tokens a recent prompt did
 // not share (Model.PrefillPerToken), for session-affinity measurements.
+// A Loading makes it hold at most so many models loaded and take a load
+// time for one that is not, evicting an idle one as Ollama does (see
+// loading.go), for warm-first routing measurements.
 //
 // The server records every request it receives and when each client went
 // away, so tests can check what an adapter sent and that a cancellation
@@ -98,6 +101,15 @@ type Server struct {
 	nextID  int64
 	changed chan struct{} // closed and replaced when a request is recorded
 	cache   *fakemodel.PromptCache
+	// Model memory (loading.go): how models are held, the models loaded or
+	// loading, the counts; turn is held by the one request deciding where
+	// its model goes, and freed is closed (and replaced) when a use ends.
+	loading  Loading
+	resident map[string]*resident
+	loads    LoadStats
+	turn     chan struct{}
+	freed    chan struct{}
+	loadsWG  sync.WaitGroup // loads in progress
 
 	gen      meter          // generation requests in flight (concurrency.go)
 	handlers sync.WaitGroup // in-flight API requests
@@ -116,17 +128,7 @@ func New(models ...Model) *Server {
 
 // Listen starts a fake on addr (host:port; port 0 picks a free one).
 func Listen(addr string, models ...Model) (*Server, error) {
-	s := &Server{
-		started: time.Now().UTC().Truncate(time.Second),
-		quit:    make(chan struct{}),
-		models:  make(map[string]Model),
-		loaded:  make(map[string]time.Time),
-		changed: make(chan struct{}),
-		cache:   fakemodel.NewPromptCache(0, 0),
-	}
-	for _, m := range models {
-		s.models[baseName(m.Name)] = m
-	}
+	s := newUnlistened(models...)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("fakeollama: listen: %w", err)
@@ -136,6 +138,27 @@ func Listen(addr string, models ...Model) (*Server, error) {
 	s.serveLocked(ln)
 	s.mu.Unlock()
 	return s, nil
+}
+
+// newUnlistened is a fake serving models that listens nowhere yet: its
+// ServeHTTP answers as the listening one's does.
+func newUnlistened(models ...Model) *Server {
+	s := &Server{
+		started: time.Now().UTC().Truncate(time.Second),
+		quit:    make(chan struct{}),
+		models:  make(map[string]Model),
+		loaded:  make(map[string]time.Time),
+		changed: make(chan struct{}),
+		cache:   fakemodel.NewPromptCache(0, 0),
+		// Model memory (loading.go).
+		resident: make(map[string]*resident),
+		turn:     make(chan struct{}, 1),
+		freed:    make(chan struct{}),
+	}
+	for _, m := range models {
+		s.models[baseName(m.Name)] = m
+	}
+	return s
 }
 
 // ListenAndServe runs a fake on addr until ctx is done, then closes it.
@@ -194,6 +217,7 @@ func (s *Server) Close() {
 	s.mu.Unlock()
 	s.handlers.Wait()
 	s.serving.Wait()
+	s.loadsWG.Wait()
 }
 
 // SetMode switches the server-wide mode. Leaving ModeRefuse listens again on
@@ -242,6 +266,7 @@ func (s *Server) RemoveModel(name string) {
 	defer s.mu.Unlock()
 	delete(s.models, baseName(name))
 	delete(s.loaded, baseName(name))
+	delete(s.resident, baseName(name))
 }
 
 // SetPromptCache replaces the server's prompt cache with an empty one that

@@ -151,9 +151,11 @@ func (s *Server) chat(ctx context.Context, w *recorder, body []byte) {
 		notFound(w, req.Model)
 		return
 	}
-	if !s.admit(ctx, w, m, req.Model, think.on, len(req.Messages) == 0, req.KeepAlive) {
+	done, ok := s.admit(ctx, w, m, req.Model, think.on, len(req.Messages) == 0, req.KeepAlive)
+	if !ok {
 		return
 	}
+	defer done()
 	if len(req.Messages) == 0 {
 		reason := "load"
 		if keepAlive(req.KeepAlive) == 0 {
@@ -215,22 +217,32 @@ func nonNull(raw json.RawMessage) json.RawMessage {
 }
 
 // admit applies the checks and knobs shared by chat and generate: think
-// support, FailStatus, load delay, and the /api/ps bookkeeping. It reports
-// whether the request should be answered.
-func (s *Server) admit(ctx context.Context, w http.ResponseWriter, m Model, name string, wantThink, load bool, ka json.RawMessage) bool {
+// support, FailStatus, the model's place in memory (loading.go), load
+// delay, and the /api/ps bookkeeping. It reports whether the request
+// should be answered, and if so the function to call when it ends (the
+// model is in use until then). A load request with keep_alive 0 unloads.
+func (s *Server) admit(ctx context.Context, w http.ResponseWriter, m Model, name string, wantThink, load bool, ka json.RawMessage) (done func(), ok bool) {
 	if wantThink && m.Thinking == "" {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q does not support thinking", name))
-		return false
+		return nil, false
 	}
 	if m.FailStatus != 0 {
 		writeError(w, m.FailStatus, m.FailMessage)
-		return false
+		return nil, false
+	}
+	if load && keepAlive(ka) == 0 {
+		s.unload(m)
+		return func() {}, true
+	}
+	done, ok = s.use(ctx, m, keepAlive(ka))
+	if !ok {
+		return nil, false
 	}
 	if load && !s.sleep(ctx, m.LoadDelay) {
-		return false
+		done()
+		return nil, false
 	}
-	s.markLoaded(m, keepAlive(ka))
-	return true
+	return done, true
 }
 
 type chatStream struct {
@@ -309,9 +321,11 @@ func (s *Server) generate(ctx context.Context, w *recorder, body []byte) {
 		writeError(w, http.StatusBadRequest, "does not support insert")
 		return
 	}
-	if !s.admit(ctx, w, m, req.Model, think.on, req.Prompt == "", req.KeepAlive) {
+	done, ok := s.admit(ctx, w, m, req.Model, think.on, req.Prompt == "", req.KeepAlive)
+	if !ok {
 		return
 	}
+	defer done()
 	if req.Prompt == "" {
 		reason := "load"
 		if keepAlive(req.KeepAlive) == 0 {

@@ -11,6 +11,11 @@
 //	  "thinking": "Let me run it.", "think_levels": true,
 //	  "prefill_per_token": 20000}]
 //
+// -max-loaded and -load-time make it hold models as Ollama does (at most N
+// loaded, each load taking that long; GET /_fake/loads counts them):
+//
+//	fakeollama -model m1,m2 -max-loaded 1 -load-time 2s
+//
 // It prints "listening on URL" once it accepts connections, serves until
 // SIGINT or SIGTERM, and is steered through the control API under /_fake/.
 package main
@@ -43,7 +48,12 @@ func run() error {
 	agent := flag.Bool("agent", false, "the -model models answer as a coding agent's model (default fakemodel.Agent)")
 	cachePrompts := flag.Int("prompt-cache-prompts", 0, "prompts the prompt cache remembers (0: the default)")
 	cacheTokens := flag.Int("prompt-cache-tokens", 0, "tokens the prompt cache holds in all (0: the default)")
+	maxLoaded := flag.Int("max-loaded", 0, "models held loaded at once, as OLLAMA_MAX_LOADED_MODELS (0: no bound); see fakeollama.Loading")
+	loadTime := flag.Duration("load-time", 0, "how long loading a model that is not loaded takes")
 	flag.Parse()
+	if *maxLoaded < 0 || *loadTime < 0 {
+		return fmt.Errorf("-max-loaded and -load-time must not be negative")
+	}
 
 	var models []fakeollama.Model
 	for n := range strings.SplitSeq(*names, ",") {
@@ -78,6 +88,7 @@ func run() error {
 	if *cachePrompts != 0 || *cacheTokens != 0 {
 		s.SetPromptCache(*cachePrompts, *cacheTokens)
 	}
+	s.SetLoading(fakeollama.Loading{MaxLoaded: *maxLoaded, LoadTime: *loadTime})
 	fmt.Println("listening on", s.URL())
 	<-ctx.Done()
 	s.Close()
