@@ -132,11 +132,26 @@ var hopByHop = map[string]bool{
 // client's to follow) and should not decompress (DisableCompression): the
 // body is relayed byte for byte.
 func RelayTunnel(ctx context.Context, client *http.Client, route *TunnelRoute, req *TunnelRequest, resp TunnelResponse) error {
+	return relayTunnel(ctx, client.Do, route, req, resp)
+}
+
+// RelayTunnelTransport is RelayTunnel over a RoundTripper called directly,
+// as a relay wants it: no redirect is followed (a 3xx is relayed to the
+// client as it is), and no client timeout or cookie jar applies. A call
+// that waits for its answer, as through a long silent prefill, holds a
+// stack shallower by net/http.Client's frames (about 1 KiB), which lets
+// the runtime shrink it to 8 KiB while it waits (issue 25: the Node's
+// cost per waiting run).
+func RelayTunnelTransport(ctx context.Context, rt http.RoundTripper, route *TunnelRoute, req *TunnelRequest, resp TunnelResponse) error {
+	return relayTunnel(ctx, rt.RoundTrip, route, req, resp)
+}
+
+func relayTunnel(ctx context.Context, do func(*http.Request) (*http.Response, error), route *TunnelRoute, req *TunnelRequest, resp TunnelResponse) error {
 	hreq, err := tunnelHTTPRequest(ctx, route, req)
 	if err != nil {
 		return err
 	}
-	r, err := client.Do(hreq)
+	r, err := do(hreq)
 	if err != nil {
 		if be := (*relayBodyError)(nil); errors.As(err, &be) {
 			return fmt.Errorf("tunnel: reading the request body: %w", be.err)

@@ -204,7 +204,7 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req 
 	g.serve(log, a.release, func() (Outcome, error) {
 		if a.route != nil {
 			// The Node moves the bytes itself: no plugin on the byte path.
-			err := sdk.RelayTunnel(g.ctx, a.prov.relay, a.route, pluginhost.TunnelRequestFromWire(req, body, a.cred), &frameWriter{emit: emit})
+			err := sdk.RelayTunnelTransport(g.ctx, a.prov.relay.Transport, a.route, pluginhost.TunnelRequestFromWire(req, body, a.cred), &frameWriter{emit: emit})
 			callErr <- err
 			return Outcome{Cause: CauseCompleted}, err
 		}

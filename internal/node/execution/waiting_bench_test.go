@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"net"
-	"net/http"
 	"runtime"
 	"sync"
 	"testing"
@@ -22,19 +21,19 @@ import (
 //
 // "tunnel" is a raw tunnel the Node relays itself (a route): the provider
 // is a TCP server that reads the request head and says nothing;
-// "tunnel-relaytransport" the same on relayTransport rather than
-// net/http's Transport.
+// "tunnel-nethttp" the same on net/http's Transport (what https and
+// proxied servers get) rather than relayTransport.
 // "normalized" is a run whose adapter waits in-process for its context
 // (the plugin host's own cost is not in it).
 //
 //	go test -run '^$' -bench WaitingCalls -benchtime 1000x ./internal/node/execution
 func BenchmarkWaitingCalls(b *testing.B) {
 	b.Run("tunnel", func(b *testing.B) { benchWaiting(b, true, false) })
-	b.Run("tunnel-relaytransport", func(b *testing.B) { benchWaiting(b, true, true) })
+	b.Run("tunnel-nethttp", func(b *testing.B) { benchWaiting(b, true, true) })
 	b.Run("normalized", func(b *testing.B) { benchWaiting(b, false, false) })
 }
 
-func benchWaiting(b *testing.B, tunnel, ownTransport bool) {
+func benchWaiting(b *testing.B, tunnel, netHTTP bool) {
 	n := b.N
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -75,9 +74,9 @@ func benchWaiting(b *testing.B, tunnel, ownTransport bool) {
 		})
 	}
 	set, h := onlineSet(b, n, pl)
-	if ownTransport {
+	if netHTTP {
 		relay := set.Providers()[0].relay
-		relay.Transport = newRelayTransport(relay.Transport.(*http.Transport), n)
+		relay.Transport = relay.Transport.(*relayTransport).fallback
 	}
 	ctx, cancel := context.WithCancel(b.Context())
 
