@@ -49,9 +49,9 @@ import (
 // otherwise the failure in Ollama's shape, its status the servers' own when
 // they agree (404 for a model none of them has), else 502.
 //
-// A Node lists its models again as each call ends (its inventory follows
-// at once), so /api/tags shows a pulled model when the pull's last line
-// comes.
+// A Node lists its models again as each call ends, before it answers the
+// end (its inventory follows at once, not a relist interval later), so
+// /api/tags shows a pulled model moments after the pull's last line.
 
 // Route labels of the management endpoints.
 const (

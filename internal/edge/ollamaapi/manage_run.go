@@ -238,7 +238,10 @@ func (c *manageCall) conclude() {
 			c.end(http.StatusOK, statusLine("success"))
 			return
 		}
-		c.end(http.StatusOK, append(mustJSON(map[string]any{"status": "success", "nodes": done}), '\n'))
+		c.end(http.StatusOK, append(mustJSON(struct {
+			Status string   `json:"status"`
+			Nodes  []string `json:"nodes"`
+		}{"success", done}), '\n'))
 		return
 	}
 	c.outcome = "upstream"

@@ -299,7 +299,7 @@ func TestDeleteChoosesItsNodes(t *testing.T) {
 	h, _ := manageEnv(t, m)
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, manageReq(http.MethodDelete, "/api/delete", adminKey, `{"model":"base"}`))
-	if w.Code != http.StatusOK || strings.TrimSpace(w.Body.String()) != `{"nodes":["n1"],"status":"success"}` {
+	if w.Code != http.StatusOK || strings.TrimSpace(w.Body.String()) != `{"status":"success","nodes":["n1"]}` {
 		t.Errorf("delete of a model n1 lists: %d %q", w.Code, w.Body.String())
 	}
 	if calls := m.sent(); len(calls) != 1 || calls[0].node != "n1" || calls[0].req.GetMethod() != http.MethodDelete {

@@ -88,8 +88,8 @@ func (s *terminalWatch) Send(m proto.Message) error {
 
 // Issue 23: a management tunnel takes no capacity slot (a pull lasts
 // minutes), and when it ends the provider lists its models again at once,
-// long before its relist interval, and before the terminal goes: the Edge
-// hears of a pulled model no later than it hears that the pull ended.
+// long before its relist interval, and before the terminal goes: the
+// status update with the pulled model is on its way as the pull ends.
 func TestManagementTunnelTakesNoSlotAndRelistsBeforeItsTerminal(t *testing.T) {
 	srv := &modelServer{}
 	srv.serve("old:latest")

@@ -133,8 +133,8 @@ func (o *tunnelOut) claimed() *wirepb.TunnelTerminal {
 // copy or create through the Edge, issue 23) takes no slot either: a pull
 // lasts minutes and holds no model. Its paths are refused in any other
 // tunnel (ErrManagementOnly). When it ends, the provider lists its targets
-// again before the terminal is sent, so the Edge hears of a model pulled or
-// deleted no later than it hears that the call ended.
+// again before the terminal is sent, so the status update with a model
+// pulled or deleted is on its way as the call ends, not an interval later.
 func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req *wirepb.TunnelRequest, st Stream) {
 	out := &tunnelOut{st: st, ended: func() error { return nil }}
 	log := h.log.With("tunnel_id", req.GetTunnelId(), "provider", req.GetProvider(), "target", req.GetTarget())
