@@ -244,6 +244,7 @@ func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []
 		MaxQueueDepth: plan.Profile.MaxQueueDepth,
 		Prefer:        prefer,
 		PreferSlack:   AffinitySlack,
+		WarmFirst:     d.config(plan.Principal).WarmFirst(),
 	}
 	slot, err := d.slots.Acquire(ctx, req)
 	if len(tried) == 0 && errors.Is(err, sched.ErrNoCandidate) && !slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
@@ -259,6 +260,7 @@ func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []
 	}
 	if err == nil && d.metrics != nil {
 		d.metrics.QueueWait.WithLabelValues(plan.Model).Observe(time.Since(start).Seconds())
+		d.metrics.RouteChoices.WithLabelValues(string(slot.Candidate().Choice)).Inc()
 	}
 	if len(tried) == 0 && errors.Is(err, sched.ErrNoCandidate) {
 		capable := func(c sched.Candidate) bool {

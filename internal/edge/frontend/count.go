@@ -44,7 +44,7 @@ func (l *life) count(ctx context.Context, plan dispatch.Plan, j *CountJob, watch
 	default:
 		defer run.Close()
 		x.Attach(run)
-		l.id, l.node, l.route = run.ID(), run.Node().NodeID, string(run.Node().Choice)
+		l.id, l.node, l.choice = run.ID(), run.Node().NodeID, string(run.Node().Choice)
 		for {
 			ev, err := run.Next()
 			if err != nil {

@@ -172,11 +172,11 @@ type life struct {
 	resp *Response
 	peek Peek
 	job  Job
-	// id is the work's id and node where it ran, once it started; route
+	// id is the work's id and node where it ran, once it started; choice
 	// is why the scheduler picked that node (sched.Choice, issue 23).
-	id, node, route string
-	body     *frontdoor.Body
-	outcome  string // the outcome of an answer relayed as the provider gave it
+	id, node, choice string
+	body             *frontdoor.Body
+	outcome          string // the outcome of an answer relayed as the provider gave it
 }
 
 // serve runs the request and returns how it ended: nil for success.
@@ -322,7 +322,7 @@ func (l *life) end(f *Failure) {
 		attrs = append(attrs, slog.Bool("stream", l.peek.Stream))
 	}
 	if l.id != "" {
-		attrs = append(attrs, slog.String("id", l.id), slog.String("node", l.node), slog.String("route", l.route))
+		attrs = append(attrs, slog.String("id", l.id), slog.String("node", l.node), slog.String("choice", l.choice))
 	}
 	if l.job != nil {
 		if a, ok := l.job.writer().(interface{ LogAttrs() []slog.Attr }); ok {

@@ -132,7 +132,7 @@ func (l *life) run(ctx context.Context, plan dispatch.Plan, j *RunJob, watch dis
 	defer run.Close()
 	x.Attach(run)
 	defer x.active(inflight.Run)()
-	l.id, l.node, l.route = run.ID(), run.Node().NodeID, string(run.Node().Choice)
+	l.id, l.node, l.choice = run.ID(), run.Node().NodeID, string(run.Node().Choice)
 	j.Out.Started(run.ID())
 	return x.relay(run, j.Out)
 }
@@ -188,7 +188,7 @@ func (l *life) embed(ctx context.Context, plan dispatch.Plan, j *EmbedJob, watch
 	if err != nil {
 		return StartFailure(err, context.Cause(ctx), plan.Model)
 	}
-	l.id, l.node, l.route = emb.ID, emb.Node.NodeID, string(emb.Node.Choice)
+	l.id, l.node, l.choice = emb.ID, emb.Node.NodeID, string(emb.Node.Choice)
 	if u := emb.Terminal.GetUsage(); u != nil {
 		// An embedding's usage comes with its terminal: the status page's
 		// entry takes it, and with it the usage ledger (inflight.Options.Usage).
@@ -215,7 +215,7 @@ func (l *life) tunnel(ctx context.Context, plan dispatch.Plan, j *TunnelJob, wat
 	defer t.Close()
 	x.Attach(t)
 	defer x.active(inflight.Tunnel)()
-	l.id, l.node, l.route = t.ID(), t.Node().NodeID, string(t.Node().Choice)
+	l.id, l.node, l.choice = t.ID(), t.Node().NodeID, string(t.Node().Choice)
 	head := t.Head()
 	if s := head.GetStatus(); s < 200 || s > 599 {
 		return InvalidUpstreamStatus(s)

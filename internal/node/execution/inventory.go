@@ -164,6 +164,7 @@ func (p *Provider) watch(ctx context.Context, pl Plugin, listErr error) bool {
 			p.log.Info("model server answers; provider online", "targets", names, "after_failures", fails.n)
 			fails = listFailures{}
 			p.notify()
+			p.kickLoaded()
 		default:
 			fails.recovered(p.log)
 			p.replaceTargets(names)
@@ -195,6 +196,7 @@ func (p *Provider) replaceTargets(names []string) {
 	}
 	p.log.Info("model server's targets changed", "added", added, "removed", removed)
 	p.notify()
+	p.kickLoaded() // a removed model is unloaded too
 }
 
 func (p *Provider) notify() {
