@@ -93,6 +93,15 @@ func TestASleepingNodeIsWokenByARequestForItsModel(t *testing.T) {
 		t.Errorf("issue 23: wake time %.1fs, want within the request's %.1fs", took, time.Since(asked).Seconds())
 	}
 	f.waitWake(t, "wake-sleeper", "awake", func(v wakeView) bool { return v.State == "awake" && v.LastWakeMillis > 0 })
+	if resp, err := adminClient.Get(f.base + "/metrics"); err != nil {
+		t.Errorf("GET /metrics: %v", err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), `iop_edge_wakes_total{result="succeeded"} 1`) {
+			t.Errorf("issue 23: /metrics does not count the wake as succeeded:\n%s", grepLines(string(b), "iop_edge_wake"))
+		}
+	}
 
 	// Asleep again, and no waker connected: answered at once, with why.
 	sleeper.proc.stop()
@@ -310,3 +319,4 @@ func listenForMagic(t *testing.T, ns *netns, mac net.HardwareAddr, port int) <-c
 	}()
 	return got
 }
+
