@@ -319,4 +319,3 @@ func listenForMagic(t *testing.T, ns *netns, mac net.HardwareAddr, port int) <-c
 	}()
 	return got
 }
-
