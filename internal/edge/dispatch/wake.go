@@ -49,7 +49,7 @@ func (d *Dispatcher) awaken(ctx context.Context, plan Plan) (woke bool, err erro
 	if d.waker == nil {
 		return false, nil
 	}
-	return wakeOutcome(plan, d.waker.Wake(ctx, d.wakeRequest(plan)))
+	return d.wakeOutcome(plan, d.waker.Wake(ctx, d.wakeRequest(plan)))
 }
 
 // wakeable is awaken without waking or waiting, for Available: a model a
@@ -58,10 +58,13 @@ func (d *Dispatcher) wakeable(plan Plan) (bool, error) {
 	if d.waker == nil {
 		return false, nil
 	}
-	return wakeOutcome(plan, d.waker.Check(d.wakeRequest(plan)))
+	return d.wakeOutcome(plan, d.waker.Check(d.wakeRequest(plan)))
 }
 
-func wakeOutcome(plan Plan, err error) (bool, error) {
+// wakeOutcome is what the Waker said, in the dispatcher's terms. A Node
+// nobody connected can wake, just after this Edge restarted, is answered
+// as not yet back (retry): its wakers are likely reconnecting too.
+func (d *Dispatcher) wakeOutcome(plan Plan, err error) (bool, error) {
 	var nw *wake.NoWakerError
 	var te *wake.TimeoutError
 	switch {
@@ -70,6 +73,9 @@ func wakeOutcome(plan Plan, err error) (bool, error) {
 	case errors.Is(err, wake.ErrNotAsleep):
 		return false, nil
 	case errors.As(err, &nw):
+		if nb := d.notYetBack(plan); nb != nil {
+			return false, nb
+		}
 		return false, &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: plan.Model, Detail: nw.Error()}
 	case errors.As(err, &te):
 		return false, &NotYetBackError{Model: plan.Model, Detail: te.Error(), RetryAfter: WakeRetry}

@@ -3,6 +3,8 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
+	"github.com/iop-dev/iop/internal/edge/served"
 	"github.com/iop-dev/iop/internal/edge/wake"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -152,4 +155,34 @@ func TestNoWakerOrWakingOffAnswersAtOnce(t *testing.T) {
 			t.Errorf("waking off lists asleep models: %+v", inv)
 		}
 	})
+}
+
+// Just after a restart, a sleeping Node whose waker has not reconnected
+// yet is not yet back (503 retry), as the Edge's other remembered models
+// are: its waker is likely on its way back too.
+func TestAfterARestartASleeperWithoutItsWakerIsNotYetBack(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	servedPath := filepath.Join(dir, served.FileName)
+	served.Open(served.Options{Path: servedPath}).Update([]served.Offer{{NodeID: "gpu-2", Provider: "ollama", Adapter: "ollama", Target: "big:latest"}})
+	wakePath := filepath.Join(dir, wake.FileName)
+	if err := os.WriteFile(wakePath, []byte(`{"version": 1, "nodes": [{"node": "gpu-2",
+		"offers": [{"provider": "ollama", "adapter": "ollama", "target": "big:latest"}],
+		"wakers": [{"node": "gpu-1", "mac": "02:00:00:00:00:02", "broadcast": "10.0.0.255:9"}]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := edgeconfig.Parse([]byte("listen: {http: \"127.0.0.1:8080\", quic: \"127.0.0.1:7443\"}\nidentity: {mode: loopback}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := fleet.New(fleet.Options{})
+	tr := wake.New(wake.Options{Source: reg, Path: wakePath})
+	d := New(cfg, SchedulerSlots(sched.New(reg, sched.Options{})), ServerNodes(nodeserver.NewServer(nodeserver.Options{}, reg)),
+		Options{Served: served.Open(served.Options{Path: servedPath}), Waker: tr})
+	_, err = d.acquire(context.Background(), "r1", planFor(t, d, "big"), nil, nil)
+	if !errors.Is(err, ErrNotYetBack) {
+		t.Fatalf("got %v, want not yet back", err)
+	}
 }

@@ -51,6 +51,9 @@ const (
 	MaxSends = 6
 	// sendTimeout bounds one wake command on the waker.
 	sendTimeout = 10 * time.Second
+	// MaxTargetsPerWaker bounds what one Node's wake list adds to the
+	// Edge's memory (and its file): more than a LAN of GPU boxes.
+	MaxTargetsPerWaker = 256
 )
 
 // State is where a Node the Edge can wake is.
@@ -376,6 +379,9 @@ func (t *Tracker) refresh(ready []*fleet.Conn) {
 		}
 		listed := map[string]Target{}
 		for _, w := range c.WakeTargets() {
+			if len(listed) == MaxTargetsPerWaker {
+				break
+			}
 			if w.GetNodeId() != "" && w.GetNodeId() != id {
 				listed[w.GetNodeId()] = Target{MAC: w.GetMac(), Broadcast: w.GetBroadcast()}
 			}
