@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -187,10 +188,11 @@ func (s *Scheduler) busy(e eligible) float64 {
 // equal Nodes share the load. A provider counts once however many of its
 // targets match: the warmest of them (the first among equals) is used.
 // The candidate comes with its Choice; ok is false when every candidate is
-// busy.
-func (s *Scheduler) pickLocked(r *Request) (c candidate, ok bool) {
+// busy, or, for a request routed warm first that has waited less than
+// ColdWait, when only cold ones are free while a warm or room one is busy.
+func (s *Scheduler) pickLocked(r *Request, waited time.Duration) (c candidate, ok bool) {
 	s.elig = s.elig[:0]
-	warmAnywhere := false
+	warmAnywhere, loadableAnywhere := false, false
 	var seen providerKey // the provider last considered
 	last := -1           // its entry in s.elig, if it can take r
 	for i := range s.cands {
@@ -201,6 +203,7 @@ func (s *Scheduler) pickLocked(r *Request) (c candidate, ok bool) {
 		}
 		tier, choice := s.warmthLocked(c)
 		warmAnywhere = warmAnywhere || tier == tierWarm
+		loadableAnywhere = loadableAnywhere || tier <= tierRoom
 		if k == seen {
 			if last >= 0 && tier < s.elig[last].tier {
 				s.elig[last].i, s.elig[last].tier, s.elig[last].choice = i, tier, choice
@@ -245,7 +248,10 @@ func (s *Scheduler) pickLocked(r *Request) (c candidate, ok bool) {
 		e, _ := s.bestLocked(func(e eligible) bool { return e.tier == tierRoom })
 		return pick(e, spilled(e.choice))
 	}
-	e, _ := s.bestLocked(all) // every one is cold: rather than queue
+	if loadableAnywhere && waited < ColdWait {
+		return candidate{}, false // a warm or room slot is likely to free first
+	}
+	e, _ := s.bestLocked(all) // every free one is cold: rather than queue on
 	return pick(e, spilled(ChoiceCold))
 }
 

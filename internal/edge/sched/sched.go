@@ -212,16 +212,21 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (*Slot, error) {
 		s.mu.Unlock()
 		return nil, &RefusalError{Reason: ReasonNoCandidate, Model: r.Model, Detail: "no ready node offers it"}
 	}
-	if c, ok := s.pickLocked(&r); ok {
-		slot := s.grantLocked(c, r.Model, 0)
-		s.mu.Unlock()
-		return slot, nil
-	}
 	depth := 0
 	if m := s.models[r.Model]; m != nil {
 		depth = m.waiting
 	}
-	if r.QueueTimeout <= 0 || depth >= r.MaxQueueDepth {
+	mayWait := r.QueueTimeout > 0 && depth < r.MaxQueueDepth
+	waited := time.Duration(0)
+	if !mayWait {
+		waited = ColdWait // no queue to wait in for a warm slot (warm.go)
+	}
+	if c, ok := s.pickLocked(&r, waited); ok {
+		slot := s.grantLocked(c, r.Model, 0)
+		s.mu.Unlock()
+		return slot, nil
+	}
+	if !mayWait {
 		s.mu.Unlock()
 		detail := fmt.Sprintf("every slot is busy and %d requests wait", depth)
 		if r.QueueTimeout <= 0 || r.MaxQueueDepth <= 0 {
@@ -236,6 +241,16 @@ func (s *Scheduler) Acquire(ctx context.Context, r Request) (*Slot, error) {
 
 	timer := time.NewTimer(r.QueueTimeout)
 	defer timer.Stop()
+	if r.WarmFirst {
+		// A waiter held for a warm slot may take a cold one after
+		// ColdWait (warm.go): look again then, event or not.
+		cold := time.AfterFunc(ColdWait, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.dispatchLocked()
+		})
+		defer cold.Stop()
+	}
 	select {
 	case <-w.granted:
 		if ctx.Err() != nil { // the caller left as the grant came: pass it on
@@ -285,7 +300,7 @@ func (s *Scheduler) dispatchLocked() {
 	now := s.now()
 	kept := s.waiting[:0]
 	for _, w := range s.waiting {
-		c, ok := s.pickLocked(&w.req)
+		c, ok := s.pickLocked(&w.req, now.Sub(w.since))
 		if !ok {
 			kept = append(kept, w)
 			continue

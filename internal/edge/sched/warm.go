@@ -1,6 +1,8 @@
 package sched
 
 import (
+	"time"
+
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -29,7 +31,12 @@ import (
 // or room candidate's; otherwise the least busy room candidate is (the
 // model spills: a hot model gets a second server rather than a queue
 // behind the first). A cold candidate is taken only when no warm or room
-// candidate has a slot free: then rather than queue. Within a tier the
+// candidate has a slot free, and then only by a request that has waited
+// ColdWait in its queue for one (or that may not wait), unless no
+// candidate is warm or has room at all: loading a model where every model
+// is in use blocks the server's other work too, while a slot of a warm
+// Node frees within one answer; a hot model is not held forever, though.
+// Within a tier the
 // pick is as without tiers: the largest share of capacity free, then the
 // fewest consecutive stalls, then in turn.
 //
@@ -44,7 +51,7 @@ import (
 //  2. session affinity (Request.Prefer), within PreferSlack, when the
 //     preferred candidate is warm or does not say (a Node that reports
 //     the model unloaded has dropped its prompt cache with it);
-//  3. the tiers above, within WarmSlack;
+//  3. the tiers above, within WarmSlack, cold after ColdWait;
 //  4. the largest share of capacity free, the fewest stalls, in turn.
 
 // WarmSlack is how much busier, as a share of capacity, a warm candidate
@@ -52,6 +59,11 @@ import (
 // capacity 4, two runs more. Loading a model costs seconds; a place in a
 // batch beside two more runs costs little.
 const WarmSlack = 0.5
+
+// ColdWait is how long a request routed warm first waits in its queue for
+// a slot on a warm or room candidate before it takes a cold one: about an
+// answer's time, well under a model's load.
+const ColdWait = 2 * time.Second
 
 // Choice is why the scheduler picked a candidate: in the request's log
 // line and the iop_edge_route_choices_total metric.

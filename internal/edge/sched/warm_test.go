@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -60,7 +61,7 @@ func TestWarmFirstPicks(t *testing.T) {
 		{"below max_loaded is room", ollama(4, 2, "o/1"), ollama(4, 1, "o/1"), nil, "m", "n1", sched.ChoiceRoom},
 		{"at max_loaded with every model in use is cold", ollama(4, 2, "o/1", "x/1"), ollama(4, 0, "o/2"), []string{"n2:o"}, "m", "n1", sched.ChoiceCold},
 		{"a Node that does not say ranks with room", unknown, ollama(4, 1, "o/1"), nil, "m", "n1", sched.ChoiceUnknown},
-		{"cold only when no warm or room server has a slot: a spill", ollama(1, 1, "m"), ollama(4, 1, "o/1"), []string{"n1:m"}, "m", "n2", sched.ChoiceSpill},
+		{"nothing warm or with room anywhere: cold at once", ollama(4, 1, "o/1"), ollama(4, 1, "o/2"), nil, "m", "n1", sched.ChoiceCold},
 		{"warm within the bound", ollama(4, 1, "m"), ollama(4, 1), []string{"n1:m", "n1:m"}, "m", "n1", sched.ChoiceWarm},
 		{"warm past the bound spills to room", ollama(4, 1, "m"), ollama(4, 1), []string{"n1:m", "n1:m", "n1:m"}, "m", "n2", sched.ChoiceSpill},
 		{"a warm server past the bound is still better than a cold one", ollama(4, 1, "m"), ollama(4, 1, "o/1"), []string{"n1:m", "n1:m", "n1:m"}, "m", "n1", sched.ChoiceWarm},
@@ -84,6 +85,43 @@ func TestWarmFirstPicks(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Issue 23: a request whose model is warm on a busy Node waits for a slot
+// there rather than load it where every model is in use, for ColdWait at
+// most; then it spills. One that frees in time is taken; a request that may
+// not wait spills at once.
+func TestColdIsTakenAfterColdWaitOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFleet(t)
+		f.join("n1", ollama(1, 1, "m"))
+		f.join("n2", ollama(4, 1, "o/1"))
+		busy := f.acquire(sched.Request{Model: "m", Match: onNode("n1")})
+		held := f.enqueue(warmReq("m"))
+		time.Sleep(sched.ColdWait - time.Millisecond)
+		synctest.Wait()
+		queued(t, held)
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if c := held.granted(t).Candidate; c.NodeID != "n2" || c.Choice != sched.ChoiceSpill {
+			t.Fatalf("after ColdWait: %s (%s), want n2 (spill)", c.NodeID, c.Choice)
+		}
+		held.granted(t).Release() // n2 is cold for m again
+
+		waiter := f.enqueue(warmReq("m"))
+		time.Sleep(sched.ColdWait / 2)
+		busy.Release()
+		synctest.Wait()
+		if c := waiter.granted(t).Candidate; c.NodeID != "n1" || c.Choice != sched.ChoiceWarm {
+			t.Fatalf("n1 freed within ColdWait: %s (%s), want n1 (warm)", c.NodeID, c.Choice)
+		}
+
+		now := warmReq("m")
+		now.QueueTimeout = 0
+		if c := f.acquire(now).Candidate; c.NodeID != "n2" {
+			t.Fatalf("a request that may not wait went to %s, want n2", c.NodeID)
+		}
+	})
 }
 
 // Issue 23: two models over two one-model servers: each model goes where
