@@ -20,10 +20,10 @@ import (
 // Issue 23: models managed from the Edge. An admin's `ollama pull` (the
 // official client's Pull) goes to every Node's Ollama with each Node's
 // progress in the stream; a Node that refuses says why in the call's error
-// while the other's model is pulled and listed; delete, copy and the
-// Node's own choice follow; a key that is not an admin's is refused. The
-// Nodes relist every hour here, so the inventory following within a
-// second is the management call's own relist (P1).
+// while the other's model is pulled and listed; delete, copy, create and
+// the Nodes a request names follow; a key that is not an admin's is
+// refused. The Nodes relist every hour here, so the inventory following
+// within a second is the management call's own relist (P1).
 
 const (
 	manageAdminKey = "sk-manage-admin-0001"
@@ -219,6 +219,21 @@ func TestPullDeleteAndCopyThroughTheEdgeOnTwoNodes(t *testing.T) {
 	waitTags(t, admin, "the copy listed", time.Second, func(names []string) bool { return slices.Contains(names, "only-a-copy:latest") })
 	if slices.ContainsFunc(fakes[1].Models(), func(m fakeollama.Model) bool { return strings.HasPrefix(m.Name, "only-a") }) {
 		t.Error("n2's server got a model only n1 had")
+	}
+
+	// Create: on every Node, from a model each has.
+	var created []string
+	if err := admin.Create(t.Context(), &api.CreateRequest{Model: "made", From: "base"}, func(p api.ProgressResponse) error {
+		created = append(created, p.Status)
+		return nil
+	}); err != nil || created[len(created)-1] != "success" {
+		t.Fatalf("create: %v after %q", err, created)
+	}
+	waitTags(t, admin, "the created model listed", time.Second, func(names []string) bool { return slices.Contains(names, "made:latest") })
+	for i, f := range fakes {
+		if !slices.ContainsFunc(f.Models(), func(m fakeollama.Model) bool { return m.Name == "made:latest" }) {
+			t.Errorf("fake %d does not serve the created model", i+1)
+		}
 	}
 
 	// The Nodes a request names: by header (the official client sends no
