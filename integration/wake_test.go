@@ -4,6 +4,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"golang.org/x/sys/unix"
 
 	"github.com/iop-dev/iop/internal/fakes/fakeollama"
@@ -59,6 +61,16 @@ func TestASleepingNodeIsWokenByARequestForItsModel(t *testing.T) {
 	if asleep := tagsAsleepOn(t, f.base, "big:latest"); len(asleep) != 1 || asleep[0] != "wake-sleeper" {
 		t.Errorf("issue 23: /api/tags lists big:latest asleep on %v, want [wake-sleeper]", asleep)
 	}
+	// The status page, where there is a browser, shows it sleeping, then
+	// waking, then awake.
+	var page *browserPage
+	if browser := findBrowser(); browser != "" {
+		page = newBrowserPage(t, browser, f.base)
+		page.open()
+		page.waitWakeRow("wake-sleeper", "sleeping")
+	} else {
+		t.Log("no chromium: the status page's wake section is not checked")
+	}
 
 	// Its network card: the first valid magic packet for its MAC on port 9.
 	packets := listenForMagic(t, ns, mac, 9)
@@ -75,6 +87,11 @@ func TestASleepingNodeIsWokenByARequestForItsModel(t *testing.T) {
 		t.Fatalf("issue 23: no valid magic packet for %s reached the namespace within 20s:\n%s", mac, f.edge.out)
 	}
 	f.timing("wake: magic packet on the sleeper's LAN %.2fs after the request", woke.Sub(asked).Seconds())
+	// The machine takes its time: the Edge shows the Node waking meanwhile.
+	f.waitWake(t, "wake-sleeper", "waking", func(v wakeView) bool { return v.State == "waking" })
+	if page != nil {
+		page.waitWakeRow("wake-sleeper", "waking")
+	}
 	sleeper.proc = ns.start(t, "noded wake-sleeper (woken)", bin.noded, "run", "--config", sleeper.conf)
 
 	r := <-answered
@@ -93,6 +110,9 @@ func TestASleepingNodeIsWokenByARequestForItsModel(t *testing.T) {
 		t.Errorf("issue 23: wake time %.1fs, want within the request's %.1fs", took, time.Since(asked).Seconds())
 	}
 	f.waitWake(t, "wake-sleeper", "awake", func(v wakeView) bool { return v.State == "awake" && v.LastWakeMillis > 0 })
+	if page != nil {
+		page.waitWakeRow("wake-sleeper", "awake")
+	}
 	if resp, err := adminClient.Get(f.base + "/metrics"); err != nil {
 		t.Errorf("GET /metrics: %v", err)
 	} else {
@@ -195,6 +215,27 @@ func (f *faultFleet) waitWake(t *testing.T, node, what string, cond func(wakeVie
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("issue 23: %s was not %s within 20s; /admin/v1/wake: %+v", node, what, last)
+}
+
+// waitWakeRow waits until the status page's wake section shows node in
+// state.
+func (p *browserPage) waitWakeRow(node, state string) {
+	p.t.Helper()
+	js := fmt.Sprintf(`(() => { const tr = document.querySelector('#wakes tr[data-wake=%q]'); return tr && !document.getElementById('wake').hidden ? tr.dataset.state : ''; })()`, node)
+	deadline := time.Now().Add(15 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		cancel()
+		if err == nil && got == state {
+			return
+		}
+		last = got
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.shot("wake-" + state)
+	p.t.Fatalf("issue 23: the status page did not show %s %s within 15s; it shows %q", node, state, last)
 }
 
 // tagsAsleepOn returns the asleep_on of model in the Edge's /api/tags.
