@@ -10,7 +10,7 @@ import (
 
 // What a reload may change. A running Edge applies a new file's api.keys, allow_anonymous,
 // admin_reads, trusted_networks, allowed_hosts and allowed_origins, its principals, profiles,
-// routes and credentials; every
+// routes, credentials and scheduling (read per request, as profiles are); every
 // other field (edge_id, listen, identity, data_dir, limits, log, api.tls's file names, and any
 // field added later unless it is listed here) sizes or names the process and takes a restart.
 // The contents of the api.tls files are not the file's: they are re-read when they change.
@@ -18,6 +18,7 @@ var reloadable = map[string]bool{
 	"api.keys": true, "api.allow_anonymous": true, "api.admin_reads": true, "api.trusted_networks": true,
 	"api.allowed_hosts": true, "api.allowed_origins": true,
 	"principals": true, "profiles": true, "routes": true, "credentials": true,
+	"scheduling": true,
 }
 
 // Reloadable reports whether the field at path (a top-level key, or "api." and an api key) is

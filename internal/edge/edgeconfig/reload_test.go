@@ -155,3 +155,19 @@ func TestKeepsAdminRefusesTheLossOfTheLastAdminKey(t *testing.T) {
 		t.Errorf("a configuration without an admin key reloaded as it is: %v", err)
 	}
 }
+
+// The scheduling section is read per request (a request's wake timeout, issue 23, from the
+// configuration it was resolved in): a reload applies it.
+func TestReloadAppliesTheWakeTimeout(t *testing.T) {
+	running := credentialConfig()
+	next := credentialConfig()
+	off := yamlconf.Duration(0)
+	next.Scheduling.WakeTimeout = &off
+	merged, restart, err := running.ForReload(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(restart) != 0 || merged.WakeTimeout() != 0 {
+		t.Errorf("restart required %q, wake timeout %v; want it applied (0)", restart, merged.WakeTimeout())
+	}
+}
