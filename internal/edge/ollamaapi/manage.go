@@ -43,7 +43,8 @@ import (
 // {"status":"success"} only when every Node succeeded; otherwise it is an
 // {"error"} line naming each Node that failed with its reason, and those
 // that succeeded (the official client returns it as the call's error). One
-// Node failing never stops the others. With "stream": false the answer is
+// Node failing never stops the others; every Node failing before its first
+// line is an HTTP error, as Ollama answers an error before output. With "stream": false the answer is
 // that last line alone, once every Node is done. Delete and copy answer 200
 // with {"status":"success","nodes":[...]} when every Node succeeded, and
 // otherwise the failure in Ollama's shape, its status the servers' own when

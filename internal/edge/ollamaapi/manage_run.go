@@ -106,11 +106,13 @@ func (c *manageCall) runProgress(body []byte, stream bool) {
 				case <-ctx.Done():
 				}
 			}()
+			// A part that fails before its progress (a Node refused or
+			// not reached, a server's error status) sends no line: should
+			// every part fail so, the answer is an HTTP error, as Ollama
+			// answers an error before output; otherwise the last line
+			// names it.
 			ts, ok := c.open(ctx, pt, body)
 			if !ok {
-				if pt.err != "" {
-					c.pass(ctx, events, statusLine(pt.label+": failed: "+pt.err))
-				}
 				return
 			}
 			defer ts.Close()

@@ -281,12 +281,15 @@ func TestPullStreamFalseAnswersOnce(t *testing.T) {
 			t.Errorf("%s was asked for stream %v", c.node, c.body["stream"])
 		}
 	}
-	// Every Node refusing before any line: the HTTP status says so.
+	// Every Node refusing before any line, streamed or not: the HTTP
+	// status says so, as Ollama answers an error before output.
 	m.servers = map[string]fakeServer{"n1/ollama": {status: 400, body: `{"error":"invalid model name"}`}, "n2/ollama": {status: 400, body: `{"error":"invalid model name"}`}}
-	w = httptest.NewRecorder()
-	h.ServeHTTP(w, manageReq(http.MethodPost, "/api/pull", adminKey, `{"model":"bad name","stream":false}`))
-	if msg := errorTextOf(t, w.Body.String()); w.Code != http.StatusBadRequest || !strings.Contains(msg, "n1: invalid model name") || !strings.Contains(msg, "n2: invalid model name") {
-		t.Errorf("%d %q", w.Code, msg)
+	for _, body := range []string{`{"model":"bad name","stream":false}`, `{"model":"bad name"}`} {
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, manageReq(http.MethodPost, "/api/pull", adminKey, body))
+		if msg := errorTextOf(t, w.Body.String()); w.Code != http.StatusBadRequest || !strings.Contains(msg, "n1: invalid model name") || !strings.Contains(msg, "n2: invalid model name") {
+			t.Errorf("%s: %d %q", body, w.Code, msg)
+		}
 	}
 }
 
