@@ -322,20 +322,34 @@ func listenForMagic(t *testing.T, ns *netns, mac net.HardwareAddr, port int) <-c
 	}
 	ch := make(chan opened, 1)
 	go func() {
-		// The thread is left in the namespace and never unlocked: it ends
-		// with this goroutine.
+		// The thread enters the namespace to make the socket and goes back
+		// before it is unlocked: it may be the process's main thread, and
+		// a process whose main thread is in the namespace would be killed
+		// with the namespace's processes at the end of the test.
 		runtime.LockOSThread()
-		fd, err := os.Open("/run/netns/" + ns.name)
+		home, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
 		if err != nil {
+			runtime.UnlockOSThread()
 			ch <- opened{err: err}
 			return
 		}
-		defer fd.Close()
-		if err := unix.Setns(int(fd.Fd()), unix.CLONE_NEWNET); err != nil {
+		defer home.Close()
+		target, err := os.Open("/run/netns/" + ns.name)
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- opened{err: err}
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			ch <- opened{err: fmt.Errorf("setns: %w", err)}
 			return
 		}
 		c, err := net.ListenUDP("udp4", &net.UDPAddr{Port: port})
+		if back := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); back == nil {
+			runtime.UnlockOSThread()
+		} // else the thread stays locked, and ends with this goroutine
 		ch <- opened{c, err}
 	}()
 	o := <-ch
