@@ -54,7 +54,8 @@ type Metrics struct {
 	SessionTurns *prometheus.CounterVec
 	// RouteChoices counts the candidates the scheduler picked, by why
 	// (RouteChoiceReasons, issue 23): the model loaded there (warm), room
-	// to load it, a spill past a busy warm Node, cold, or not known.
+	// to load it, an idle model evicted for it, a spill past a busy warm
+	// Node, cold, or not known.
 	RouteChoices *prometheus.CounterVec
 	// Refusals counts what the Edge turned away at its doors, by kind
 	// (RefusalKinds): the log shows a sample of them.
@@ -141,7 +142,7 @@ func NewWith(reg *fleet.Registry, depth func() map[string]int, opts Options) *Me
 		}, []string{"outcome"}),
 		RouteChoices: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iop_edge_route_choices_total",
-			Help: "Candidates the scheduler picked, by reason: warm (the model loaded there), room (loaded without evicting a model in use), spill (loaded elsewhere, but that is full or too busy), cold, unknown (the Node does not say).",
+			Help: "Candidates the scheduler picked, by reason: warm (the model loaded there), room (loaded there without evicting), evict (loaded in place of an idle model), spill (loaded elsewhere, but that is full or too busy), cold (every model there in use), unknown (the Node does not say).",
 		}, []string{"reason"}),
 		Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iop_edge_refusals_total", Help: "Connections, request bodies, handshakes and registrations refused at the Edge's doors, by kind.",
@@ -280,7 +281,7 @@ var SessionOutcomes = []string{"new", "stuck", "moved_busy", "moved_gone", "move
 
 // RouteChoiceReasons are the reasons of iop_edge_route_choices_total
 // (sched.Choices).
-var RouteChoiceReasons = []string{"warm", "room", "spill", "cold", "unknown"}
+var RouteChoiceReasons = []string{"warm", "room", "evict", "spill", "cold", "unknown"}
 
 // RefusalKinds are the kinds of iop_edge_refusals_total, each exported at 0
 // from the start so that a rate over them is defined before the first one.

@@ -189,7 +189,8 @@ func (s *Scheduler) busy(e eligible) float64 {
 // targets match: the warmest of them (the first among equals) is used.
 // The candidate comes with its Choice; ok is false when every candidate is
 // busy, or, for a request routed warm first that has waited less than
-// ColdWait, when only cold ones are free while a warm or room one is busy.
+// ColdWait, when only evict or cold ones are free while a warm or room one
+// is busy.
 func (s *Scheduler) pickLocked(r *Request, waited time.Duration) (c candidate, ok bool) {
 	s.elig = s.elig[:0]
 	warmAnywhere, loadableAnywhere := false, false
@@ -250,6 +251,9 @@ func (s *Scheduler) pickLocked(r *Request, waited time.Duration) (c candidate, o
 	}
 	if loadableAnywhere && waited < ColdWait {
 		return candidate{}, false // a warm or room slot is likely to free first
+	}
+	if e, ok := s.bestLocked(func(e eligible) bool { return e.tier == tierEvict }); ok {
+		return pick(e, spilled(ChoiceEvict))
 	}
 	e, _ := s.bestLocked(all) // every free one is cold: rather than queue on
 	return pick(e, spilled(ChoiceCold))

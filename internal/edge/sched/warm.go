@@ -16,29 +16,31 @@ import (
 //  1. warm: the model is loaded there (the Node's Provider.loaded, or
 //     all_loaded), or this Edge has work on it there now (loaded, or
 //     being loaded for that work: the Node's report lags it);
-//  2. room: it can be loaded there without evicting a model in use:
-//     nothing is loaded, fewer models than the server's max_loaded are
-//     (counting those this Edge's work is loading), or some loaded model
-//     is idle (in use neither by the Node's report nor by this Edge's
-//     slots), which the server evicts instead. A Node that does not say
-//     what is loaded (an older Node, an adapter without a report) ranks
-//     here too: nothing says it is cold;
-//  3. cold: every model loaded there is in use, so loading this one waits
-//     for them or evicts one.
+//  2. room: it can be loaded there without evicting anything: nothing is
+//     loaded, or fewer models than the server's max_loaded are (counting
+//     those this Edge's work is loading). A Node that does not say what
+//     is loaded (an older Node, an adapter without a report) ranks here
+//     too: nothing says it is cold;
+//  3. evict: loading it evicts a loaded model that is idle (in use
+//     neither by the Node's report nor by this Edge's slots): nothing in
+//     use is disturbed, but that model is gone for its next request;
+//  4. cold: every model loaded there is in use, so loading this one waits
+//     for them (and holds the server's other work meanwhile).
 //
-// Within bounded load (WarmSlack): a warm candidate is taken while its
-// share of capacity in use is at most WarmSlack above the least busy warm
-// or room candidate's; otherwise the least busy room candidate is (the
-// model spills: a hot model gets a second server rather than a queue
-// behind the first). A cold candidate is taken only when no warm or room
-// candidate has a slot free, and then only by a request that has waited
-// ColdWait in its queue for one (or that may not wait), unless no
-// candidate is warm or has room at all: loading a model where every model
-// is in use blocks the server's other work too, while a slot of a warm
-// Node frees within one answer; a hot model is not held forever, though.
-// Within a tier the
-// pick is as without tiers: the largest share of capacity free, then the
-// fewest consecutive stalls, then in turn.
+// Warm and room are taken at once, warm within bounded load (WarmSlack):
+// a warm candidate is taken while its share of capacity in use is at most
+// WarmSlack above the least busy warm or room candidate's; otherwise the
+// least busy room candidate is (the model spills: a hot model gets a
+// second server rather than a queue behind the first). Evict and cold
+// are taken only when no warm or room candidate has a slot free, and then
+// only by a request that has waited ColdWait in its queue for one (or that
+// may not wait), unless no candidate is warm or has room at all: then the
+// least damaging place is taken at once, evict before cold. With servers
+// that hold one model each, evicting the other model to serve a burst
+// makes that model's next requests evict in turn; a queue behind the warm
+// Node is shorter unless it has lasted about a load's time. Within a tier
+// the pick is as without tiers: the largest share of capacity free, then
+// the fewest consecutive stalls, then in turn.
 //
 // The order of all the preferences, first to last:
 //
@@ -51,7 +53,8 @@ import (
 //  2. session affinity (Request.Prefer), within PreferSlack, when the
 //     preferred candidate is warm or does not say (a Node that reports
 //     the model unloaded has dropped its prompt cache with it);
-//  3. the tiers above, within WarmSlack, cold after ColdWait;
+//  3. the tiers above: warm within WarmSlack, room, then after ColdWait
+//     evict and cold;
 //  4. the largest share of capacity free, the fewest stalls, in turn.
 
 // WarmSlack is how much busier, as a share of capacity, a warm candidate
@@ -61,9 +64,10 @@ import (
 const WarmSlack = 0.5
 
 // ColdWait is how long a request routed warm first waits in its queue for
-// a slot on a warm or room candidate before it takes a cold one: about an
-// answer's time, well under a model's load.
-const ColdWait = 2 * time.Second
+// a slot on a warm or room candidate before it takes one where its model
+// would evict another: about a model's load on a GPU server. A queue that
+// long behind the warm Node costs as much as loading the model elsewhere.
+const ColdWait = 10 * time.Second
 
 // Choice is why the scheduler picked a candidate: in the request's log
 // line and the iop_edge_route_choices_total metric.
@@ -74,25 +78,28 @@ const (
 	// ChoiceWarm: the model is loaded there.
 	ChoiceWarm Choice = "warm"
 	// ChoiceRoom: loaded nowhere that could take it; loaded there without
-	// evicting a model in use.
+	// evicting anything.
 	ChoiceRoom Choice = "room"
+	// ChoiceEvict: loaded nowhere that could take it, and no room: loaded
+	// there in place of an idle model.
+	ChoiceEvict Choice = "evict"
 	// ChoiceSpill: loaded elsewhere, but those are full or too busy
 	// (WarmSlack); loaded there as well.
 	ChoiceSpill Choice = "spill"
-	// ChoiceCold: no warm or room candidate had a slot free; loading it
-	// there waits for or evicts a model in use.
+	// ChoiceCold: loading it there waits for a model in use to be free.
 	ChoiceCold Choice = "cold"
 	// ChoiceUnknown: the Node does not say what is loaded.
 	ChoiceUnknown Choice = "unknown"
 )
 
 // Choices lists the choices, for metrics that start at zero.
-var Choices = []Choice{ChoiceWarm, ChoiceRoom, ChoiceSpill, ChoiceCold, ChoiceUnknown}
+var Choices = []Choice{ChoiceWarm, ChoiceRoom, ChoiceEvict, ChoiceSpill, ChoiceCold, ChoiceUnknown}
 
 // Tiers of warmth, best first.
 const (
 	tierWarm = iota
 	tierRoom
+	tierEvict
 	tierCold
 )
 
@@ -151,8 +158,11 @@ func (s *Scheduler) warmthLocked(c *candidate) (int, Choice) {
 			occupied++ // being loaded for this Edge's work, and in use
 		}
 	}
-	if occupied == 0 || l.max > 0 && occupied < l.max || idle {
+	switch {
+	case occupied == 0 || l.max > 0 && occupied < l.max:
 		return tierRoom, ChoiceRoom
+	case idle:
+		return tierEvict, ChoiceEvict
 	}
 	return tierCold, ChoiceCold
 }

@@ -57,7 +57,8 @@ func TestWarmFirstPicks(t *testing.T) {
 		{"the model loaded beats a free server", ollama(4, 1, "m"), ollama(4, 1), nil, "m", "n1", sched.ChoiceWarm},
 		{"loaded under its :latest name", ollama(4, 1), ollama(4, 1, "m:latest"), nil, "m", "n2", sched.ChoiceWarm},
 		{"all loaded is warm", ollama(4, 1, "o/1"), all, nil, "m", "n2", sched.ChoiceWarm},
-		{"an idle model to evict is room; one in use is not", ollama(4, 1, "o/1"), ollama(4, 1, "o"), nil, "m", "n2", sched.ChoiceRoom},
+		{"evicting an idle model beats waiting for one in use", ollama(4, 1, "o/1"), ollama(4, 1, "o"), nil, "m", "n2", sched.ChoiceEvict},
+		{"room beats evicting", ollama(4, 1, "o"), ollama(4, 2, "o"), nil, "m", "n2", sched.ChoiceRoom},
 		{"below max_loaded is room", ollama(4, 2, "o/1"), ollama(4, 1, "o/1"), nil, "m", "n1", sched.ChoiceRoom},
 		{"at max_loaded with every model in use is cold", ollama(4, 2, "o/1", "x/1"), ollama(4, 0, "o/2"), []string{"n2:o"}, "m", "n1", sched.ChoiceCold},
 		{"a Node that does not say ranks with room", unknown, ollama(4, 1, "o/1"), nil, "m", "n1", sched.ChoiceUnknown},
@@ -88,14 +89,20 @@ func TestWarmFirstPicks(t *testing.T) {
 }
 
 // Issue 23: a request whose model is warm on a busy Node waits for a slot
-// there rather than load it where every model is in use, for ColdWait at
-// most; then it spills. One that frees in time is taken; a request that may
-// not wait spills at once.
-func TestColdIsTakenAfterColdWaitOnly(t *testing.T) {
+// there rather than load it in place of another model, idle or in use,
+// for ColdWait at most; then it spills. One that frees in time is taken; a
+// request that may not wait spills at once.
+func TestEvictAndColdAreTakenAfterColdWaitOnly(t *testing.T) {
+	for _, other := range []string{"o", "o/1"} {
+		t.Run(other, func(t *testing.T) { evictAfterColdWait(t, other) })
+	}
+}
+
+func evictAfterColdWait(t *testing.T, other string) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFleet(t)
 		f.join("n1", ollama(1, 1, "m"))
-		f.join("n2", ollama(4, 1, "o/1"))
+		f.join("n2", ollama(4, 1, other))
 		busy := f.acquire(sched.Request{Model: "m", Match: onNode("n1")})
 		held := f.enqueue(warmReq("m"))
 		time.Sleep(sched.ColdWait - time.Millisecond)
@@ -106,7 +113,7 @@ func TestColdIsTakenAfterColdWaitOnly(t *testing.T) {
 		if c := held.granted(t).Candidate; c.NodeID != "n2" || c.Choice != sched.ChoiceSpill {
 			t.Fatalf("after ColdWait: %s (%s), want n2 (spill)", c.NodeID, c.Choice)
 		}
-		held.granted(t).Release() // n2 is cold for m again
+		held.granted(t).Release() // n2 is not warm for m again
 
 		waiter := f.enqueue(warmReq("m"))
 		time.Sleep(sched.ColdWait / 2)
@@ -151,8 +158,8 @@ func TestWarmFirstKeepsEachModelWhereItIsLoaded(t *testing.T) {
 			choices[slot.Candidate.Choice]++
 			slot.Release()
 		}
-		if nodes["n1"] != 2 || nodes["n2"] != 2 || choices[sched.ChoiceWarm] != 2 || choices[sched.ChoiceRoom] != 2 {
-			t.Fatalf("without warm-first: nodes %v, choices %v; want turns, half of them room", nodes, choices)
+		if nodes["n1"] != 2 || nodes["n2"] != 2 || choices[sched.ChoiceWarm] != 2 || choices[sched.ChoiceEvict] != 2 {
+			t.Fatalf("without warm-first: nodes %v, choices %v; want turns, half of them evicting", nodes, choices)
 		}
 	})
 }
