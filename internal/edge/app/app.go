@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -353,12 +354,15 @@ func newLive(m cluster.Membership) *inflight.Tracker {
 	return inflight.New(inflight.Options{Usage: m})
 }
 
-func newAuthenticator(cfg *edgeconfig.Config, log *slog.Logger) (*auth.Authenticator, error) {
-	a, err := auth.New(cfg)
+// newAuthenticator reports refused Ollama key signatures on a Refusals of
+// their own, as Boundary's, so that their rate of logs is theirs alone.
+func newAuthenticator(cfg *edgeconfig.Config, m *edgemetrics.Metrics, log *slog.Logger) (*auth.Authenticator, error) {
+	a, err := auth.New(cfg, auth.WithRefusals(frontdoor.NewRefusals(log, m.Refusals).Refuse))
 	if err != nil {
 		return nil, err
 	}
-	if len(cfg.API.Keys) == 0 && !cfg.AnonymousAllowed() && len(cfg.API.TrustedNetworks) == 0 {
+	ollamaKeys := slices.ContainsFunc(cfg.Principals, func(p edgeconfig.Principal) bool { return len(p.OllamaKeys) > 0 })
+	if len(cfg.API.Keys) == 0 && !cfg.AnonymousAllowed() && len(cfg.API.TrustedNetworks) == 0 && !ollamaKeys {
 		log.Warn("no API keys are configured and anonymous access is off: every client request will be refused (add api.keys)")
 	}
 	return a, nil

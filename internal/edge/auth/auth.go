@@ -1,7 +1,9 @@
 // Package auth decides who a client API request comes from: it reads the API key a request
 // carries, compares its SHA-256 with the hashes in the Edge config, and returns the principal the
 // key belongs to, with the routes that principal may use; a request without a key from a trusted
-// network (api.trusted_networks) acts as that network's principal.
+// network (api.trusted_networks) acts as that network's principal. A request the ollama CLI
+// signs with its key (OLLAMA_AUTH=1) acts as the principal that lists the key in its
+// ollama_keys (ollamakey.go).
 //
 // Access without a key is for programs, not web pages: Boundary (browser.go), around the whole
 // HTTP listener, refuses a request let in without a key when it names the Edge by a name nobody
@@ -70,6 +72,7 @@ var anonymousRoutes = []string{edgeconfig.AllRoutes}
 // Authenticate reads it once. Safe for concurrent use.
 type Authenticator struct {
 	state atomic.Pointer[state]
+	sigs  *signatures // the Ollama key signatures used, across configurations
 }
 
 // state is what one configuration says about callers. Immutable once built.
@@ -82,6 +85,9 @@ type state struct {
 	// hosts and origins are api.allowed_hosts and api.allowed_origins, in lower case (see
 	// Boundary).
 	hosts, origins map[string]bool
+	// ollamaKeys are the principals' ollama_keys by their wire form; sigs is the Authenticator's.
+	ollamaKeys map[string]*ollamaKey
+	sigs       *signatures
 }
 
 // key is one configured API key: the SHA-256 of the key and the principal it authenticates.
@@ -99,14 +105,14 @@ type network struct {
 // New returns an Authenticator for the api and principals sections of cfg. It refuses the key
 // problems edgeconfig.Validate refuses (a hash that is not 64 hex digits, a key naming an unknown
 // principal, one key listed twice, a trusted network that is not a valid one or whose principal
-// is unknown or an admin, an allowed host or origin that is not valid), so a config built in
-// code cannot slip past those checks.
-func New(cfg *edgeconfig.Config) (*Authenticator, error) {
-	st, err := build(cfg)
+// is unknown or an admin, an allowed host or origin that is not valid, an Ollama key that is not
+// one or is listed twice), so a config built in code cannot slip past those checks.
+func New(cfg *edgeconfig.Config, opts ...Option) (*Authenticator, error) {
+	a := &Authenticator{sigs: newSignatures(opts)}
+	st, err := build(cfg, a.sigs)
 	if err != nil {
 		return nil, err
 	}
-	a := &Authenticator{}
 	a.state.Store(st)
 	return a, nil
 }
@@ -115,7 +121,7 @@ func New(cfg *edgeconfig.Config) (*Authenticator, error) {
 // cfg, keeping the current one, for the reasons New does. A request already authenticated keeps
 // the Principal, and with it the Config, it got.
 func (a *Authenticator) Replace(cfg *edgeconfig.Config) error {
-	st, err := build(cfg)
+	st, err := build(cfg, a.sigs)
 	if err != nil {
 		return err
 	}
@@ -126,7 +132,7 @@ func (a *Authenticator) Replace(cfg *edgeconfig.Config) error {
 // Config is the configuration requests are authenticated under now.
 func (a *Authenticator) Config() *edgeconfig.Config { return a.state.Load().cfg }
 
-func build(cfg *edgeconfig.Config) (*state, error) {
+func build(cfg *edgeconfig.Config, sigs *signatures) (*state, error) {
 	if cfg == nil {
 		return nil, errors.New("auth: nil config")
 	}
@@ -135,9 +141,13 @@ func build(cfg *edgeconfig.Config) (*state, error) {
 		principals[p.Name] = Principal{Name: p.Name, Routes: slices.Clone(p.Routes), Admin: p.Admin, Config: cfg}
 	}
 	st := &state{cfg: cfg, anonymous: cfg.AnonymousAllowed(), readsOpen: cfg.AdminReadsOpen(),
-		hosts: lowerSet(cfg.API.AllowedHosts), origins: lowerSet(cfg.API.AllowedOrigins)}
+		hosts: lowerSet(cfg.API.AllowedHosts), origins: lowerSet(cfg.API.AllowedOrigins), sigs: sigs}
 	if err := cfg.API.CheckAllowed(); err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
+	}
+	var err error
+	if st.ollamaKeys, err = buildOllamaKeys(cfg, principals); err != nil {
+		return nil, err
 	}
 	seen := make(map[[sha256.Size]byte]bool, len(cfg.API.Keys))
 	for i, k := range cfg.API.Keys {
@@ -185,6 +195,12 @@ func (a *Authenticator) AdminReadsOpen() bool { return a.state.Load().readsOpen 
 // credentials of a reverse proxy, are not keys and are ignored. A request may carry the key in
 // both places only if it is the same key.
 //
+// A request signed with an Ollama key (an Authorization of Ollama's form) is decided by its
+// signature like a key, with one of the signature errors of ollamakey.go, when any principal
+// lists ollama_keys; it may not carry an API key as well (ErrInvalidKey). When none lists any,
+// the signature is ignored as a key is when no keys are configured: OLLAMA_AUTH=1 set for
+// another server does not lock its user out of an Edge that does not use it.
+//
 // A request with a key is who its key says, or ErrInvalidKey. Without a key, r acts as the
 // principal of the first trusted network that holds its peer address (r.RemoteAddr: the TCP
 // peer, never a forwarded header), else as the anonymous principal when that is allowed, and
@@ -212,9 +228,21 @@ const (
 // authenticate is Authenticate under st, also saying how the request was let in.
 func (st *state) authenticate(r *http.Request) (Principal, via, error) {
 	k, err := keyOf(r.Header)
-	switch {
-	case err != nil:
+	if err != nil {
 		return Principal{}, viaKey, err
+	}
+	if len(st.ollamaKeys) > 0 {
+		switch sig, err := signatureOf(r.Header); {
+		case err != nil:
+			return Principal{}, viaKey, err
+		case sig != "" && k != "":
+			return Principal{}, viaKey, ErrInvalidKey
+		case sig != "":
+			p, err := st.signed(r, sig)
+			return p, viaKey, err
+		}
+	}
+	switch {
 	case k == "" || len(st.keys) == 0:
 		if p, ok := st.fromNetwork(r.RemoteAddr); ok {
 			return p, viaNetwork, nil

@@ -118,6 +118,9 @@ func (a *Authenticator) snapshot(r *http.Request) *state {
 
 func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := b.a.state.Load()
+	// Whatever authenticates r from here on does so under st, and checks an Ollama key
+	// signature once (see verdict).
+	r = r.WithContext(context.WithValue(context.WithValue(r.Context(), snapshotKey{b.a}, st), verdictKey{st.sigs}, new(verdict)))
 	origin := r.Header.Get("Origin")
 	listed := origin != "" && st.origins[strings.ToLower(origin)]
 	if listed {
@@ -139,7 +142,7 @@ func (b *boundary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	b.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), snapshotKey{b.a}, st)))
+	b.next.ServeHTTP(w, r)
 }
 
 // keyless reports whether r is let in without a valid key: authenticated as a trusted

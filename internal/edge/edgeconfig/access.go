@@ -114,6 +114,12 @@ type Principal struct {
 	// reloading, disabling and enabling credentials and profiles. Default false. The anonymous
 	// principal is never an admin.
 	Admin bool `yaml:"admin,omitempty"`
+	// OllamaKeys are the public keys, as authorized_keys lines ("ssh-ed25519 AAAA... user@host",
+	// what `cat ~/.ollama/id_ed25519.pub` prints), whose signatures identify this principal: the
+	// ollama CLI and Ollama's Go client sign every request with ~/.ollama/id_ed25519 when
+	// OLLAMA_AUTH=1, and send no API key (see ParseOllamaKey and package auth). Ed25519 keys
+	// only; no key in two places.
+	OllamaKeys []string `yaml:"ollama_keys,omitempty"`
 }
 
 // AnonymousAllowed reports whether requests without a key are let through as AnonymousPrincipal:
@@ -154,6 +160,8 @@ func (c *Config) validateAccess(httpValid bool) yamlconf.Errors {
 		routes[r.Name] = true
 	}
 	principals := make(map[string]string, len(c.Principals)) // name → path of its first entry
+	// ollamaKeys maps a public key (wire form) to the path of its first entry, across principals.
+	ollamaKeys := make(map[string]string)
 	for i, p := range c.Principals {
 		path := fmt.Sprintf("principals[%d]", i)
 		if err := yamlconf.CheckID(path+".name", p.Name); err != nil {
@@ -166,6 +174,7 @@ func (c *Config) validateAccess(httpValid bool) yamlconf.Errors {
 			principals[p.Name] = path
 		}
 		es.Append(checkRouteNames(path+".routes", p.Routes, routes)...)
+		es.Append(checkOllamaKeys(path+".ollama_keys", p.OllamaKeys, ollamaKeys)...)
 	}
 	es.Append(c.validateTrusted(principals)...)
 	es.Append(checkAllowedHosts("api.allowed_hosts", c.API.AllowedHosts)...)
