@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/iop-dev/iop/internal/pluginpb"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
 )
@@ -65,5 +66,15 @@ func TestLeaseIsStrippedFromPluginRequests(t *testing.T) {
 	emb := &wirepb.EmbedRequest{EmbedId: "e", SealedLease: []byte("x"), Binding: &wirepb.LeaseBinding{Principal: "p"}}
 	if out := withoutLease(emb); out.GetSealedLease() != nil || out.GetBinding() != nil || out.GetEmbedId() != "e" || emb.GetBinding() == nil {
 		t.Error("embed lease not stripped, or the caller's request changed")
+	}
+}
+
+// Issue 23: how a server reports what it has loaded crosses the plugin
+// boundary with the route.
+func TestTunnelRouteKeepsItsLoadedReport(t *testing.T) {
+	for _, want := range []sdk.LoadedReport{sdk.LoadedUnknown, sdk.LoadedOllamaPS, sdk.LoadedAll} {
+		if got := tunnelRouteFromWire(&pluginpb.TunnelRouteResponse{BaseUrl: "http://h", Loaded: string(want)}).Loaded; got != want {
+			t.Errorf("loaded report %q came back as %q", want, got)
+		}
 	}
 }

@@ -214,3 +214,15 @@ func TestTunnelCancelClosesTheUpstreamRequest(t *testing.T) {
 		t.Fatal("the server never saw the tunnel leave")
 	}
 }
+
+// Issue 23: an OpenAI-compatible server keeps the models it serves
+// loaded, and its route says so: the Node reports every target warm.
+func TestTunnelRouteSaysEveryModelIsLoaded(t *testing.T) {
+	r, err := configured(t, "http://vllm.internal:8000/v1").TunnelRoute(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Loaded != sdk.LoadedAll {
+		t.Errorf("route's loaded report %q, want %q", r.Loaded, sdk.LoadedAll)
+	}
+}
