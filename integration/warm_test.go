@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -243,4 +244,22 @@ func TestRequestsGoWhereTheirModelIsLoaded(t *testing.T) {
 		t.Errorf("no request log line says choice=spill")
 	}
 	f.waitLoaded(t, "n2", "alpha:latest", "beta:latest")
+
+	// The status page shows what each server holds (in a browser, when
+	// there is one; CI has one, see requireBrowser).
+	if findBrowser() == "" && os.Getenv("IOP_REQUIRE_BROWSER") == "" {
+		return
+	}
+	page := openStatusPage(t, requireBrowser(t), f.base)
+	page.wait("n2's server holding alpha and beta", 15*time.Second, func(v pageView) bool {
+		for _, n := range v.Nodes {
+			for _, p := range n.Providers {
+				if n.ID == "n2" && strings.Contains(p.Text, "loaded (at most 2): alpha:latest") && strings.Contains(p.Text, "beta:latest") &&
+					strings.Contains(p.Text, "unloads in") {
+					return true
+				}
+			}
+		}
+		return false
+	})
 }
