@@ -517,6 +517,18 @@ func TestTunnelThroughTheNodeRuntimeToOllama(t *testing.T) {
 		return ts
 	}
 
+	// The Node also reads the fake's /api/ps (what it has loaded, issue
+	// 23): only the chats are the tunnels'.
+	chats := func() []fakeollama.Request {
+		var out []fakeollama.Request
+		for _, r := range fake.Requests() {
+			if r.Path == "/api/chat" {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+
 	ts := chat(t.Context(), "m")
 	if head, err := ts.Head(); err != nil || head.GetStatus() != 200 {
 		t.Fatalf("head %v, %v", head, err)
@@ -536,7 +548,7 @@ func TestTunnelThroughTheNodeRuntimeToOllama(t *testing.T) {
 		}
 		got, at = append(got, buf[:n]...), append(at, time.Now())
 	}
-	if sent := fake.Requests()[0].Response; !bytes.Equal(got, sent) {
+	if sent := chats()[0].Response; !bytes.Equal(got, sent) {
 		t.Fatalf("relayed %q\nprovider sent %q", got, sent)
 	}
 	if len(at) < lines || at[len(at)-1].Sub(at[0]) < (lines-1)*delay/2 {
@@ -545,11 +557,11 @@ func TestTunnelThroughTheNodeRuntimeToOllama(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	ts = chat(ctx, "slow")
-	h.waitFor("the provider has the request", 5*time.Second, func() bool { return len(fake.Requests()) == 2 })
+	h.waitFor("the provider has the request", 5*time.Second, func() bool { return len(chats()) == 2 })
 	cancelled := time.Now()
 	cancel()
 	_, err := ts.Head()
 	requireTunnelError(t, err, wirepb.TunnelOutcome_TUNNEL_OUTCOME_CANCELLED, 0)
-	h.waitFor("the provider sees its client go away", 5*time.Second, func() bool { return fake.Requests()[1].Gone() })
-	t.Logf("the cancel reached the provider in %v", fake.Requests()[1].GoneAt.Sub(cancelled))
+	h.waitFor("the provider sees its client go away", 5*time.Second, func() bool { return chats()[1].Gone() })
+	t.Logf("the cancel reached the provider in %v", chats()[1].GoneAt.Sub(cancelled))
 }
