@@ -154,10 +154,23 @@ providers:
 			t.Logf("the Node's server got %s %s?%s", r.Method, r.Path, r.Query)
 		}
 	}
-	if err := admin.Delete(t.Context(), &api.DeleteRequest{Model: "tiny"}); err != nil {
-		t.Fatalf("delete signed with the admin's key: %v", err)
+	// `ollama rm tiny base`: two deletes back to back, which carry the same signature when the
+	// client signs them within one second.
+	rec := &recordingTransport{}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
 	}
-	waitTags(t, admin, "tiny gone", time.Second, func(names []string) bool { return !slices.Contains(names, "tiny:latest") })
+	recorded := api.NewClient(u, &http.Client{Transport: rec})
+	var signatures []string
+	for _, m := range []string{"tiny", "base"} {
+		if err := recorded.Delete(t.Context(), &api.DeleteRequest{Model: m}); err != nil {
+			t.Fatalf("delete %s signed with the admin's key: %v", m, err)
+		}
+		signatures = append(signatures, rec.last.Header.Get("Authorization"))
+	}
+	t.Logf("the two deletes were signed alike: %v", signatures[0] == signatures[1])
+	waitTags(t, admin, "tiny and base gone", time.Second, func(names []string) bool { return len(names) == 0 })
 
 	// A user's key: served, but not an admin.
 	user := asOllamaUser(t, base, userHome)
@@ -184,12 +197,6 @@ providers:
 
 	// A signature the admin sent, sent again from another address: a replay.
 	t.Setenv("HOME", adminHome)
-	rec := &recordingTransport{}
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recorded := api.NewClient(u, &http.Client{Transport: rec})
 	if _, err := recorded.List(t.Context()); err != nil {
 		t.Fatalf("list signed with the admin's key: %v", err)
 	}
