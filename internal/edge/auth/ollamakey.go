@@ -177,11 +177,14 @@ func (st *state) verify(r *http.Request, sig string) (Principal, error) {
 		st.sigs.refuse(RefusedSignature, "Ollama key signature refused", args...)
 		return Principal{}, err
 	}
+	if len(sig) > maxKeyLen {
+		return refuse(ErrMalformedSignature, "oversized header", nil)
+	}
 	pubText, sigText, _ := strings.Cut(sig, ":")
 	pubBlob, err1 := base64.StdEncoding.DecodeString(pubText)
 	sigBlob, err2 := base64.StdEncoding.DecodeString(sigText)
 	ts := r.URL.Query()["ts"]
-	if len(sig) > maxKeyLen || err1 != nil || err2 != nil || len(ts) != 1 {
+	if err1 != nil || err2 != nil || len(ts) != 1 {
 		return refuse(ErrMalformedSignature, "malformed header or ts", nil, "ts_values", len(ts))
 	}
 	k := st.ollamaKeys[string(pubBlob)]
