@@ -118,6 +118,7 @@ func TestOllamaSignatureIdentifiesItsPrincipal(t *testing.T) {
 		{"two ts", signedAs(alice, "POST,/api/pull?ts="+unix, "/api/pull?ts="+unix+"&ts="+unix), "", ErrMalformedSignature},
 		{"a ts that is not a number", signedAs(alice, "POST,/api/pull?ts=soon", "/api/pull?ts=soon"), "", ErrMalformedSignature},
 		{"not base64", signedAs(alice, "POST,/api/pull?ts="+unix, "/api/pull?ts="+unix), "", ErrMalformedSignature},
+		{"oversized", signedAs(alice, "POST,/api/pull?ts="+unix, "/api/pull?ts="+unix), "", ErrMalformedSignature},
 		{"a signature and an API key", signedAs(alice, "POST,/api/pull?ts="+unix, "/api/pull?ts="+unix), "", ErrInvalidKey},
 		{"two different signatures", signedAs(alice, "POST,/api/pull?ts="+unix, "/api/pull?ts="+unix), "", ErrMalformedSignature},
 	}
@@ -130,6 +131,7 @@ func TestOllamaSignatureIdentifiesItsPrincipal(t *testing.T) {
 		panic(name)
 	}
 	byName("not base64").Header.Set("Authorization", "not-base64!:AAAA")
+	byName("oversized").Header.Set("Authorization", strings.Repeat("A", maxKeyLen)+":AAAA")
 	byName("a signature and an API key").Header.Set("X-Api-Key", aliceKey)
 	byName("two different signatures").Header.Add("Authorization", bob.header(t, "POST,/api/pull?ts="+unix))
 
@@ -155,8 +157,8 @@ func TestOllamaSignatureIdentifiesItsPrincipal(t *testing.T) {
 			t.Errorf("%q names a key", err)
 		}
 	}
-	if got := rec.count(RefusedSignature); got != 11 {
-		t.Errorf("%d signatures reported refused, want 11 (each refusal but those of two credentials)", got)
+	if got := rec.count(RefusedSignature); got != 12 {
+		t.Errorf("%d signatures reported refused, want 12 (each refusal but those of two credentials)", got)
 	}
 }
 
