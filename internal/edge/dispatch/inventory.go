@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"slices"
 	"strings"
 
@@ -95,6 +96,22 @@ func (d *Dispatcher) Candidates(plan Plan) []sched.Candidate {
 		}
 	}
 	return cs
+}
+
+// Ready is Available for a call that may wait: a model that only a
+// sleeping Node served wakes that Node, and Ready returns once it is
+// ready, or says why not as a request for the model would be answered
+// (wake.go). Ollama's load call (a chat or generate with nothing to run)
+// uses it: loading a model that lives on a sleeping machine is waking it
+// (issue 23).
+func (d *Dispatcher) Ready(ctx context.Context, plan Plan) error {
+	if slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
+		return nil
+	}
+	if woke, err := d.awaken(ctx, plan); woke || err != nil {
+		return err
+	}
+	return d.Available(plan)
 }
 
 // Available is nil when work of plan can be scheduled now; otherwise it

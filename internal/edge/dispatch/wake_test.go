@@ -103,6 +103,39 @@ func TestARequestWakesTheSleepingNodeThatServedItsModel(t *testing.T) {
 	})
 }
 
+// Ready, Ollama's load call, wakes the sleeping Node and returns once it
+// is ready, where Available only says a request would wake it (issue 23).
+func TestReadyWakesTheSleeperAndWaitsForIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, reg, cmds := withWaker(t, "")
+		sleeper(t, reg)
+		plan := planFor(t, d, "big")
+		ready := make(chan error, 1)
+		go func() { ready <- d.Ready(context.Background(), plan) }()
+		if c := <-cmds.n; c != "gpu-1>gpu-2" {
+			t.Fatalf("command %q", c)
+		}
+		synctest.Wait()
+		select {
+		case err := <-ready:
+			t.Fatalf("Ready returned %v before the Node registered", err)
+		default:
+		}
+		readyNode(t, reg, fleet.ConnInfo{NodeID: "gpu-2"}, onlineProvider("ollama", "big:latest"))
+		if err := <-ready; err != nil {
+			t.Fatalf("Ready: %v", err)
+		}
+		if err := d.Ready(context.Background(), plan); err != nil {
+			t.Fatalf("Ready with the Node awake: %v", err)
+		}
+		select {
+		case c := <-cmds.n:
+			t.Fatalf("a second wake %q for a Node awake", c)
+		default:
+		}
+	})
+}
+
 // A Node that does not wake in time: the request is answered 503 retry
 // (ErrNotYetBack with Retry-After), naming the Node.
 func TestANodeThatDoesNotWakeIsNotYetBack(t *testing.T) {

@@ -31,6 +31,9 @@ type Dispatcher interface {
 	// Available is nil when work of plan can be scheduled now, otherwise
 	// why not.
 	Available(plan dispatch.Plan) error
+	// Ready is Available for a call that may wait: a model that only a
+	// sleeping Node served is woken first, as dispatch.Dispatcher.Ready.
+	Ready(ctx context.Context, plan dispatch.Plan) error
 	// Inventory is what p may ask for and can be served now (SPEC P1).
 	Inventory(p auth.Principal) []dispatch.Offering
 	// Metadata sends one read-only call to every ready Node's online

@@ -142,6 +142,16 @@ func (t *Turn) Unavailable() *Failure {
 	return nil
 }
 
+// Await is Unavailable for a call that may wait: a model that only a
+// sleeping Node served is woken, and Await returns once it is ready
+// (issue 23), or the failure a start would answer with.
+func (t *Turn) Await() *Failure {
+	if err := t.f.d.Ready(t.x.Context(), t.Plan); err != nil {
+		return StartFailure(err, nil, t.Plan.Model)
+	}
+	return nil
+}
+
 // Handler serves ep of api: the request's life, from the socket to the
 // last byte, for every endpoint that runs a model:
 //

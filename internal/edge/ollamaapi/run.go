@@ -347,7 +347,9 @@ func boundedObject(data []byte, max int) (map[string]json.RawMessage, error) {
 // runJob makes a chat or generate request a normalized run, written in
 // Ollama's NDJSON (or one object, not streamed). A call without messages
 // or prompt is Ollama's "load the model": nothing runs, and it is answered
-// once the model is one a request could be scheduled for now.
+// once the model is one a request could be scheduled for now; a model that
+// only a sleeping machine served is woken first (Turn.Await, issue 23), so
+// `ollama run` waits on its spinner as it would for a load.
 func runJob(t *frontend.Turn, route string) (frontend.Job, *frontend.Failure) {
 	pr, f := parseRun(route, t.Body)
 	if f != nil {
@@ -356,7 +358,7 @@ func runJob(t *frontend.Turn, route string) (frontend.Job, *frontend.Failure) {
 	out := newNDJSON(t, pr.stream, route == routeGenerate)
 	if pr.load {
 		return frontend.Answer(func(*frontend.Response) *frontend.Failure {
-			if f := t.Unavailable(); f != nil {
+			if f := t.Await(); f != nil {
 				return f
 			}
 			if !out.done("load", nil) {

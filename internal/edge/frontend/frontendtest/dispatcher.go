@@ -242,6 +242,9 @@ func (d *Dispatcher) Candidates(plan dispatch.Plan) []sched.Candidate {
 	return nil
 }
 
+// Ready is Available: the fake has no sleeping Nodes.
+func (d *Dispatcher) Ready(_ context.Context, plan dispatch.Plan) error { return d.Available(plan) }
+
 // Available is nil for a model of the inventory.
 func (d *Dispatcher) Available(plan dispatch.Plan) error {
 	if slices.Contains(d.Unknown, plan.Model) {
