@@ -72,21 +72,25 @@ func (s Supervision) unlistedDelay(n int, interval time.Duration) time.Duration 
 }
 
 // listTargets asks pl for its targets' names, in the server's order,
-// without empty or repeated names.
-func (p *Provider) listTargets(ctx context.Context, pl Plugin) ([]string, error) {
+// without empty or repeated names. Each listing is numbered as it starts
+// (listing): replaceTargets keeps a later listing's list over an earlier
+// one's that finishes after it, as a periodic listing started before a
+// model was pulled and answering after the management call's own.
+func (p *Provider) listTargets(ctx context.Context, pl Plugin) (names []string, listing uint64, err error) {
+	listing = p.listings.Add(1)
 	lctx, cancel := context.WithTimeout(ctx, p.sup.listTimeout())
 	defer cancel()
 	ts, err := pl.ListTargets(lctx)
 	if err != nil {
-		return nil, err
+		return nil, listing, err
 	}
-	names := make([]string, 0, len(ts))
+	names = make([]string, 0, len(ts))
 	for _, t := range ts {
 		if t.Name != "" && !slices.Contains(names, t.Name) {
 			names = append(names, t.Name)
 		}
 	}
-	return names, nil
+	return names, listing, nil
 }
 
 // unlistedDetail is the state detail of a provider whose model server has
@@ -140,7 +144,7 @@ func (p *Provider) watch(ctx context.Context, pl Plugin, listErr error) bool {
 			return false
 		case <-t.C:
 		}
-		names, err := p.listTargets(ctx, pl)
+		names, listing, err := p.listTargets(ctx, pl)
 		switch {
 		case ctx.Err() != nil:
 			return true
@@ -160,6 +164,7 @@ func (p *Provider) watch(ctx context.Context, pl Plugin, listErr error) bool {
 			listed = true
 			p.mu.Lock()
 			p.targets, p.state, p.detail = names, wirepb.ProviderState_PROVIDER_STATE_ONLINE, ""
+			p.listed = max(p.listed, listing)
 			p.mu.Unlock()
 			p.log.Info("model server answers; provider online", "targets", names, "after_failures", fails.n)
 			fails = listFailures{}
@@ -167,15 +172,22 @@ func (p *Provider) watch(ctx context.Context, pl Plugin, listErr error) bool {
 			p.kickLoaded()
 		default:
 			fails.recovered(p.log)
-			p.replaceTargets(names)
+			p.replaceTargets(names, listing)
 		}
 	}
 }
 
-// replaceTargets takes names as the provider's targets when they differ, as
-// a set, from the current ones, and reports the change once.
-func (p *Provider) replaceTargets(names []string) {
+// replaceTargets takes names, the list of listing, as the provider's
+// targets when they differ, as a set, from the current ones, and reports
+// the change once. The list of a listing started before the one whose
+// list stands is dropped: it may predate a change the later one saw.
+func (p *Provider) replaceTargets(names []string, listing uint64) {
 	p.mu.Lock()
+	if listing < p.listed {
+		p.mu.Unlock()
+		return
+	}
+	p.listed = listing
 	old := p.targets
 	if sameSet(old, names) {
 		p.mu.Unlock()
@@ -248,9 +260,9 @@ func (f *listFailures) recovered(log *slog.Logger) {
 // or create through the Edge) has just changed what its model server
 // holds, and the Edge should route by the new list now, not within an
 // interval. A listing that fails keeps the last list, as a periodic one
-// does. It runs beside the periodic listing: should one of those have
-// started before the change and finish after this one, its older list
-// stands until the next interval.
+// does. It runs beside the periodic listing; should one of those have
+// started before it and finish after it, its older list is dropped
+// (replaceTargets).
 func (p *Provider) relistNow(ctx context.Context) {
 	p.mu.Lock()
 	pl, discovers := p.plugin, p.discovers(p.caps) && p.state == wirepb.ProviderState_PROVIDER_STATE_ONLINE
@@ -258,10 +270,10 @@ func (p *Provider) relistNow(ctx context.Context) {
 	if !discovers || pl == nil {
 		return
 	}
-	names, err := p.listTargets(ctx, pl)
+	names, listing, err := p.listTargets(ctx, pl)
 	if err != nil {
 		p.log.Warn("listing the model server's targets after a management call failed; keeping the last list", "err", err)
 		return
 	}
-	p.replaceTargets(names)
+	p.replaceTargets(names, listing)
 }

@@ -361,3 +361,20 @@ func (h *recordingHandler) count(level slog.Level, msg string) int {
 	}
 	return n
 }
+
+// Two listings in flight at once, as a periodic one beside the one after a
+// management call (issue 23): whichever finishes last, the list of the one
+// that started last stands, so a model pulled between their starts is not
+// taken out again by the older list.
+func TestAnOlderListingFinishingLastDoesNotReplaceANewerList(t *testing.T) {
+	p := NewProvider(ProviderConfig{Name: "ollama", Adapter: "ollama", Capacity: 1}, DefaultSupervision, discard(), func() {})
+	p.replaceTargets([]string{"old:latest", "new:latest"}, 2) // started second, done first
+	p.replaceTargets([]string{"old:latest"}, 1)               // started first, done last
+	if !p.Serves("new:latest") {
+		t.Fatalf("targets %v: the older listing replaced the newer one's", p.Wire().GetTargets())
+	}
+	p.replaceTargets([]string{"old:latest"}, 3)
+	if p.Serves("new:latest") {
+		t.Fatalf("targets %v: a newer listing's list was dropped", p.Wire().GetTargets())
+	}
+}

@@ -110,6 +110,8 @@ type Provider struct {
 	circuit atomic.Value
 	// busy counts StreamBusy refusals (BusyRefusals).
 	busy atomic.Int64
+	// listings numbers the target listings as they start (listTargets).
+	listings atomic.Uint64
 
 	mu        sync.Mutex
 	state     wirepb.ProviderState
@@ -117,6 +119,7 @@ type Provider struct {
 	plugin    Plugin
 	route     *sdk.TunnelRoute // the running plugin's; nil: tunnels go through the plugin
 	targets   []string
+	listed    uint64 // the listing whose list targets is (replaceTargets)
 	caps      []string
 	attempted chan struct{} // closed after the first start attempt ended
 	once      sync.Once
@@ -388,7 +391,7 @@ func (p *Provider) start(ctx context.Context) (pl Plugin, listErr, err error) {
 	}
 	targets := slices.Clone(p.cfg.Targets)
 	if p.discovers(caps) {
-		targets, listErr = p.listTargets(sctx, pl)
+		targets, _, listErr = p.listTargets(sctx, pl)
 	}
 	p.mu.Lock()
 	p.caps, p.targets, p.route = caps, targets, route
