@@ -294,6 +294,8 @@ var RefusalKinds = []string{
 	"browser_host", "browser_cross_site", "browser_content_type",
 	// Node connections, joins and the admin socket
 	"node_identity", "registration", "join", "admin_socket",
+	// Ollama key signatures (OLLAMA_AUTH=1 clients, internal/edge/auth)
+	"ollama_signature",
 }
 
 // clusterCollector reads the cluster's figures at scrape time.

@@ -201,7 +201,7 @@ func (c *manageCall) serve() {
 	case !p.Admin:
 		c.principal = p.Name
 		c.refuse(http.StatusForbidden, "forbidden", fmt.Sprintf("%s on the fleet is for admin principals, and %q is not one: "+
-			"send an admin's API key (Authorization: Bearer KEY)", c.op.verb, p.Name))
+			"send an admin's API key (Authorization: Bearer KEY), or sign with an admin's Ollama key (OLLAMA_AUTH=1)", c.op.verb, p.Name))
 		return
 	case c.h.front.Stopping():
 		c.principal = p.Name
