@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 
 	"golang.org/x/crypto/nacl/box"
 	"google.golang.org/protobuf/proto"
@@ -16,8 +15,10 @@ import (
 // Issuer signs and seals leases with the Edge's key. It is safe for
 // concurrent use.
 type Issuer struct {
-	key  ed25519.PrivateKey
-	rand io.Reader // the ephemeral sealing key's randomness; tests fix it
+	key ed25519.PrivateKey
+	// keys are the ephemeral sealing keys, made ahead by recipient
+	// (ahead.go); a test that fixes their randomness has them made inline.
+	keys ahead
 }
 
 // NewIssuer returns an Issuer that signs with key. It panics if key is not
@@ -26,7 +27,7 @@ func NewIssuer(key ed25519.PrivateKey) *Issuer {
 	if len(key) != ed25519.PrivateKeySize {
 		panic(fmt.Sprintf("lease: NewIssuer: private key is %d bytes, want %d", len(key), ed25519.PrivateKeySize))
 	}
-	return &Issuer{key: key, rand: rand.Reader}
+	return &Issuer{key: key, keys: ahead{rand: rand.Reader, keep: aheadPerRecipient}}
 }
 
 // PublicKey is the key Nodes verify leases with; the Edge sends it at
@@ -68,9 +69,9 @@ func (i *Issuer) Issue(c Claims, secret []byte, recipient *[32]byte) ([]byte, er
 	out[0] = Version
 	id := KeyID(recipient)
 	copy(out[1:], id[:])
-	out, err = box.SealAnonymous(out, signed, recipient, i.rand)
+	k, err := i.keys.take(recipient)
 	if err != nil {
 		return nil, fmt.Errorf("lease: issue %q: seal: %w", c.ID, err)
 	}
-	return out, nil
+	return k.seal(out, signed), nil
 }
