@@ -235,7 +235,8 @@ func (f *faultFleet) assertServedBy(want string, n int, during string) {
 }
 
 // assertBothServe checks that n1 and n2 share the fast model again: equal
-// Nodes take ties in turn, so a few requests reach both.
+// Nodes take ties in turn (the fleet routes by free capacity alone, not
+// warm first), so a few requests reach both.
 func (f *faultFleet) assertBothServe(during string) {
 	f.t.Helper()
 	seen := map[string]int{}

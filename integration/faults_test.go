@@ -136,6 +136,11 @@ func newFaultFleet(t *testing.T) *faultFleet {
 edge_id: edge-1
 listen: {quic: "0.0.0.0:%d", http: "127.0.0.1:%d"}
 identity: {mode: mtls, trust_domain: iop.test, ca_file: iop-ca.pem, cert_file: edge-edge-1.pem, key_file: edge-edge-1-key.pem}
+# These scenarios check that both Nodes serve again after a fault
+# (assertBothServe: equal Nodes take ties in turn). Warm-first routing
+# (issue 23) would keep a model's requests on the Node that holds it
+# loaded, which is its own test's matter (warm_test.go).
+scheduling: {warm_first: false}
 `, f.quicPort, httpPort))
 	f.startEdge("edged")
 	return f
