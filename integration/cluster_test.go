@@ -415,6 +415,18 @@ func (c *testCluster) edgeKilledUnderLoad(t *testing.T, nodes []*clusterNode) {
 			t.Fatalf("not every Edge had a stream answering within a minute: %v", answering)
 		}
 	}
+	// Then kill just after a victim's stream has begun to answer, so its run
+	// has most of its ~6 s left on a Node: one that began long before could
+	// end on its own before the Nodes hear the Edge is gone, and the test
+	// would see no run to cancel (a flake .ci/run met under load).
+	for fresh := false; !fresh; {
+		select {
+		case id := <-firsts:
+			fresh = id == victim.id
+		case <-time.After(time.Minute):
+			t.Fatalf("no new stream through %s began to answer within a minute", victim.id)
+		}
+	}
 	time.Sleep(500 * time.Millisecond)
 	killed := time.Now()
 	victim.dead.Store(true)
