@@ -208,6 +208,9 @@ func TestOllamaAliasRouteAsksTheProviderForTheTarget(t *testing.T) {
 		}
 	}
 	for _, r := range s.n2.Requests() {
+		if r.Path == "/api/ps" {
+			continue // the Node reading what is loaded (issue 23)
+		}
 		if r.Model != "qwen3:8b" {
 			t.Errorf("n2 was asked for %q, want its target qwen3:8b", r.Model)
 		}
