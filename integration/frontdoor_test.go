@@ -245,7 +245,7 @@ providers: [{name: ollama, adapter: ollama, capacity: 1, config: {base_url: %q}}
 	if strings.Join(grants, ",") != "0,1,2,3" {
 		t.Errorf("provider saw the requests in order %v, want arrival order 0,1,2,3", grants)
 	}
-	if len(fakes["n2"].Requests()) == 0 {
+	if len(workOf(fakes["n2"])) == 0 {
 		t.Errorf("the node that joined mid-queue served nothing")
 	}
 	// A queue timeout: both slots held, the impatient route waits 500 ms.

@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/iop-dev/iop/internal/fakes/fakeollama"
 )
 
 var bin struct {
@@ -273,4 +275,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// workOf is f's requests less the Node's own reads of what the server
+// holds loaded (/api/ps, issue 23), which come after runs end and at
+// relists: what a test counts as work sent to the server.
+func workOf(f *fakeollama.Server) []fakeollama.Request {
+	var out []fakeollama.Request
+	for _, r := range f.Requests() {
+		if r.Path != "/api/ps" {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -248,7 +248,7 @@ func TestOverCapacityAndInvalidStallTimeoutAreRefusedBeforeTheProvider(t *testin
 	if _, err := busy.Next(); err != nil {
 		t.Fatal(err)
 	}
-	before := len(n.fake.Requests())
+	before := len(workOf(n.fake))
 	start := time.Now()
 	evs := collect(t, mustRun(t, n, chat("over", "ollama-one", slowModel)))
 	if term := evs[0]; len(evs) != 1 || term.GetFailure().GetKind() != wirepb.FailureKind_FAILURE_KIND_CAPACITY_EXHAUSTED {
@@ -263,7 +263,7 @@ func TestOverCapacityAndInvalidStallTimeoutAreRefusedBeforeTheProvider(t *testin
 	if term := evs[0]; len(evs) != 1 || term.GetFailure().GetKind() != wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST {
 		t.Fatalf("invalid stall timeout: %v", evs)
 	}
-	if after := len(n.fake.Requests()); after != before {
+	if after := len(workOf(n.fake)); after != before {
 		t.Errorf("the provider received %d requests for refused runs", after-before)
 	}
 }
