@@ -102,7 +102,17 @@ func (r *TunnelRoute) Validate() error {
 // and lines that arrived together go on together.
 const tunnelRead = 32 << 10
 
-var tunnelBufs = sync.Pool{New: func() any { b := make([]byte, tunnelRead); return &b }}
+// tunnelReadFirst is the buffer a relay starts with. A streamed answer's
+// reads are a line or a few (a token's line is about 150 bytes), so most
+// relays never need more; a read that fills it (a server that sends faster
+// than the relay writes, a large answer) moves the relay to tunnelRead.
+// Thousands of answers relayed at once each hold one (issue 25).
+const tunnelReadFirst = 4 << 10
+
+var (
+	tunnelBufs      = sync.Pool{New: func() any { b := make([]byte, tunnelRead); return &b }}
+	tunnelFirstBufs = sync.Pool{New: func() any { b := make([]byte, tunnelReadFirst); return &b }}
+)
 
 // hopByHop are the headers that belong to one connection (RFC 9110 7.6.1)
 // and are never relayed, in either direction.
@@ -165,15 +175,19 @@ func relayTunnel(ctx context.Context, do func(*http.Request) (*http.Response, er
 	if err := resp.WriteHeader(r.StatusCode, relayHeader(r.Header)); err != nil {
 		return fmt.Errorf("tunnel: %w", err)
 	}
-	bp := tunnelBufs.Get().(*[]byte)
-	defer tunnelBufs.Put(bp)
-	buf := *bp
+	bp, pool := tunnelFirstBufs.Get().(*[]byte), &tunnelFirstBufs
+	defer func() { pool.Put(bp) }()
 	for {
+		buf := *bp
 		n, rerr := r.Body.Read(buf)
 		if n > 0 {
 			if _, werr := resp.Write(buf[:n]); werr != nil {
 				return fmt.Errorf("tunnel: %w", werr)
 			}
+		}
+		if n == len(buf) && pool == &tunnelFirstBufs { // more was ready: read more at once
+			pool.Put(bp)
+			bp, pool = tunnelBufs.Get().(*[]byte), &tunnelBufs
 		}
 		if rerr == io.EOF {
 			return nil

@@ -3,9 +3,11 @@ package sdk
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -92,5 +94,63 @@ func TestRelayTunnelCredential(t *testing.T) {
 		if err := RelayTunnel(context.Background(), srv.Client(), c.route, req(c.cred), &recordedResponse{}); !errors.Is(err, ErrInvalidRequest) {
 			t.Errorf("route %+v with %+v: %v, want invalid_request", c.route, c.cred, err)
 		}
+	}
+}
+
+// writesResponse records the size of each write.
+type writesResponse struct {
+	recordedResponse
+	writes []int
+	wrote  chan struct{} // told of each write, when not nil
+}
+
+func (r *writesResponse) Write(p []byte) (int, error) {
+	r.writes = append(r.writes, len(p))
+	if r.wrote != nil {
+		r.wrote <- struct{}{}
+	}
+	return r.recordedResponse.Write(p)
+}
+
+// Issue 25: a relay reads into a small buffer while the server's pieces
+// are small (a line each, written one by one), and a read that fills it
+// moves it to the large one, so a large answer that is all there crosses
+// in few writes; every byte arrives in order either way.
+func TestRelayTunnelReadsGrowWhenMoreIsReady(t *testing.T) {
+	big := strings.Repeat("0123456789abcdef", 16<<10) // 256 KiB
+	wrote := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/lines" {
+			for i := range 3 {
+				fmt.Fprintf(w, "{\"line\":%d}\n", i)
+				w.(http.Flusher).Flush()
+				<-wrote // the next line once the relay has passed this one on
+			}
+			return
+		}
+		io.WriteString(w, big)
+	}))
+	defer srv.Close()
+	relay := func(path string) *writesResponse {
+		resp := &writesResponse{}
+		if path == "/lines" {
+			resp.wrote = wrote
+		}
+		req := &TunnelRequest{Method: "GET", Path: path, Body: http.NoBody}
+		if err := RelayTunnel(context.Background(), srv.Client(), &TunnelRoute{BaseURL: srv.URL}, req, resp); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return resp
+	}
+	lines := relay("/lines")
+	if lines.body.String() != "{\"line\":0}\n{\"line\":1}\n{\"line\":2}\n" || len(lines.writes) != 3 {
+		t.Errorf("lines: writes %v, body %q; want one write per line", lines.writes, lines.body.String())
+	}
+	whole := relay("/big")
+	if whole.body.String() != big {
+		t.Fatalf("the large answer changed on the way: %d bytes of %d", whole.body.Len(), len(big))
+	}
+	if most := slices.Max(whole.writes); most <= tunnelReadFirst || most > tunnelRead {
+		t.Errorf("the large answer's writes %v: the largest %d, want above the first buffer (%d) and at most %d", whole.writes, most, tunnelReadFirst, tunnelRead)
 	}
 }

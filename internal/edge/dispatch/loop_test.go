@@ -466,6 +466,7 @@ func (s *fakeStream) Head() (*wirepb.TunnelResponseHead, error) {
 }
 
 func (s *fakeStream) Read([]byte) (int, error)         { return 0, io.EOF }
+func (s *fakeStream) NextPiece() ([]byte, error)       { return nil, io.EOF }
 func (s *fakeStream) Terminal() *wirepb.TunnelTerminal { return nil }
 
 func (s *fakeStream) Wait(func()) ([]*wirepb.Vector, *wirepb.RunEvent) {

@@ -103,6 +103,9 @@ type TunnelStream interface {
 	// Read reads the body: io.EOF at a completed end, a
 	// *nodeserver.TunnelError otherwise.
 	Read(p []byte) (int, error)
+	// NextPiece is Read without a copy: the next piece of the body whole, as
+	// the Node sent it, the caller's to keep. It ends as Read does.
+	NextPiece() ([]byte, error)
 	// Ready reports whether Read returns more without waiting.
 	Ready() bool
 	// Terminal is the tunnel's single outcome, once Read returned an

@@ -144,9 +144,23 @@ func (t *Tunnel) Node() sched.Candidate { return t.slot.Candidate() }
 // completed end, a *nodeserver.TunnelError otherwise.
 func (t *Tunnel) Read(p []byte) (int, error) {
 	n, err := t.ts.Read(p)
-	if n > 0 {
+	t.read(p[:n], err)
+	return n, err
+}
+
+// NextPiece is Read without a copy: the next piece of the body as the Node sent
+// it (one body frame), the caller's to keep; it ends as Read does.
+func (t *Tunnel) NextPiece() ([]byte, error) {
+	p, err := t.ts.NextPiece()
+	t.read(p, err)
+	return p, err
+}
+
+// read counts what one Read or NextPiece returned.
+func (t *Tunnel) read(p []byte, err error) {
+	if len(p) > 0 {
 		t.meter.output()
-		t.out(p[:n])
+		t.out(p)
 	}
 	if err != nil && !t.ended {
 		t.ended = true
@@ -154,7 +168,6 @@ func (t *Tunnel) Read(p []byte) (int, error) {
 			t.d.countStall(te.Stall)
 		}
 	}
-	return n, err
 }
 
 // Ready reports whether Read can return more without waiting: a relay then

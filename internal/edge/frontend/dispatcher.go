@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"strconv"
 
@@ -62,8 +61,11 @@ type Tunnel interface {
 	ID() string
 	Node() sched.Candidate
 	Head() *wirepb.TunnelResponseHead
-	io.Reader
-	// Ready reports whether Read returns more without waiting.
+	// NextPiece returns the next piece of the body as the Node sent it (what
+	// the provider flushed together), the caller's to keep: io.EOF at a
+	// completed end, the tunnel's error otherwise.
+	NextPiece() ([]byte, error)
+	// Ready reports whether NextPiece returns more without waiting.
 	Ready() bool
 	Work
 	// Close releases the tunnel, cancelling it if it has not ended.

@@ -7,12 +7,10 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/iop-dev/iop/internal/edge/dispatch"
 	"github.com/iop-dev/iop/internal/edge/inflight"
-	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -225,25 +223,20 @@ func (l *life) tunnel(ctx context.Context, plan dispatch.Plan, j *TunnelJob, wat
 	return l.relayTunnel(t, head, j.Out)
 }
 
-// bufPool holds relay buffers of one tunnel body frame: a Read returns at
-// most one frame, so each frame is one write.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, quicwire.MaxBodyChunkSize); return &b }}
-
-// relayTunnel copies the body to the client read by read, so the lines
-// reach the client as the provider flushed them; a client that reads
-// slowly blocks the write and so slows the Node. The head is committed
-// with the first byte, so that a tunnel that ends before any is answered
-// with a fitting HTTP error instead.
+// relayTunnel copies the body to the client piece by piece as the Node
+// sent it (no buffer of its own: each piece is a body frame the tunnel
+// hands over), so the lines reach the client as the provider flushed them;
+// a client that reads slowly blocks the write and so slows the Node. The
+// head is committed with the first byte, so that a tunnel that ends before
+// any is answered with a fitting HTTP error instead.
 func (l *life) relayTunnel(t Tunnel, head *wirepb.TunnelResponseHead, out TunnelWriter) *Failure {
 	x := l.x
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
 	defer func() { x.more = nil }()
 	ready := t.Ready // once: a method value is an allocation
 	for ; ; x.coalesceAfterFirst(ready) {
-		n, err := t.Read(*bp)
-		if n > 0 {
-			if p := out.Pass((*bp)[:n]); len(p) > 0 && !l.resp.Event(p) {
+		piece, err := t.NextPiece()
+		if len(piece) > 0 {
+			if p := out.Pass(piece); len(p) > 0 && !l.resp.Event(p) {
 				x.Stop(ErrClientGone)
 				return FailClientGone
 			}

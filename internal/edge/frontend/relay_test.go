@@ -112,21 +112,21 @@ func TestRelayFlushesOnceForEventsThatArrivedTogether(t *testing.T) {
 // queuedTunnel yields its reads; here of them (the first) arrived at once,
 // the rest come one at a time.
 type queuedTunnel struct {
-	Tunnel // only Read and Ready are called
+	Tunnel // only NextPiece and Ready are called
 	reads  []string
 	here   int
 }
 
-func (t *queuedTunnel) Read(p []byte) (int, error) {
+func (t *queuedTunnel) NextPiece() ([]byte, error) {
 	if len(t.reads) == 0 {
-		return 0, io.EOF
+		return nil, io.EOF
 	}
-	n := copy(p, t.reads[0])
+	p := []byte(t.reads[0])
 	t.reads = t.reads[1:]
 	if t.here > 0 {
 		t.here--
 	}
-	return n, nil
+	return p, nil
 }
 
 func (t *queuedTunnel) Ready() bool { return t.here > 0 }

@@ -223,18 +223,45 @@ func (t *TunnelStream) Head() (*wirepb.TunnelResponseHead, error) {
 // flow control). It returns io.EOF at a COMPLETED terminal and a
 // *TunnelError for any other terminal, the Node's or one the Edge made.
 func (t *TunnelStream) Read(p []byte) (int, error) {
+	if err := t.fill(); err != nil {
+		return 0, err
+	}
+	n := copy(p, t.buf)
+	t.buf = t.buf[n:]
+	return n, nil
+}
+
+// NextPiece is Read without a copy: it returns the rest of the current body
+// frame, or the next frame's body, whole, as the Node sent it (what the
+// provider flushed together). The bytes are the caller's: nothing here
+// uses them again. A relay that writes each piece as it comes needs no
+// buffer of its own (issue 25: a 64 KiB one per answer being relayed was
+// most of the Edge's memory as 10,000 answers began at once). It ends as
+// Read does.
+func (t *TunnelStream) NextPiece() ([]byte, error) {
+	if err := t.fill(); err != nil {
+		return nil, err
+	}
+	p := t.buf
+	t.buf = nil
+	return p, nil
+}
+
+// fill makes t.buf hold body bytes, reading frames until one brings some,
+// or returns how the tunnel ended.
+func (t *TunnelStream) fill() error {
 	if t.head == nil {
 		if _, err := t.Head(); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	for len(t.buf) == 0 {
 		if t.ended {
-			return 0, t.err
+			return t.err
 		}
 		f, ok := t.recv()
 		if !ok {
-			return 0, t.err
+			return t.err
 		}
 		switch fr := f.GetFrame().(type) {
 		case *wirepb.TunnelFrame_Body:
@@ -247,9 +274,7 @@ func (t *TunnelStream) Read(p []byte) (int, error) {
 			t.end(protocolTerminal(errors.New("empty tunnel frame")))
 		}
 	}
-	n := copy(p, t.buf)
-	t.buf = t.buf[n:]
-	return n, nil
+	return nil
 }
 
 // Ready reports whether Read can return more without waiting: the rest of

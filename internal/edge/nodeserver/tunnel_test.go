@@ -152,6 +152,50 @@ func TestTunnelRelaysHeadAndBodyInOrderThenEOF(t *testing.T) {
 	})
 }
 
+// Issue 25: NextPiece hands out each body frame whole, as the Node sent
+// it, and each piece stays the caller's: the pieces kept until the end are
+// still the frames (nothing reuses their bytes); then io.EOF, as Read.
+func TestTunnelNextPieceHandsOutWholeFramesToKeep(t *testing.T) {
+	forEachNetwork(t, func(t *testing.T, h *harness) {
+		e := h.startEdge(0)
+		sizes := make(chan []int, 1)
+		h.startNode("n1", withHandler(echoHandler(7, sizes)))
+		h.waitReady("n1")
+		body := `{"line":1}` + "\n" + `{"line":2}` + "\n"
+		ts, err := e.srv.Tunnel(t.Context(), "n1", tunnelRequest("t1"), strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ts.Close()
+		var pieces [][]byte
+		for {
+			p, err := ts.NextPiece()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("next piece: %v", err)
+			}
+			pieces = append(pieces, p)
+		}
+		var want []string // the Node's frames of 7 bytes
+		for rest := body; rest != ""; rest = rest[min(7, len(rest)):] {
+			want = append(want, rest[:min(7, len(rest))])
+		}
+		if len(pieces) != len(want) {
+			t.Fatalf("pieces %q, want %q", pieces, want)
+		}
+		for i := range want {
+			if string(pieces[i]) != want[i] {
+				t.Fatalf("pieces %q, want %q", pieces, want)
+			}
+		}
+		if p, err := ts.NextPiece(); len(p) != 0 || err != io.EOF {
+			t.Errorf("next piece after the end: %q %v", p, err)
+		}
+	})
+}
+
 // Ready says what Read returns without waiting: a body frame that came
 // with the head is ready, but not the terminal after the last one, for
 // which Read waits until the Node finishes its half (a relay flushes the

@@ -118,21 +118,21 @@ func (t *benchTunnel) CountUsage(int64, int64)  {}
 // Ready: in a burst the next line is always here already.
 func (t *benchTunnel) Ready() bool { return !t.sparse && t.n > 0 }
 
-func (t *benchTunnel) Read(p []byte) (int, error) {
+func (t *benchTunnel) NextPiece() ([]byte, error) {
 	if t.n == 0 {
-		return 0, io.EOF
+		return nil, io.EOF
 	}
 	if t.sparse && t.yielded > 0 { // the next line once the client read the last
 		select {
 		case <-t.read:
 		case <-t.ctx.Done():
-			return 0, context.Cause(t.ctx)
+			return nil, context.Cause(t.ctx)
 		}
 	}
 	t.n--
 	t.yielded++
 	if t.n == 0 {
-		return copy(p, benchDone), nil
+		return []byte(benchDone), nil // a fresh piece, as a frame the Node sent
 	}
-	return copy(p, benchLine), nil
+	return []byte(benchLine), nil
 }

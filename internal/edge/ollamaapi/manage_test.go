@@ -126,6 +126,11 @@ func (s *fakeStream) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+func (s *fakeStream) NextPiece() ([]byte, error) {
+	p := make([]byte, 4<<10)
+	n, err := s.Read(p)
+	return p[:n], err
+}
 
 // manageEnv serves the API with management over m.
 func manageEnv(t *testing.T, m *fakeManager) (http.Handler, *edgemetrics.Metrics) {

@@ -119,7 +119,7 @@ func (r *Run) cancelled() *wirepb.RunEvent {
 // Ready is false: every event is flushed as it comes.
 func (r *Run) Ready() bool { return false }
 
-// Tunnel plays its pieces; Read is only called by the relaying goroutine,
+// Tunnel plays its pieces; NextPiece is only called by the relaying goroutine,
 // Cancel from anywhere.
 type Tunnel struct {
 	work
@@ -127,7 +127,6 @@ type Tunnel struct {
 	pieces []Step
 	end    error
 	silent bool
-	buf    []byte
 	err    error // once the body has ended
 
 	umu   sync.Mutex
@@ -138,19 +137,18 @@ var _ frontend.Tunnel = (*Tunnel)(nil)
 
 func (t *Tunnel) Head() *wirepb.TunnelResponseHead { return t.head }
 
-// Ready reports whether a read's rest is buffered.
-func (t *Tunnel) Ready() bool { return len(t.buf) > 0 }
+// Ready is false: each piece is played in its own time.
+func (t *Tunnel) Ready() bool { return false }
 
-func (t *Tunnel) Read(p []byte) (int, error) {
-	for len(t.buf) == 0 {
-		if t.err != nil {
-			return 0, t.err
+// NextPiece plays the next piece that has bytes, or ends the body.
+func (t *Tunnel) NextPiece() ([]byte, error) {
+	for t.err == nil {
+		var p []byte
+		if p, t.err = t.next(); len(p) > 0 {
+			return p, nil
 		}
-		t.buf, t.err = t.next()
 	}
-	n := copy(p, t.buf)
-	t.buf = t.buf[n:]
-	return n, nil
+	return nil, t.err
 }
 
 // next plays the next piece, or ends the body.
