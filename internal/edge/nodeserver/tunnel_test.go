@@ -98,20 +98,40 @@ func requireTunnelError(t *testing.T, err error, want wirepb.TunnelOutcome, kind
 	return te
 }
 
+// echoBody is what the echo tunnels send: two NDJSON lines.
+const echoBody = `{"line":1}` + "\n" + `{"line":2}` + "\n"
+
+// startEchoTunnel starts an Edge and a Node whose handler answers a
+// tunnel with its body in frames of 7 bytes, and opens a tunnel carrying
+// body to it, closed at the test's end.
+func startEchoTunnel(t *testing.T, h *harness, body string) *nodeserver.TunnelStream {
+	t.Helper()
+	e := h.startEdge(0)
+	h.startNode("n1", withHandler(echoHandler(7, make(chan []int, 1))))
+	h.waitReady("n1")
+	ts, err := e.srv.Tunnel(t.Context(), "n1", tunnelRequest("t1"), strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// echoFrames are the body frames the echo handler sends for body.
+func echoFrames(body string) []string {
+	var frames []string
+	for rest := body; rest != ""; rest = rest[min(7, len(rest)):] {
+		frames = append(frames, rest[:min(7, len(rest))])
+	}
+	return frames
+}
+
 // R3: the head, then the body as the Node sent it, frame by frame (each
 // Read hands out one frame: nothing waits for a buffer to fill), then
 // io.EOF at the COMPLETED terminal.
 func TestTunnelRelaysHeadAndBodyInOrderThenEOF(t *testing.T) {
 	forEachNetwork(t, func(t *testing.T, h *harness) {
-		e := h.startEdge(0)
-		sizes := make(chan []int, 1)
-		h.startNode("n1", withHandler(echoHandler(7, sizes)))
-		h.waitReady("n1")
-		ts, err := e.srv.Tunnel(t.Context(), "n1", tunnelRequest("t1"), bytes.NewReader([]byte(`{"line":1}`+"\n"+`{"line":2}`+"\n")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ts.Close()
+		ts := startEchoTunnel(t, h, echoBody)
 		head, err := ts.Head()
 		if err != nil || head.GetStatus() != 200 || head.GetHeaders()[0].GetValue() != "application/x-ndjson" {
 			t.Fatalf("head %v, %v", head, err)
@@ -128,10 +148,7 @@ func TestTunnelRelaysHeadAndBodyInOrderThenEOF(t *testing.T) {
 			}
 			reads = append(reads, string(buf[:n]))
 		}
-		var want []string // the Node's frames of 7 bytes
-		for rest := `{"line":1}` + "\n" + `{"line":2}` + "\n"; rest != ""; rest = rest[min(7, len(rest)):] {
-			want = append(want, rest[:min(7, len(rest))])
-		}
+		want := echoFrames(echoBody)
 		if len(reads) != len(want) {
 			t.Fatalf("reads %q, want %q", reads, want)
 		}
@@ -157,16 +174,7 @@ func TestTunnelRelaysHeadAndBodyInOrderThenEOF(t *testing.T) {
 // still the frames (nothing reuses their bytes); then io.EOF, as Read.
 func TestTunnelNextPieceHandsOutWholeFramesToKeep(t *testing.T) {
 	forEachNetwork(t, func(t *testing.T, h *harness) {
-		e := h.startEdge(0)
-		sizes := make(chan []int, 1)
-		h.startNode("n1", withHandler(echoHandler(7, sizes)))
-		h.waitReady("n1")
-		body := `{"line":1}` + "\n" + `{"line":2}` + "\n"
-		ts, err := e.srv.Tunnel(t.Context(), "n1", tunnelRequest("t1"), strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ts.Close()
+		ts := startEchoTunnel(t, h, echoBody)
 		var pieces [][]byte
 		for {
 			p, err := ts.NextPiece()
@@ -178,10 +186,7 @@ func TestTunnelNextPieceHandsOutWholeFramesToKeep(t *testing.T) {
 			}
 			pieces = append(pieces, p)
 		}
-		var want []string // the Node's frames of 7 bytes
-		for rest := body; rest != ""; rest = rest[min(7, len(rest)):] {
-			want = append(want, rest[:min(7, len(rest))])
-		}
+		want := echoFrames(echoBody)
 		if len(pieces) != len(want) {
 			t.Fatalf("pieces %q, want %q", pieces, want)
 		}
