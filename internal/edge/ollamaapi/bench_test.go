@@ -136,3 +136,46 @@ func (t *benchTunnel) NextPiece() ([]byte, error) {
 	}
 	return []byte(benchLine), nil
 }
+
+// The Edge's side of one request, per request: an Ollama /api/chat from a
+// real HTTP client over loopback (its connection kept alive), through the
+// front end (authentication, the API's parsing, the plan) to StartTunnel,
+// and a one-line answer back. The Node and QUIC are not in it: this is the
+// Edge's own part of a first token (issue 25). The client's work is in the
+// figure too; a profile tells the two apart.
+//
+//	go test -run '^$' -bench TunnelRequest -benchmem ./internal/edge/ollamaapi
+func BenchmarkTunnelRequest(b *testing.B) {
+	srv := httptest.NewServer(Handler(frontend.New(oneLineRunner{&ft.Dispatcher{}}, testAuth(b), frontend.Options{Metrics: edgemetrics.New(nil, nil)})))
+	defer srv.Close()
+	c := srv.Client()
+	b.ReportAllocs()
+	for b.Loop() {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/chat", strings.NewReader(chatBody))
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		resp, err := c.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || string(body) != benchDone {
+			b.Fatalf("%s %q %v", resp.Status, body, err)
+		}
+	}
+}
+
+// oneLineRunner starts tunnels that answer the final line alone.
+type oneLineRunner struct{ *ft.Dispatcher }
+
+func (r oneLineRunner) StartTunnel(_ context.Context, _ dispatch.Plan, _ *wirepb.TunnelRequest, body dispatch.TunnelBody, watch dispatch.Watch) (frontend.Tunnel, error) {
+	if _, err := body("m1"); err != nil {
+		return nil, err
+	}
+	if watch.Admitted != nil {
+		watch.Admitted()
+	}
+	t := &benchTunnel{n: 1}
+	t.ctx, t.cancel = context.WithCancelCause(context.Background())
+	return t, nil
+}
