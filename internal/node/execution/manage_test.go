@@ -107,16 +107,7 @@ func TestManagementTunnelTakesNoSlotAndRelistsBeforeItsTerminal(t *testing.T) {
 		return emit(terminalFrame(completed))
 	})
 	pl.caps, pl.list = []string{sdk.CapTunnel, sdk.CapListTargets}, srv.list
-	set := NewSet()
-	prov := NewProvider(ProviderConfig{Name: "ollama", Adapter: "ollama", Capacity: 1, RelistInterval: time.Hour,
-		Launch: func(context.Context) (Plugin, error) { return pl, nil }}, DefaultSupervision, discard(), set.Notify)
-	set.Add(prov)
-	set.Start()
-	t.Cleanup(set.Stop)
-	if err := set.WaitReady(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	h := NewHandler(set, discard(), HandlerOptions{})
+	_, prov, h := startSet(t, ProviderConfig{Name: "ollama", Adapter: "ollama", Capacity: 1, RelistInterval: time.Hour}, pl, HandlerOptions{})
 	if !prov.Serves("old:latest") || prov.Serves("new:latest") {
 		t.Fatalf("targets before the pull: %v", prov.Wire().GetTargets())
 	}
@@ -153,16 +144,7 @@ func TestOrdinaryTunnelDoesNotRelist(t *testing.T) {
 	srv.serve("m")
 	pl := newTunnelPlugin(echo)
 	pl.caps, pl.list = []string{sdk.CapTunnel, sdk.CapListTargets}, srv.list
-	set := NewSet()
-	prov := NewProvider(ProviderConfig{Name: "ollama", Adapter: "ollama", Capacity: 1, RelistInterval: time.Hour,
-		Launch: func(context.Context) (Plugin, error) { return pl, nil }}, DefaultSupervision, discard(), set.Notify)
-	set.Add(prov)
-	set.Start()
-	t.Cleanup(set.Stop)
-	if err := set.WaitReady(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	h := NewHandler(set, discard(), HandlerOptions{})
+	_, _, h := startSet(t, ProviderConfig{Name: "ollama", Adapter: "ollama", Capacity: 1, RelistInterval: time.Hour}, pl, HandlerOptions{})
 	lists := pl.lists.Load()
 	st := newFakeTunnelStream(true, "{}")
 	serveTunnelOn(h, t.Context(), &wirepb.TunnelRequest{TunnelId: "t1", Provider: "ollama", Target: "m", Method: "POST", Path: "/api/chat"}, st)

@@ -29,16 +29,9 @@ import (
 func meteredSet(t testing.TB, capacity int, pl Plugin) (*Provider, *Handler, *nodemetrics.Metrics) {
 	t.Helper()
 	m := nodemetrics.New(nodemetrics.Options{})
-	set := NewSet()
-	prov := NewProvider(ProviderConfig{Name: "p", Adapter: "fake", Targets: []string{"m"}, Capacity: capacity, Metrics: m,
-		Launch: func(context.Context) (Plugin, error) { return pl, nil }}, DefaultSupervision, discard(), set.Notify)
-	set.Add(prov)
-	set.Start()
-	t.Cleanup(set.Stop)
-	if err := set.WaitReady(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return prov, NewHandler(set, discard(), HandlerOptions{Metrics: m}), m
+	_, prov, h := startSet(t, ProviderConfig{Name: "p", Adapter: "fake", Targets: []string{"m"}, Capacity: capacity, Metrics: m},
+		pl, HandlerOptions{Metrics: m})
+	return prov, h, m
 }
 
 // scrape is m's /metrics text.

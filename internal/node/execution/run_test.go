@@ -17,16 +17,24 @@ import (
 // plugin is pl.
 func onlineSet(t testing.TB, capacity int, pl Plugin) (*Set, *Handler) {
 	t.Helper()
+	set, _, h := startSet(t, ProviderConfig{Name: "p", Adapter: "fake", Targets: []string{"m"}, Capacity: capacity}, pl, HandlerOptions{})
+	return set, h
+}
+
+// startSet runs a set of one provider of cfg whose plugin is pl until the
+// test ends, and returns it online, with a Handler over it with opts.
+func startSet(t testing.TB, cfg ProviderConfig, pl Plugin, opts HandlerOptions) (*Set, *Provider, *Handler) {
+	t.Helper()
 	set := NewSet()
-	prov := NewProvider(ProviderConfig{Name: "p", Adapter: "fake", Targets: []string{"m"}, Capacity: capacity,
-		Launch: func(context.Context) (Plugin, error) { return pl, nil }}, DefaultSupervision, discard(), set.Notify)
+	cfg.Launch = func(context.Context) (Plugin, error) { return pl, nil }
+	prov := NewProvider(cfg, DefaultSupervision, discard(), set.Notify)
 	set.Add(prov)
 	set.Start()
 	t.Cleanup(set.Stop)
 	if err := set.WaitReady(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return set, NewHandler(set, discard(), HandlerOptions{})
+	return set, prov, NewHandler(set, discard(), opts)
 }
 
 func run(id string) *wirepb.RunRequest { return &wirepb.RunRequest{RunId: id, Target: "m"} }
