@@ -31,9 +31,15 @@ const testKey = "sk-test-0123456789"
 // testAuth accepts testKey only.
 func testAuth(t testing.TB) *auth.Authenticator {
 	t.Helper()
+	return keysAuth(t, []edgeconfig.Principal{{Name: "tester", Routes: []string{edgeconfig.AllRoutes}}},
+		[]edgeconfig.APIKey{{Principal: "tester", SHA256: auth.HashKey(testKey)}})
+}
+
+// keysAuth accepts keys alone, as their principals, nobody anonymously.
+func keysAuth(t testing.TB, principals []edgeconfig.Principal, keys []edgeconfig.APIKey) *auth.Authenticator {
+	t.Helper()
 	c := edgeconfig.Default()
-	c.Principals = []edgeconfig.Principal{{Name: "tester", Routes: []string{edgeconfig.AllRoutes}}}
-	c.API.Keys = []edgeconfig.APIKey{{Principal: "tester", SHA256: auth.HashKey(testKey)}}
+	c.Principals, c.API.Keys = principals, keys
 	closed := false
 	c.API.AllowAnonymous = &closed
 	a, err := auth.New(c)

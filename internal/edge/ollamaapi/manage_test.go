@@ -28,17 +28,9 @@ const adminKey = "sk-admin-0123456789"
 // admin).
 func manageAuth(t testing.TB) *auth.Authenticator {
 	t.Helper()
-	c := edgeconfig.Default()
-	c.Principals = []edgeconfig.Principal{{Name: "tester", Routes: []string{edgeconfig.AllRoutes}},
-		{Name: "ops", Routes: []string{edgeconfig.AllRoutes}, Admin: true}}
-	c.API.Keys = []edgeconfig.APIKey{{Principal: "tester", SHA256: auth.HashKey(testKey)}, {Principal: "ops", SHA256: auth.HashKey(adminKey)}}
-	closed := false
-	c.API.AllowAnonymous = &closed
-	a, err := auth.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
+	return keysAuth(t, []edgeconfig.Principal{{Name: "tester", Routes: []string{edgeconfig.AllRoutes}},
+		{Name: "ops", Routes: []string{edgeconfig.AllRoutes}, Admin: true}},
+		[]edgeconfig.APIKey{{Principal: "tester", SHA256: auth.HashKey(testKey)}, {Principal: "ops", SHA256: auth.HashKey(adminKey)}})
 }
 
 // fakeServer is how one Node's provider answers a management tunnel: its
