@@ -140,24 +140,11 @@ func (t *Tunnel) Head() *wirepb.TunnelResponseHead { return t.head }
 // Node is where the tunnel runs.
 func (t *Tunnel) Node() sched.Candidate { return t.slot.Candidate() }
 
-// Read reads the response body as the provider flushed it: io.EOF at a
-// completed end, a *nodeserver.TunnelError otherwise.
-func (t *Tunnel) Read(p []byte) (int, error) {
-	n, err := t.ts.Read(p)
-	t.read(p[:n], err)
-	return n, err
-}
-
-// NextPiece is Read without a copy: the next piece of the body as the Node sent
-// it (one body frame), the caller's to keep; it ends as Read does.
+// NextPiece returns the next piece of the response body as the Node sent
+// it (one body frame, what the provider flushed together), the caller's to
+// keep: io.EOF at a completed end, a *nodeserver.TunnelError otherwise.
 func (t *Tunnel) NextPiece() ([]byte, error) {
 	p, err := t.ts.NextPiece()
-	t.read(p, err)
-	return p, err
-}
-
-// read counts what one Read or NextPiece returned.
-func (t *Tunnel) read(p []byte, err error) {
 	if len(p) > 0 {
 		t.meter.output()
 		t.out(p)
@@ -168,9 +155,10 @@ func (t *Tunnel) read(p []byte, err error) {
 			t.d.countStall(te.Stall)
 		}
 	}
+	return p, err
 }
 
-// Ready reports whether Read can return more without waiting: a relay then
+// Ready reports whether NextPiece can return more without waiting: a relay then
 // writes it before it flushes, one flush for both.
 func (t *Tunnel) Ready() bool { return !t.ended && t.ts.Ready() }
 
@@ -178,7 +166,7 @@ func (t *Tunnel) Ready() bool { return !t.ended && t.ts.Ready() }
 // (Ollama's NDJSON: about one token each).
 var newline = []byte{'\n'}
 
-// out tells the status page about one read of the body.
+// out tells the status page about one piece of the body.
 func (t *Tunnel) out(p []byte) {
 	if t.live == nil {
 		return
@@ -195,14 +183,15 @@ func (t *Tunnel) out(p []byte) {
 // without reading them, so the client API that knows the answer's format
 // reads them (Ollama's final line) and tells the dispatcher, which counts
 // them by model, principal and Node, and the answer's pace. Call it once,
-// after Read returned io.EOF.
+// after NextPiece returned io.EOF.
 func (t *Tunnel) CountUsage(prompt, completion int64) {
 	t.meter.usage = &wirepb.Usage{PromptTokens: prompt, CompletionTokens: completion}
 	t.meter.end(t.slot.Candidate().NodeID, true)
 	t.live.Usage(prompt, completion)
 }
 
-// Terminal is the tunnel's single outcome, once Read has returned an error.
+// Terminal is the tunnel's single outcome, once NextPiece has returned an
+// error.
 func (t *Tunnel) Terminal() *wirepb.TunnelTerminal { return t.ts.Terminal() }
 
 // Cancel ends the tunnel with cause (client gone, idle timeout).
