@@ -55,7 +55,7 @@ type Run interface {
 }
 
 // Tunnel is a raw provider request in progress (*dispatch.Tunnel): Head
-// is known when it starts; Read yields the body until io.EOF (a completed
+// is known when it starts; NextPiece yields the body until io.EOF (a completed
 // terminal) or another error (any other terminal).
 type Tunnel interface {
 	ID() string
