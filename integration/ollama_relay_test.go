@@ -207,10 +207,7 @@ func TestOllamaAliasRouteAsksTheProviderForTheTarget(t *testing.T) {
 			t.Fatalf("spread chat %d: names %v, %v", i, names, err)
 		}
 	}
-	for _, r := range s.n2.Requests() {
-		if r.Path == "/api/ps" {
-			continue // the Node reading what is loaded (issue 23)
-		}
+	for _, r := range workOf(s.n2) {
 		if r.Model != "qwen3:8b" {
 			t.Errorf("n2 was asked for %q, want its target qwen3:8b", r.Model)
 		}
