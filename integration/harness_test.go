@@ -71,6 +71,7 @@ func start(t *testing.T, name, path string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, cmd: exec.Command(path, args...), out: new(lockedBuffer), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+cacheHome(t))
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -86,6 +87,25 @@ func start(t *testing.T, name, path string, args ...string) *proc {
 		}
 	})
 	return p
+}
+
+// cacheHomes is each test's cache directory (cacheHome).
+var cacheHomes sync.Map // *testing.T → string
+
+// cacheHome is t's own XDG_CACHE_HOME for the daemons it starts. An Edge
+// without data_dir remembers what it served in the user's cache directory,
+// keyed by its id and QUIC address (served.CachePath); a test's Edge that
+// got a port an earlier test's Edge of the same id had would otherwise
+// list that Edge's models as reconnecting. The daemons of one test (an
+// Edge and its restart) share it.
+func cacheHome(t *testing.T) string {
+	if dir, ok := cacheHomes.Load(t); ok {
+		return dir.(string)
+	}
+	dir := t.TempDir()
+	t.Cleanup(func() { cacheHomes.Delete(t) })
+	actual, _ := cacheHomes.LoadOrStore(t, dir)
+	return actual.(string)
 }
 
 // stop sends SIGTERM and waits for a clean exit.

@@ -258,6 +258,13 @@ func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []
 			slot, err = d.slots.Acquire(ctx, req)
 		}
 	}
+	if len(tried) == 0 && errors.Is(err, sched.ErrNoCandidate) && slices.ContainsFunc(d.slots.Candidates(), match) {
+		// A Node became ready between the scheduler's refusal and now (a
+		// Node reconnecting to a restarted Edge: its remembered models
+		// stop being "not yet back" as it turns ready). Its slot is there
+		// to take; asking again is the answer a moment later would give.
+		slot, err = d.slots.Acquire(ctx, req)
+	}
 	if err == nil && d.metrics != nil {
 		d.metrics.QueueWait.WithLabelValues(plan.Model).Observe(time.Since(start).Seconds())
 		d.metrics.RouteChoices.WithLabelValues(string(slot.Candidate().Choice)).Inc()

@@ -130,5 +130,8 @@ func (d *Dispatcher) Available(plan Plan) error {
 	if err := d.absent(plan); err != nil {
 		return err
 	}
+	if slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
+		return nil // its Node turned ready since the first look (and so is no longer "not yet back")
+	}
 	return &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: plan.Model, Detail: "no ready node offers it now"}
 }

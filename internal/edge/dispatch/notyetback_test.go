@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -119,6 +120,53 @@ func TestAModelServedBeforeTheRestartIsNotYetBack(t *testing.T) {
 	}
 	if err := ask("qwen"); !errors.Is(err, ErrUnknownModel) {
 		t.Errorf("qwen, its Node not back after the window: %v, want ErrUnknownModel", err)
+	}
+}
+
+// readyDuring is Slots whose first Acquire, once refused, lets a Node
+// turn ready before the refusal reaches the dispatcher: the race of a
+// request that arrives as a reconnecting Node finishes its handshake.
+type readyDuring struct {
+	Slots
+	once  sync.Once
+	ready func()
+}
+
+func (r *readyDuring) Acquire(ctx context.Context, req sched.Request) (Slot, error) {
+	slot, err := r.Slots.Acquire(ctx, req)
+	r.once.Do(r.ready)
+	return slot, err
+}
+
+// Issue 26: a request that the scheduler refuses "no candidate" just
+// before the Node that serves its model turns ready (so the model is no
+// longer "not yet back" either) takes that Node's slot; it is not told
+// that no ready Node offers the model, which CI once saw right after an
+// Edge's restart.
+func TestARequestRacingANodeTurningReadyGetsItsSlot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), served.FileName)
+	served.Open(served.Options{Path: path}).Update([]served.Offer{
+		{NodeID: "n1", Provider: "ollama", Adapter: "ollama", Target: "llama3:latest"},
+	})
+	mem := served.Open(served.Options{Path: path, Window: time.Minute})
+	cfg, err := edgeconfig.Parse([]byte("listen: {http: \"127.0.0.1:8080\", quic: \"127.0.0.1:7443\"}\nidentity: {mode: loopback}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := fleet.New(fleet.Options{})
+	slots := &readyDuring{Slots: SchedulerSlots(sched.New(reg, sched.Options{}))}
+	slots.ready = func() {
+		readyNode(t, reg, fleet.ConnInfo{NodeID: "n1"}, onlineProvider("ollama", "llama3:latest"))
+		mem.Update(served.Offered(reg))
+	}
+	d := New(cfg, slots, ServerNodes(nodeserver.NewServer(nodeserver.Options{}, reg)), Options{Served: mem})
+	slot, err := d.acquire(t.Context(), "r1", planFor(t, d, "llama3"), nil, nil)
+	if err != nil {
+		t.Fatalf("acquire as n1 turns ready: %v, want n1's slot", err)
+	}
+	defer slot.Release()
+	if c := slot.Candidate(); c.NodeID != "n1" {
+		t.Errorf("slot on %+v, want n1", c)
 	}
 }
 
