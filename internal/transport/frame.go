@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -44,7 +45,6 @@ type FrameReader struct {
 	r      *bufio.Reader
 	limit  int
 	stream string
-	buf    []byte
 }
 
 // NewFrameReader returns a reader of frames of at most limit bytes from r.
@@ -78,7 +78,19 @@ func (fr *FrameReader) Read(m proto.Message) error {
 	if n > uint64(fr.limit) {
 		return fr.protoErr(fmt.Errorf("%w: %d bytes announced, limit %d", ErrFrameTooLarge, n, fr.limit))
 	}
-	buf, err := fr.readBody(int(n))
+	var buf []byte
+	if int(n) <= fr.r.Size() {
+		// Most frames fit the read-ahead (a token's line, a heartbeat):
+		// unmarshalled where they are. Unmarshal copies what it keeps, so
+		// nothing refers to the read-ahead afterwards.
+		buf, err = fr.r.Peek(int(n))
+		defer fr.r.Discard(len(buf))
+	} else {
+		// Rare (a large request body's chunk, a large stream header): a
+		// buffer of its own, not kept for the next frame, so that a
+		// waiting stream holds no more than its read-ahead (issue 25).
+		buf, err = fr.readBody(int(n))
+	}
 	if err != nil {
 		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
 			return fr.protoErr(fmt.Errorf("%w: %d-byte message cut short", ErrFrameTruncated, n))
@@ -87,10 +99,6 @@ func (fr *FrameReader) Read(m proto.Message) error {
 	}
 	if err := proto.Unmarshal(buf, m); err != nil {
 		return fr.protoErr(fmt.Errorf("%w: %v", ErrFrameGarbled, err))
-	}
-	// Large frames are rare; do not keep their buffers alive.
-	if cap(fr.buf) > 64<<10 {
-		fr.buf = nil
 	}
 	return nil
 }
@@ -122,9 +130,9 @@ func (fr *FrameReader) Next() []byte {
 // sends nothing more costs a chunk per stream, not the whole announcement.
 const growStep = 64 << 10
 
-// readBody reads an n-byte message into the reader's buffer.
+// readBody reads an n-byte message into a buffer of its own.
 func (fr *FrameReader) readBody(n int) ([]byte, error) {
-	buf := fr.buf[:0]
+	var buf []byte
 	for have := 0; have < n; {
 		want := min(n, have+growStep)
 		if cap(buf) < want {
@@ -136,7 +144,6 @@ func (fr *FrameReader) readBody(n int) ([]byte, error) {
 		}
 		have = want
 	}
-	fr.buf = buf
 	return buf, nil
 }
 
@@ -156,13 +163,22 @@ func isOverflow(err error) bool {
 type FrameWriter struct {
 	w     io.Writer
 	limit int
-	buf   []byte
 }
 
 // NewFrameWriter returns a writer of frames of at most limit bytes to w.
 func NewFrameWriter(w io.Writer, limit int) *FrameWriter {
 	return &FrameWriter{w: w, limit: limit}
 }
+
+// frameBufs are the buffers frames are marshalled into, each held for the
+// length of one Write: a stream that writes once (the Edge's header of a
+// dispatched stream) or not yet (a Node's run waiting through a prefill)
+// holds none (issue 25).
+var frameBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledFrameBuf bounds the buffers kept in frameBufs: a rare large
+// frame's is left to the collector.
+const maxPooledFrameBuf = 64 << 10
 
 // Write marshals m and writes it as one frame with a single Write call. A
 // message over the limit is not written and returns an error wrapping
@@ -172,23 +188,34 @@ func (fw *FrameWriter) Write(m proto.Message) error { return fw.WriteFrames(m) }
 // WriteFrames marshals ms and writes them, one frame each, with a single
 // Write call, so that frames meant to travel together (a stream's header
 // and a small request body) go out in one packet. If any message is over
-// the limit, nothing is written.
+// the limit, nothing is written. The writer must not keep the bytes it is
+// given past its Write (io.Writer's rule; a QUIC stream copies or sends
+// them before it returns).
 func (fw *FrameWriter) WriteFrames(ms ...proto.Message) error {
-	buf := fw.buf[:0]
+	bp := frameBufs.Get().(*[]byte)
+	buf, err := fw.marshal((*bp)[:0], ms)
+	if err == nil {
+		_, err = fw.w.Write(buf)
+	}
+	if cap(buf) <= maxPooledFrameBuf {
+		*bp = buf[:0]
+		frameBufs.Put(bp)
+	}
+	return err
+}
+
+// marshal appends ms to buf, each with its length prefix.
+func (fw *FrameWriter) marshal(buf []byte, ms []proto.Message) ([]byte, error) {
 	for _, m := range ms {
 		size := proto.Size(m)
 		if size > fw.limit {
-			return fmt.Errorf("quicwire: outgoing %T of %d bytes: %w (limit %d)", m, size, ErrFrameTooLarge, fw.limit)
+			return buf, fmt.Errorf("quicwire: outgoing %T of %d bytes: %w (limit %d)", m, size, ErrFrameTooLarge, fw.limit)
 		}
 		buf = binary.AppendUvarint(buf, uint64(size))
 		var err error
 		if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf, m); err != nil {
-			return fmt.Errorf("quicwire: marshal %T: %w", m, err)
+			return buf, fmt.Errorf("quicwire: marshal %T: %w", m, err)
 		}
 	}
-	_, err := fw.w.Write(buf)
-	if cap(buf) <= 64<<10 {
-		fw.buf = buf
-	}
-	return err
+	return buf, nil
 }

@@ -26,7 +26,7 @@ type rttLink struct {
 
 func (l rttLink) RTT() (time.Duration, time.Time) { return l.rtt, l.at }
 func (rttLink) Close(quicwire.CloseCode, string)  {}
-func (rttLink) OpenStream(context.Context) (*quic.Stream, error) {
+func (rttLink) OpenStream(context.Context, time.Duration) (*quic.Stream, error) {
 	return nil, errors.New("rttLink opens no streams")
 }
 

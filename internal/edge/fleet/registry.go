@@ -38,6 +38,10 @@ const (
 // the *NotDispatchableError says why.
 var ErrNotDispatchable = errors.New("node not dispatchable")
 
+// ErrStreamWait is a dispatch that found every stream its Node's
+// connection accepts in use for the wait it was given (Link.OpenStream).
+var ErrStreamWait = errors.New("no stream free on the node's connection")
+
 // NotDispatchableError says why a Node cannot take work.
 type NotDispatchableError struct {
 	NodeID string
@@ -72,8 +76,9 @@ func (e *NotDispatchableError) Is(target error) bool { return target == ErrNotDi
 // Register is called.
 type Link interface {
 	// OpenStream opens a dispatched stream on the connection, waiting for
-	// a free stream slot until ctx is done.
-	OpenStream(ctx context.Context) (*quic.Stream, error)
+	// a free stream slot for up to wait (then ErrStreamWait), or until ctx
+	// is done.
+	OpenStream(ctx context.Context, wait time.Duration) (*quic.Stream, error)
 	// Close ends the connection with code. The registry calls it when it
 	// fences the generation, without holding its lock.
 	Close(code quicwire.CloseCode, detail string)
@@ -235,8 +240,8 @@ func (c *Conn) MaxRequest() int {
 }
 
 // OpenStream opens a dispatched stream on this generation's connection.
-func (c *Conn) OpenStream(ctx context.Context) (*quic.Stream, error) {
-	return c.info.Link.OpenStream(ctx)
+func (c *Conn) OpenStream(ctx context.Context, wait time.Duration) (*quic.Stream, error) {
+	return c.info.Link.OpenStream(ctx, wait)
 }
 
 // StreamOpened counts a dispatched stream against the generation until the

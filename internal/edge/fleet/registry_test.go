@@ -27,7 +27,7 @@ func (c *closer) Close(code quicwire.CloseCode, _ string) {
 
 func (c *closer) RTT() (time.Duration, time.Time) { return 0, time.Time{} }
 
-func (c *closer) OpenStream(context.Context) (*quic.Stream, error) {
+func (c *closer) OpenStream(context.Context, time.Duration) (*quic.Stream, error) {
 	return nil, errors.New("closer opens no streams")
 }
 

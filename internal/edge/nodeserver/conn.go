@@ -129,10 +129,22 @@ func (c *nodeConn) RTT() (time.Duration, time.Time) { return c.hb.LastRTT() }
 // calls it when it fences the generation.
 func (c *nodeConn) Close(code quicwire.CloseCode, detail string) { code.Close(c.qc, detail) }
 
-// OpenStream opens a dispatched stream, waiting for a free stream slot
-// until ctx is done (fleet.Link).
-func (c *nodeConn) OpenStream(ctx context.Context) (*quic.Stream, error) {
-	return c.qc.OpenStreamSync(ctx)
+// OpenStream opens a dispatched stream, waiting for a free stream slot for
+// up to wait, until ctx is done (fleet.Link). A stream free now (nearly
+// always: the scheduler grants no more slots than the limit has room for)
+// costs no timer or context of its own.
+func (c *nodeConn) OpenStream(ctx context.Context, wait time.Duration) (*quic.Stream, error) {
+	st, err := c.qc.OpenStream()
+	if !errors.As(err, new(*quic.StreamLimitReachedError)) {
+		return st, err
+	}
+	octx, cancel := context.WithTimeoutCause(ctx, wait, fleet.ErrStreamWait)
+	defer cancel()
+	st, err = c.qc.OpenStreamSync(octx)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(octx), fleet.ErrStreamWait) {
+		return nil, fleet.ErrStreamWait
+	}
+	return st, err
 }
 
 // run answers the registration and serves the connection until it ends.

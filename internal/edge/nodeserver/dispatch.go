@@ -67,7 +67,7 @@ func (d *Dispatched) Cancel(code quicwire.StreamCode) {
 // more slots on a generation than its stream limit has room for
 // (fleet.Conn.Slots), so this is rare: metadata calls and streams still
 // closing took the headroom. The work may move to another candidate.
-var ErrStreamWait = errors.New("no stream free on the node's connection")
+var ErrStreamWait = fleet.ErrStreamWait // a dispatch waited Options.StreamWait
 
 // Dispatch opens a stream to nodeID's current generation, which must be
 // ready and not suspect (R1, P4), and sends hdr as its first frame, stamped
@@ -85,14 +85,12 @@ func (s *Server) Dispatch(ctx context.Context, nodeID string, hdr *wirepb.Stream
 	if err != nil {
 		return nil, err
 	}
-	octx, cancel := context.WithTimeoutCause(ctx, s.opts.StreamWait, ErrStreamWait)
-	st, err := conn.OpenStream(octx)
-	cancel()
+	st, err := conn.OpenStream(ctx, s.opts.StreamWait)
 	if err != nil {
 		if cc, ok := quicwire.CloseReason(err); ok {
 			return nil, fmt.Errorf("dispatch to %s: %w", nodeID, cc)
 		}
-		if ctx.Err() == nil && errors.Is(context.Cause(octx), ErrStreamWait) {
+		if ctx.Err() == nil && errors.Is(err, fleet.ErrStreamWait) {
 			s.log.Warn("no stream free on a node's connection", "node", nodeID, "generation", conn.Generation(), "waited", s.opts.StreamWait)
 			return nil, fmt.Errorf("dispatch to %s: %w (waited %v)", nodeID, ErrStreamWait, s.opts.StreamWait)
 		}

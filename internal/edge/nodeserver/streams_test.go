@@ -131,7 +131,7 @@ func TestMalformedFramesOnADispatchedStreamEndThatStreamOnly(t *testing.T) {
 		for _, c := range cases {
 			// The Edge sends a malformed first frame: the Node refuses the
 			// stream with protocol_error.
-			raw, err := conn.OpenStream(t.Context())
+			raw, err := conn.OpenStream(t.Context(), time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -245,7 +245,7 @@ func TestStreamOfAnotherGenerationIsRefused(t *testing.T) {
 			served <- struct{}{}
 		})))
 		conn := h.waitReady("n1")
-		raw, err := conn.OpenStream(t.Context())
+		raw, err := conn.OpenStream(t.Context(), time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

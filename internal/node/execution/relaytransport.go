@@ -40,16 +40,35 @@ type relayTransport struct {
 	idle map[string][]*relayConn // by host:port, the most recent last
 }
 
-// relayConn is one connection with its buffers.
+// relayConn is one connection with its read buffer.
 type relayConn struct {
 	net.Conn
 	br *bufio.Reader
-	bw *bufio.Writer
 }
 
-// relayBufSize is the size of each connection's read and write buffer: a
-// request head and an answer's line, as newRelayClient sizes net/http's.
+// relayBufSize is the size of each connection's read buffer, and of the
+// write buffers: a request head and an answer's line, as newRelayClient
+// sizes net/http's.
 const relayBufSize = 1 << 10
+
+// relayWriters are the write buffers requests are written through, each
+// held only while one is written: a request waiting for its answer (a
+// prefill) holds its connection's read buffer alone (issue 25).
+var relayWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, relayBufSize) }}
+
+// writeRequest writes req, its body included, to c through a pooled
+// buffer.
+func writeRequest(c net.Conn, req *http.Request) error {
+	bw := relayWriters.Get().(*bufio.Writer)
+	bw.Reset(c)
+	err := req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	bw.Reset(nil)
+	relayWriters.Put(bw)
+	return err
+}
 
 // aLongTimeAgo is a deadline that has passed: setting it unblocks a read
 // or write in progress on the connection.
@@ -91,10 +110,7 @@ func (t *relayTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	if err := req.Write(c.bw); err != nil {
-		return fail(fmt.Errorf("writing the request: %w", err))
-	}
-	if err := c.bw.Flush(); err != nil {
+	if err := writeRequest(c, req); err != nil {
 		return fail(fmt.Errorf("writing the request: %w", err))
 	}
 	var resp *http.Response
@@ -146,7 +162,7 @@ func (t *relayTransport) conn(ctx context.Context, addr string) (*relayConn, err
 	if err != nil {
 		return nil, err
 	}
-	return &relayConn{Conn: nc, br: bufio.NewReaderSize(nc, relayBufSize), bw: bufio.NewWriterSize(nc, relayBufSize)}, nil
+	return &relayConn{Conn: nc, br: bufio.NewReaderSize(nc, relayBufSize)}, nil
 }
 
 // put keeps c for the next request to addr, or closes it if enough are
