@@ -64,9 +64,15 @@ const readAhead = 1 << 10
 // Errors of the underlying stream (a reset, a closed connection) are
 // returned as they are.
 func (fr *FrameReader) Read(m proto.Message) error {
+	if fr.r == nil {
+		return io.EOF
+	}
 	n, err := binary.ReadUvarint(fr.r)
 	switch {
 	case err == io.EOF:
+		// Nothing more comes: the read-ahead goes. A Node's run waiting
+		// through a prefill has read its request to this end (issue 25).
+		fr.r = nil
 		return io.EOF
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return fr.protoErr(fmt.Errorf("%w: inside the length prefix", ErrFrameTruncated))
@@ -116,6 +122,9 @@ func (fr *FrameReader) Ready() bool { return fr.Next() != nil }
 // more is not ready). The bytes are the reader's: valid until the next
 // Read, and not to be changed.
 func (fr *FrameReader) Next() []byte {
+	if fr.r == nil {
+		return nil
+	}
 	b, _ := fr.r.Peek(fr.r.Buffered()) // never reads: only what is buffered
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > uint64(len(b)-k) {

@@ -645,3 +645,43 @@ func TestFullBodyChunkAndHeadersFitAStreamFrame(t *testing.T) {
 		}
 	}
 }
+
+// Issue 25: writers marshal into buffers they share between Writes (a
+// stream that writes once holds none), so writers on many streams at once
+// must each still write exactly their own frames.
+func TestConcurrentWritersEachWriteTheirOwnFrames(t *testing.T) {
+	const writers, frames = 8, 200
+	var bufs [writers]bytes.Buffer
+	done := make(chan struct{})
+	for w := range writers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			fw := transport.NewFrameWriter(&bufs[w], quicwire.MaxStreamFrameSize)
+			for i := range frames {
+				body := bytes.Repeat([]byte{byte(w)}, 1+(i*131)%(70<<10)) // some past the pooled size
+				if err := fw.Write(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Body{Body: body}}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for range writers {
+		<-done
+	}
+	for w := range writers {
+		fr := transport.NewFrameReader(&bufs[w], quicwire.MaxStreamFrameSize, "tunnel")
+		for i := range frames {
+			m := new(wirepb.TunnelFrame)
+			if err := fr.Read(m); err != nil {
+				t.Fatalf("writer %d frame %d: %v", w, i, err)
+			}
+			if want := bytes.Repeat([]byte{byte(w)}, 1+(i*131)%(70<<10)); !bytes.Equal(m.GetBody(), want) {
+				t.Fatalf("writer %d frame %d: %d bytes not all %d", w, i, len(m.GetBody()), w)
+			}
+		}
+		if err := fr.Read(new(wirepb.TunnelFrame)); err != io.EOF || fr.Next() != nil {
+			t.Fatalf("writer %d: after its frames %v, want io.EOF and nothing next", w, err)
+		}
+	}
+}
