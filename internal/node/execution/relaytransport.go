@@ -70,6 +70,10 @@ func writeRequest(c net.Conn, req *http.Request) error {
 	return err
 }
 
+// headRequest stands for any HEAD request when an answer is read: the
+// method is all http.ReadResponse looks at.
+var headRequest = &http.Request{Method: http.MethodHead}
+
 // aLongTimeAgo is a deadline that has passed: setting it unblocks a read
 // or write in progress on the connection.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -113,9 +117,18 @@ func (t *relayTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := writeRequest(c, req); err != nil {
 		return fail(fmt.Errorf("writing the request: %w", err))
 	}
+	// From here on the request is not referred to: a call waiting for its
+	// answer (a prefill) holds its connection and read buffer, not the
+	// request's headers and URL (issue 25). Reading the answer needs only
+	// whether it was a HEAD (an answer without a body); resp.Request stays
+	// nil, as nothing reads it.
+	closeReq, asked := req.Close, (*http.Request)(nil)
+	if req.Method == http.MethodHead {
+		asked = headRequest
+	}
 	var resp *http.Response
 	for {
-		resp, err = http.ReadResponse(c.br, req)
+		resp, err = http.ReadResponse(c.br, asked)
 		if err != nil {
 			return fail(fmt.Errorf("reading the answer: %w", err))
 		}
@@ -125,7 +138,8 @@ func (t *relayTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			break
 		}
 	}
-	reuse := !resp.Close && !req.Close && resp.ProtoAtLeast(1, 1) && resp.StatusCode != http.StatusSwitchingProtocols
+	resp.Request = nil // never the shared headRequest
+	reuse := !resp.Close && !closeReq && resp.ProtoAtLeast(1, 1) && resp.StatusCode != http.StatusSwitchingProtocols
 	resp.Body = &relayBody{t: t, c: c, addr: addr, body: resp.Body, stop: stop, reuse: reuse}
 	return resp, nil
 }

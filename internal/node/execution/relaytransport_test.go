@@ -80,6 +80,45 @@ func TestRelayTransportReusesAConnection(t *testing.T) {
 	}
 }
 
+// A HEAD's answer announces a length but has no body: the transport reads
+// it as such (it keeps only the method once the request is written) and
+// the connection serves the next request.
+func TestRelayTransportHeadAnswerHasNoBody(t *testing.T) {
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "11")
+		if r.Method != http.MethodHead {
+			io.WriteString(w, "hello world")
+		}
+	})
+	c := newTestRelayClient()
+	// Bounded so that a HEAD's answer read as having a body (which the
+	// server never sends) fails the test instead of hanging it.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for _, method := range []string{http.MethodHead, http.MethodGet, http.MethodHead} {
+		req, err := http.NewRequestWithContext(ctx, method, srv.URL+"/api/version", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := "hello world"
+		if method == http.MethodHead {
+			want = ""
+		}
+		if err != nil || string(b) != want || resp.ContentLength != 11 {
+			t.Fatalf("%s: body %q (length %d), %v; want %q", method, b, resp.ContentLength, err, want)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections for 3 requests in a row, want 1", n)
+	}
+}
+
 // A connection the server closed while idle is found before reuse: the
 // next request goes on a new one.
 func TestRelayTransportDropsAConnectionClosedWhileIdle(t *testing.T) {
