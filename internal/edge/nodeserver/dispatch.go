@@ -90,7 +90,7 @@ func (s *Server) Dispatch(ctx context.Context, nodeID string, hdr *wirepb.Stream
 		if cc, ok := quicwire.CloseReason(err); ok {
 			return nil, fmt.Errorf("dispatch to %s: %w", nodeID, cc)
 		}
-		if ctx.Err() == nil && errors.Is(err, fleet.ErrStreamWait) {
+		if ctx.Err() == nil && errors.Is(err, ErrStreamWait) {
 			s.log.Warn("no stream free on a node's connection", "node", nodeID, "generation", conn.Generation(), "waited", s.opts.StreamWait)
 			return nil, fmt.Errorf("dispatch to %s: %w (waited %v)", nodeID, ErrStreamWait, s.opts.StreamWait)
 		}
