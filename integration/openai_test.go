@@ -26,6 +26,12 @@ type stack struct {
 
 func startStack(t *testing.T, models ...fakeollama.Model) *stack {
 	t.Helper()
+	return startStackOf(t, 4, models...)
+}
+
+// startStackOf is startStack with capacity runs at once on the provider.
+func startStackOf(t *testing.T, capacity int, models ...fakeollama.Model) *stack {
+	t.Helper()
 	fake := fakeollama.New(models...)
 	t.Cleanup(fake.Close)
 	dir := t.TempDir()
@@ -45,8 +51,8 @@ edge: {address: "127.0.0.1:%d"}
 identity: {mode: loopback}
 reconnect: {initial_backoff: 50ms, max_backoff: 500ms}
 providers:
-  - {name: ollama, adapter: ollama, capacity: 4, config: {base_url: %q}}
-`, quicPort, fake.URL()))
+  - {name: ollama, adapter: ollama, capacity: %d, config: {base_url: %q}}
+`, quicPort, capacity, fake.URL()))
 	s := &stack{base: fmt.Sprintf("http://127.0.0.1:%d", httpPort), fake: fake}
 	s.edge = start(t, "edged", bin.edged, "run", "--config", edgeConf)
 	s.node = start(t, "noded", bin.noded, "run", "--config", nodeConf)

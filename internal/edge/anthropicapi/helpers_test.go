@@ -95,7 +95,7 @@ type sessionRecorder struct {
 	keys []string
 }
 
-func (s *sessionRecorder) StartRun(ctx context.Context, plan dispatch.Plan, req *wirepb.RunRequest, watch dispatch.Watch) (frontend.Run, error) {
+func (s *sessionRecorder) StartRun(ctx context.Context, plan *dispatch.Plan, req *wirepb.RunRequest, watch dispatch.Watch) (frontend.Run, error) {
 	s.mu.Lock()
 	s.keys = append(s.keys, plan.Session)
 	s.mu.Unlock()

@@ -34,7 +34,7 @@ func TestATurnPrefersWhereItsSessionsLastTurnRan(t *testing.T) {
 	}
 	turn := func(principal, session string) string {
 		t.Helper()
-		r, err := d.StartRun(t.Context(), plan(principal, session), &wirepb.RunRequest{}, Watch{})
+		r, err := d.StartRun(t.Context(), new(plan(principal, session)), &wirepb.RunRequest{}, Watch{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -175,11 +175,12 @@ func (p Plan) stallTimeoutMs() int64 {
 }
 
 // WithAdapter is p among the candidates of adapter only: the raw tunnel,
-// which relays one kind of server's own API.
-func (p Plan) WithAdapter(adapter string) Plan {
+// which relays one kind of server's own API. p is not changed.
+func (p *Plan) WithAdapter(adapter string) *Plan {
+	q := *p
 	match := p.Match
-	p.Match = func(c sched.Candidate) bool { return c.Adapter == adapter && match(c) }
-	return p
+	q.Match = func(c sched.Candidate) bool { return c.Adapter == adapter && match(c) }
+	return &q
 }
 
 // Resolve finds the route and profile for model, in the configuration p
@@ -227,18 +228,16 @@ func routeMatch(r edgeconfig.Route) func(sched.Candidate) bool {
 // tried, among the candidates whose adapter has what plan needs. A model
 // that nothing offers at all is ErrUnknownModel; one offered now, but by
 // no adapter that can do the work, ErrUnsupported.
-func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []sched.Candidate, prefer *sched.Candidate) (Slot, error) {
+//
+// acquire is on the way of every request that waits for its first byte,
+// whose goroutine keeps the stack it grew to (P3): its refusal path is a
+// function of its own, so that the frame it pushes stays small.
+func (d *Dispatcher) acquire(ctx context.Context, id string, plan *Plan, tried []sched.Candidate, prefer *sched.Candidate) (Slot, error) {
 	start := time.Now()
-	match := plan.Match
-	if plan.Needs != "" || plan.Size > transport.OneFrameHeader {
-		match = func(c sched.Candidate) bool {
-			return plan.Match(c) && (plan.Needs == "" || slices.Contains(c.Capabilities, plan.Needs)) && takes(c, plan.Size)
-		}
-	}
-	req := sched.Request{
+	req := &sched.Request{
 		ID:            id,
 		Model:         plan.Model,
-		Match:         match,
+		Match:         plan.Match,
 		Exclude:       tried,
 		QueueTimeout:  time.Duration(plan.Profile.QueueTimeout),
 		MaxQueueDepth: plan.Profile.MaxQueueDepth,
@@ -246,51 +245,73 @@ func (d *Dispatcher) acquire(ctx context.Context, id string, plan Plan, tried []
 		PreferSlack:   AffinitySlack,
 		WarmFirst:     d.config(plan.Principal).WarmFirst(),
 	}
-	slot, err := d.slots.Acquire(ctx, req)
-	if len(tried) == 0 && errors.Is(err, sched.ErrNoCandidate) && !slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
-		// Served by a sleeping Node only: wake it, holding the request up
-		// to the wake timeout, then queue as any other (wake.go).
-		woke, werr := d.awaken(ctx, plan)
-		if werr != nil {
-			return nil, werr
-		}
-		if woke {
-			slot, err = d.slots.Acquire(ctx, req)
-		}
+	if plan.Needs != "" || plan.Size > transport.OneFrameHeader {
+		req.Match = plan.matchCapable
 	}
-	if len(tried) == 0 && errors.Is(err, sched.ErrNoCandidate) && slices.ContainsFunc(d.slots.Candidates(), match) {
-		// A Node became ready between the scheduler's refusal and now (a
-		// Node reconnecting to a restarted Edge: its remembered models
-		// stop being "not yet back" as it turns ready). Its slot is there
-		// to take; asking again is the answer a moment later would give.
-		slot, err = d.slots.Acquire(ctx, req)
+	slot, err := d.slots.Acquire(ctx, *req)
+	if err != nil && len(tried) == 0 && errors.Is(err, sched.ErrNoCandidate) {
+		slot, err = d.refused(ctx, plan, req, err)
 	}
 	if err == nil && d.metrics != nil {
 		d.metrics.QueueWait.WithLabelValues(plan.Model).Observe(time.Since(start).Seconds())
 		d.metrics.RouteChoices.WithLabelValues(string(slot.Candidate().Choice)).Inc()
 	}
-	if len(tried) == 0 && errors.Is(err, sched.ErrNoCandidate) {
-		capable := func(c sched.Candidate) bool {
-			return plan.Match(c) && (plan.Needs == "" || slices.Contains(c.Capabilities, plan.Needs))
+	return slot, err
+}
+
+// matchCapable is p.Match among the candidates whose adapter has what p
+// needs and whose Node takes p's size.
+func (p *Plan) matchCapable(c sched.Candidate) bool {
+	return p.Match(c) && (p.Needs == "" || slices.Contains(c.Capabilities, p.Needs)) && takes(c, p.Size)
+}
+
+// refused follows the scheduler's first refusal of req for want of a
+// candidate, err: a model served by a sleeping Node only is woken, a Node
+// that turned ready meanwhile is asked again, and otherwise the error says
+// why nothing can take the work.
+func (d *Dispatcher) refused(ctx context.Context, plan *Plan, req *sched.Request, err error) (Slot, error) {
+	var slot Slot
+	if !slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
+		// Served by a sleeping Node only: wake it, holding the request up
+		// to the wake timeout, then queue as any other (wake.go).
+		woke, werr := d.awaken(ctx, *plan)
+		if werr != nil {
+			return nil, werr
 		}
-		cands := d.slots.Candidates()
-		switch {
-		case !slices.ContainsFunc(cands, plan.Match):
-			if err := d.absent(plan); err != nil {
-				return nil, err
-			}
-		case !slices.ContainsFunc(cands, capable):
-			return nil, fmt.Errorf("%w: model %q is served by no provider whose adapter implements %s", ErrUnsupported, plan.Model, plan.Needs)
-		case !slices.ContainsFunc(cands, match):
-			largest := 0
-			for _, c := range cands {
-				if capable(c) {
-					largest = max(largest, maxRequest(c))
-				}
-			}
-			return nil, fmt.Errorf("%w: the request is %d bytes; the Nodes serving model %q take at most %d (noded limits.max_request_mib)",
-				ErrRequestTooLarge, plan.Size, plan.Model, largest)
+		if woke {
+			slot, err = d.slots.Acquire(ctx, *req)
 		}
+	}
+	if errors.Is(err, sched.ErrNoCandidate) && slices.ContainsFunc(d.slots.Candidates(), req.Match) {
+		// A Node became ready between the scheduler's refusal and now (a
+		// Node reconnecting to a restarted Edge: its remembered models
+		// stop being "not yet back" as it turns ready). Its slot is there
+		// to take; asking again is the answer a moment later would give.
+		slot, err = d.slots.Acquire(ctx, *req)
+	}
+	if !errors.Is(err, sched.ErrNoCandidate) {
+		return slot, err
+	}
+	capable := func(c sched.Candidate) bool {
+		return plan.Match(c) && (plan.Needs == "" || slices.Contains(c.Capabilities, plan.Needs))
+	}
+	cands := d.slots.Candidates()
+	switch {
+	case !slices.ContainsFunc(cands, plan.Match):
+		if err := d.absent(*plan); err != nil {
+			return nil, err
+		}
+	case !slices.ContainsFunc(cands, capable):
+		return nil, fmt.Errorf("%w: model %q is served by no provider whose adapter implements %s", ErrUnsupported, plan.Model, plan.Needs)
+	case !slices.ContainsFunc(cands, req.Match):
+		largest := 0
+		for _, c := range cands {
+			if capable(c) {
+				largest = max(largest, maxRequest(c))
+			}
+		}
+		return nil, fmt.Errorf("%w: the request is %d bytes; the Nodes serving model %q take at most %d (noded limits.max_request_mib)",
+			ErrRequestTooLarge, plan.Size, plan.Model, largest)
 	}
 	return slot, err
 }

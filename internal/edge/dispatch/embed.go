@@ -40,9 +40,10 @@ type Embedding struct {
 // an unknown or unsupported model, a cancel or the deadline
 // (context.Cause), every candidate failing; otherwise the Embedding's
 // Terminal says how it ended.
-func (d *Dispatcher) Embed(ctx context.Context, plan Plan, req *wirepb.EmbedRequest, watch Watch, progress func()) (*Embedding, error) {
+func (d *Dispatcher) Embed(ctx context.Context, p *Plan, req *wirepb.EmbedRequest, watch Watch, progress func()) (*Embedding, error) {
+	e := &Embedding{ID: d.newID("emb"), d: d, plan: *p, progress: progress}
+	plan := &e.plan
 	plan.Needs = CapEmbed
-	e := &Embedding{ID: d.newID("emb"), d: d, plan: plan, progress: progress}
 	watch.Live.Identify(e.ID)
 	deadline := plan.deadline()
 	ctx, stop := context.WithDeadline(ctx, deadline)
@@ -58,7 +59,7 @@ func (d *Dispatcher) Embed(ctx context.Context, plan Plan, req *wirepb.EmbedRequ
 }
 
 // open is one attempt of the loop: the whole call on c.
-func (e *Embedding) open(ctx context.Context, c sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
+func (e *Embedding) open(ctx context.Context, c *sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
 	call := e.req // the attempt before this one has ended: nothing reads it
 	call.Provider, call.Adapter, call.Target = c.Provider, c.Adapter, c.Target
 	call.SealedLease, call.Binding = lease, binding
@@ -69,7 +70,7 @@ func (e *Embedding) open(ctx context.Context, c sched.Candidate, conn Conn, leas
 	stop := watchSuspect(conn, c.NodeID, es)
 	vectors, term := es.Wait(e.progress)
 	stop()
-	e.Node, e.Vectors, e.Terminal = c, vectors, term
+	e.Node, e.Vectors, e.Terminal = *c, vectors, term
 	if term.GetType() == wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
 		return answer{}
 	}

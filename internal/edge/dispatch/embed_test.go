@@ -19,15 +19,15 @@ func TestWorkOfAKindGoesOnlyToAdaptersThatDoIt(t *testing.T) {
 		Targets: []*wirepb.Target{{Name: "chat-only"}}})
 	plan := func(model string) Plan { return planFor(t, d, model) }
 
-	_, err := d.Embed(t.Context(), plan("chat-only"), &wirepb.EmbedRequest{Inputs: []string{"x"}}, Watch{}, nil)
+	_, err := d.Embed(t.Context(), new(plan("chat-only")), &wirepb.EmbedRequest{Inputs: []string{"x"}}, Watch{}, nil)
 	if !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("embeddings of a chat-only model: %v, want ErrUnsupported", err)
 	}
 	completion := &wirepb.RunRequest{Completion: &wirepb.CompletionInput{Prompt: "p"}}
-	if _, err := d.StartRun(t.Context(), plan("chat-only"), completion, Watch{}); !errors.Is(err, ErrUnsupported) {
+	if _, err := d.StartRun(t.Context(), new(plan("chat-only")), completion, Watch{}); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("a raw completion on a model no adapter completes: %v, want ErrUnsupported", err)
 	}
-	if _, err := d.Embed(t.Context(), plan("ghost"), &wirepb.EmbedRequest{Inputs: []string{"x"}}, Watch{}, nil); !errors.Is(err, ErrUnknownModel) {
+	if _, err := d.Embed(t.Context(), new(plan("ghost")), &wirepb.EmbedRequest{Inputs: []string{"x"}}, Watch{}, nil); !errors.Is(err, ErrUnknownModel) {
 		t.Errorf("embeddings of a model nobody offers: %v, want ErrUnknownModel", err)
 	}
 	// Plans themselves still match by model alone: the inventory lists the

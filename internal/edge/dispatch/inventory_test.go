@@ -52,7 +52,7 @@ func TestThePlanHasTheRoutesProfileAndTheInventoryOnlyWhatCanBeServed(t *testing
 	if err := d.Available(plan); err != nil {
 		t.Errorf("available: %v", err)
 	}
-	if cs := d.Candidates(plan.WithAdapter("openai")); len(cs) != 0 {
+	if cs := d.Candidates(*plan.WithAdapter("openai")); len(cs) != 0 {
 		t.Errorf("candidates of another adapter: %v", cs)
 	}
 }

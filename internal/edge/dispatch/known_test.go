@@ -24,7 +24,7 @@ func TestAModelNobodyOffersIsUnknownOneThatIsGoneIsUnavailable(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		_, err = d.StartRun(t.Context(), plan, &wirepb.RunRequest{}, Watch{})
+		_, err = d.StartRun(t.Context(), &plan, &wirepb.RunRequest{}, Watch{})
 		return err
 	}
 	if err := start("ghost"); !errors.Is(err, ErrUnknownModel) {

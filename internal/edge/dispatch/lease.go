@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/iop-dev/iop/internal/edge/credentials"
@@ -53,11 +54,18 @@ func (l *Leases) PublicKey() ed25519.PublicKey { return l.issuer.PublicKey() }
 
 // seal returns the sealed lease and binding for one dispatch of work
 // under plan, to candidate c on conn, or nil when the profile needs no
-// credential.
-func (d *Dispatcher) seal(plan Plan, slotID string, c sched.Candidate, conn Conn, deadline time.Time) ([]byte, *wirepb.LeaseBinding, error) {
+// credential. The lease's slot is the work's id and its attempt, n. The
+// sealing is a function of its own: work without a credential does not
+// push its frame (acquire says why that matters).
+func (d *Dispatcher) seal(plan *Plan, id string, n int, c *sched.Candidate, conn Conn, deadline time.Time) ([]byte, *wirepb.LeaseBinding, error) {
 	if plan.Profile.Credential == "" {
 		return nil, nil, nil
 	}
+	return d.sealLease(plan, id+"#"+strconv.Itoa(n), c, conn, deadline)
+}
+
+// sealLease is seal for a profile with a credential.
+func (d *Dispatcher) sealLease(plan *Plan, slotID string, c *sched.Candidate, conn Conn, deadline time.Time) ([]byte, *wirepb.LeaseBinding, error) {
 	if d.leases == nil || d.leases.creds == nil {
 		return nil, nil, fmt.Errorf("%w: profile %q needs credential %q, and this Edge issues no leases", ErrCredentialUnavailable, plan.Profile.Name, plan.Profile.Credential)
 	}

@@ -44,7 +44,7 @@ func TestSealBindsTheLeaseToTheDispatch(t *testing.T) {
 	c := sched.Candidate{NodeID: "gpu-1", Generation: conn.Generation(), Provider: "openai", Target: "gpt-4o"}
 	deadline := time.Now().Add(time.Minute)
 
-	sealed, b, err := d.seal(plan, "run-1#0", c, conn, deadline)
+	sealed, b, err := d.seal(&plan, "run-1", 0, &c, conn, deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,25 +68,25 @@ func TestSealBindsTheLeaseToTheDispatch(t *testing.T) {
 	// A profile without a credential gets no lease.
 	plain := plan
 	plain.Profile.Credential = ""
-	if sealed, b, err := d.seal(plain, "run-2#0", c, conn, deadline); sealed != nil || b != nil || err != nil {
+	if sealed, b, err := d.seal(&plain, "run-2", 0, &c, conn, deadline); sealed != nil || b != nil || err != nil {
 		t.Errorf("no credential: %v %v %v", sealed, b, err)
 	}
 
 	// S3: an unauthenticated (loopback) connection is never given one.
 	loop := reg.Register(fleet.ConnInfo{NodeID: "dev", Identity: "loopback", LeaseKey: pub[:]})
-	if _, _, err := d.seal(plan, "run-3#0", c, loop, deadline); !errors.Is(err, ErrCredentialUnavailable) {
+	if _, _, err := d.seal(&plan, "run-3", 0, &c, loop, deadline); !errors.Is(err, ErrCredentialUnavailable) {
 		t.Errorf("loopback connection: %v, want ErrCredentialUnavailable", err)
 	}
 
 	// S4: a credential the store refuses (revoked, disabled) is not leased.
 	creds.err = credentials.ErrCredentialRevoked
-	if _, _, err := d.seal(plan, "run-4#0", c, conn, deadline); !errors.Is(err, ErrCredentialUnavailable) || !errors.Is(err, credentials.ErrCredentialRevoked) {
+	if _, _, err := d.seal(&plan, "run-4", 0, &c, conn, deadline); !errors.Is(err, ErrCredentialUnavailable) || !errors.Is(err, credentials.ErrCredentialRevoked) {
 		t.Errorf("revoked credential: %v", err)
 	}
 
 	// An Edge that issues no leases refuses rather than run without.
 	bare := New(edgeconfig.Default(), nil, nil, Options{})
-	if _, _, err := bare.seal(plan, "run-5#0", c, conn, deadline); !errors.Is(err, ErrCredentialUnavailable) {
+	if _, _, err := bare.seal(&plan, "run-5", 0, &c, conn, deadline); !errors.Is(err, ErrCredentialUnavailable) {
 		t.Errorf("no issuer: %v", err)
 	}
 }

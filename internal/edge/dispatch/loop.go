@@ -44,7 +44,7 @@ const maxHoldOffs = 7
 // the provider full until its Node reports a slot free or
 // sched.FullBackoff passes, so this is not a hot loop: the request waits
 // in its queue in between.
-func busyWait(plan Plan) time.Duration {
+func busyWait(plan *Plan) time.Duration {
 	if q := time.Duration(plan.Profile.QueueTimeout); q > 0 {
 		return q
 	}
@@ -77,7 +77,7 @@ func (w *Watch) admitted() {
 type attempt interface {
 	// open dispatches the work to c over conn with its sealed lease and
 	// waits for the first answer.
-	open(ctx context.Context, c sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer
+	open(ctx context.Context, c *sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer
 	// keep makes the open attempt the work's, on slot.
 	keep(slot Slot)
 	// drop gives the open attempt up: its stream is closed.
@@ -156,87 +156,127 @@ func judge(a answer, stallRetried bool) verdict {
 // client (a refusal, ErrUnknownModel, ErrUnsupported, a credential that
 // cannot be leased, the context's cause, or the last candidate's ending).
 // deadline is the work's hard deadline, which bounds its leases.
-func (d *Dispatcher) dispatch(ctx context.Context, id string, plan Plan, deadline time.Time, watch *Watch, w attempt) error {
-	var tried []sched.Candidate
-	var lastErr error
-	stallRetried := false
-	holdOffs := 0
-	var busySince time.Time // the first busy refusal
-	var session sessionID
-	var last *sched.Candidate // where the session's last turn ran
-	if plan.Session != "" {
-		session = sessionOf(plan.Principal.Name, plan.Session, plan.Model)
-		last, _ = d.sessions.last(session)
-	}
+//
+// A request waits for its first byte in w.open, called from here, and its
+// goroutine keeps the stack it grew to on the way (P3: ten thousand waiting
+// requests are ten thousand such stacks). So what happens around an
+// attempt, before it and after it, is in functions of its own, and this
+// frame holds little more than the loop's state.
+func (d *Dispatcher) dispatch(ctx context.Context, id string, plan *Plan, deadline time.Time, watch *Watch, w attempt) error {
+	l := d.newLoop(plan)
 	for n := 0; n < MaxAttempts; n++ {
 		watch.Live.Queued()
-		slot, err := d.acquire(ctx, id, plan, tried, last)
+		slot, err := d.acquire(ctx, id, plan, l.tried, l.last)
 		if err != nil {
-			if lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
-				return noStreamIsBusy(plan.Model, lastErr) // every candidate tried failed: say why
+			if l.lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
+				return noStreamIsBusy(plan.Model, l.lastErr) // every candidate tried failed: say why
 			}
 			return err
 		}
 		watch.admitted()
-		c := slot.Candidate()
-		lease, binding, err := d.seal(plan, fmt.Sprintf("%s#%d", id, n), c, slot.Conn(), deadline)
+		l.c = slot.Candidate()
+		lease, binding, err := d.seal(plan, id, n, &l.c, slot.Conn(), deadline)
 		if err != nil {
 			slot.Release()
 			return err // no other credential, no other way (S4)
 		}
-		watch.Live.Dispatched(c.NodeID, c.Provider, c.Target)
-		a := w.open(ctx, c, slot.Conn(), lease, binding)
-		d.countStall(a.end.Stall)
-		v := judge(a, stallRetried)
-		if v == keep && (a.err == nil || ctx.Err() == nil) {
-			w.keep(slot)
-			if plan.Session != "" {
-				d.sessionTurn(session, plan, c, last, tried)
-			}
+		watch.Live.Dispatched(l.c.NodeID, l.c.Provider, l.c.Target)
+		a := w.open(ctx, &l.c, slot.Conn(), lease, binding)
+		switch next, err := d.after(ctx, id, plan, l, w, slot, a); next {
+		case kept:
 			return nil
+		case ended:
+			return err
+		case again:
+			n-- // not a failover: the same or the queue's next candidate
 		}
-		w.drop()
-		if v == full && busySince.IsZero() {
-			busySince = time.Now()
-		}
-		waitBusy := v == full && time.Since(busySince) < busyWait(plan)
-		if waitBusy {
-			// Before the release, which would hand the slot on.
-			d.slots.MarkFull(c)
-		}
-		slot.Release()
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		if waitBusy {
-			d.busyRefused(id, c)
-			n-- // not a failover: the queue decides where it goes next
-			continue
-		}
-		if v == busy && holdOff(ctx, holdOffs) {
-			holdOffs++
-			n-- // the same candidates again, not a failover
-			continue
-		}
-		stallRetried = stallRetried || v == moveOnce
-		tried = append(tried, c)
-		lastErr = a.err
-		reason := "before_first_byte"
-		switch {
-		case a.abandoned:
-			reason = "node_suspect"
-		case a.end.Outcome == OutcomeStalled:
-			reason = "response_stalled"
-		}
-		d.failover(id, c, a.err, reason)
 	}
-	return noStreamIsBusy(plan.Model, lastErr)
+	return noStreamIsBusy(plan.Model, l.lastErr)
+}
+
+// loop is what the dispatch loop carries from one attempt to the next.
+type loop struct {
+	tried        []sched.Candidate // the candidates that failed the work
+	lastErr      error             // how the last of them failed
+	stallRetried bool
+	holdOffs     int
+	busySince    time.Time // the first busy refusal
+	session      sessionID
+	last         *sched.Candidate // where the session's last turn ran
+	c            sched.Candidate  // the candidate of the attempt in hand
+}
+
+func (d *Dispatcher) newLoop(plan *Plan) *loop {
+	l := &loop{}
+	if plan.Session != "" {
+		l.session = sessionOf(plan.Principal.Name, plan.Session, plan.Model)
+		l.last, _ = d.sessions.last(l.session)
+	}
+	return l
+}
+
+// step is what the loop does after an attempt.
+type step int
+
+const (
+	kept  step = iota // the attempt is the work's: done
+	ended             // the work ends with an error
+	again             // acquire again, without counting an attempt
+	moved             // acquire again, elsewhere: a failover
+)
+
+// after judges attempt a of the work on l.c, on slot, and keeps it or
+// gives it up.
+func (d *Dispatcher) after(ctx context.Context, id string, plan *Plan, l *loop, w attempt, slot Slot, a answer) (step, error) {
+	c := l.c
+	d.countStall(a.end.Stall)
+	v := judge(a, l.stallRetried)
+	if v == keep && (a.err == nil || ctx.Err() == nil) {
+		w.keep(slot)
+		if plan.Session != "" {
+			d.sessionTurn(l.session, plan, c, l.last, l.tried)
+		}
+		return kept, nil
+	}
+	w.drop()
+	if v == full && l.busySince.IsZero() {
+		l.busySince = time.Now()
+	}
+	waitBusy := v == full && time.Since(l.busySince) < busyWait(plan)
+	if waitBusy {
+		// Before the release, which would hand the slot on.
+		d.slots.MarkFull(c)
+	}
+	slot.Release()
+	if ctx.Err() != nil {
+		return ended, context.Cause(ctx)
+	}
+	if waitBusy {
+		d.busyRefused(id, c)
+		return again, nil // the queue decides where it goes next
+	}
+	if v == busy && holdOff(ctx, l.holdOffs) {
+		l.holdOffs++
+		return again, nil // the same candidates again
+	}
+	l.stallRetried = l.stallRetried || v == moveOnce
+	l.tried = append(l.tried, c)
+	l.lastErr = a.err
+	reason := "before_first_byte"
+	switch {
+	case a.abandoned:
+		reason = "node_suspect"
+	case a.end.Outcome == OutcomeStalled:
+		reason = "response_stalled"
+	}
+	d.failover(id, c, a.err, reason)
+	return moved, nil
 }
 
 // sessionTurn records that a turn of plan's session runs on c: where the
 // next turn prefers, and how this one went, given last, where the one
 // before ran, and tried, the candidates that failed it first.
-func (d *Dispatcher) sessionTurn(id sessionID, plan Plan, c sched.Candidate, last *sched.Candidate, tried []sched.Candidate) {
+func (d *Dispatcher) sessionTurn(id sessionID, plan *Plan, c sched.Candidate, last *sched.Candidate, tried []sched.Candidate) {
 	at := func(o sched.Candidate) bool {
 		return o.NodeID == last.NodeID && o.Provider == last.Provider && o.Target == last.Target
 	}

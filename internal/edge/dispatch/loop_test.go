@@ -167,7 +167,7 @@ func start(t *testing.T, d *Dispatcher, kind string, plan Plan) (kept string, en
 	t.Helper()
 	switch kind {
 	case "run":
-		r, err := d.StartRun(t.Context(), plan, &wirepb.RunRequest{}, Watch{})
+		r, err := d.StartRun(t.Context(), &plan, &wirepb.RunRequest{}, Watch{})
 		if err != nil {
 			return "", false, err
 		}
@@ -175,14 +175,14 @@ func start(t *testing.T, d *Dispatcher, kind string, plan Plan) (kept string, en
 		ev, _ := r.Next()
 		return r.Node().NodeID, ev.GetType().IsTerminal() && ev.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED, nil
 	case "tunnel":
-		tn, err := d.StartTunnel(t.Context(), plan, &wirepb.TunnelRequest{}, func(string) ([]byte, error) { return nil, nil }, Watch{})
+		tn, err := d.StartTunnel(t.Context(), &plan, &wirepb.TunnelRequest{}, func(string) ([]byte, error) { return nil, nil }, Watch{})
 		if err != nil {
 			return "", false, err
 		}
 		defer tn.Close()
 		return tn.Node().NodeID, false, nil
 	}
-	e, err := d.Embed(t.Context(), plan, &wirepb.EmbedRequest{Inputs: []string{"x"}}, Watch{}, nil)
+	e, err := d.Embed(t.Context(), &plan, &wirepb.EmbedRequest{Inputs: []string{"x"}}, Watch{}, nil)
 	if err != nil {
 		return "", false, err
 	}

@@ -69,7 +69,7 @@ func TestAModelServedBeforeTheRestartIsNotYetBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, startErr := d.StartRun(t.Context(), plan, &wirepb.RunRequest{}, Watch{})
+		_, startErr := d.StartRun(t.Context(), &plan, &wirepb.RunRequest{}, Watch{})
 		if avail := d.Available(plan); errors.Is(avail, ErrNotYetBack) != errors.Is(startErr, ErrNotYetBack) ||
 			errors.Is(avail, ErrUnknownModel) != errors.Is(startErr, ErrUnknownModel) {
 			t.Errorf("%s: Available %v disagrees with StartRun %v", model, avail, startErr)
@@ -160,7 +160,7 @@ func TestARequestRacingANodeTurningReadyGetsItsSlot(t *testing.T) {
 		mem.Update(served.Offered(reg))
 	}
 	d := New(cfg, slots, ServerNodes(nodeserver.NewServer(nodeserver.Options{}, reg)), Options{Served: mem})
-	slot, err := d.acquire(t.Context(), "r1", planFor(t, d, "llama3"), nil, nil)
+	slot, err := d.acquire(t.Context(), "r1", new(planFor(t, d, "llama3")), nil, nil)
 	if err != nil {
 		t.Fatalf("acquire as n1 turns ready: %v, want n1's slot", err)
 	}

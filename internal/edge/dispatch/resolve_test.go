@@ -79,7 +79,7 @@ func TestPlanMatchesOnlyTheRoutesTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan = plan.WithAdapter("ollama")
+	plan = *plan.WithAdapter("ollama")
 	for _, c := range []struct {
 		c    sched.Candidate
 		want bool

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"io"
+	"time"
 
 	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/sched"
@@ -14,18 +15,19 @@ import (
 // Ready and Close are for the goroutine that relays the run; Cancel and
 // Context are safe from any goroutine.
 type Run struct {
-	id     string
-	plan   Plan
-	d      *Dispatcher
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	stop   context.CancelFunc // releases the deadline timer
-	req    *wirepb.RunRequest
-	slot   Slot
-	rs     RunStream
-	first  *wirepb.RunEvent // the first event, read by the loop, until Next returns it
-	done   bool
-	meter  usageMeter
+	id       string
+	plan     Plan
+	d        *Dispatcher
+	ctx      context.Context
+	deadline time.Time
+	cancel   context.CancelCauseFunc
+	stop     context.CancelFunc // releases the deadline timer
+	req      *wirepb.RunRequest
+	slot     Slot
+	rs       RunStream
+	first    *wirepb.RunEvent // the first event, read by the loop, until Next returns it
+	done     bool
+	meter    usageMeter
 	// live is the status page's entry; streaming: it has seen the first
 	// output.
 	live      *inflight.Entry
@@ -41,24 +43,9 @@ type Run struct {
 // deadline applies on top. A raw completion (req.completion) goes only to
 // adapters that complete, a count of tokens (req.count_tokens) only to
 // adapters that tokenize.
-func (d *Dispatcher) StartRun(ctx context.Context, plan Plan, req *wirepb.RunRequest, watch Watch) (*Run, error) {
-	switch {
-	case req.GetCountTokens():
-		plan.Needs = CapCountTokens
-	case req.GetCompletion() != nil:
-		plan.Needs = CapComplete
-	}
-	r := &Run{id: d.newID("run"), plan: plan, d: d, live: watch.Live,
-		meter: usageMeter{d: d, model: plan.Model, principal: plan.Principal.Name}}
-	watch.Live.Identify(r.id)
-	r.ctx, r.cancel = context.WithCancelCause(ctx)
-	deadline := plan.deadline()
-	r.ctx, r.stop = context.WithDeadline(r.ctx, deadline)
-	r.req = req
-	r.req.RunId = r.id
-	r.req.DeadlineUnixMs = deadline.UnixMilli()
-	r.req.ResponseStallTimeoutMs = plan.stallTimeoutMs()
-	if err := d.dispatch(r.ctx, r.id, plan, deadline, &watch, r); err != nil {
+func (d *Dispatcher) StartRun(ctx context.Context, plan *Plan, req *wirepb.RunRequest, watch Watch) (*Run, error) {
+	r := d.newRun(ctx, plan, req, watch.Live)
+	if err := d.dispatch(r.ctx, r.id, &r.plan, r.deadline, &watch, r); err != nil {
 		r.stop()
 		r.cancel(err)
 		return nil, err
@@ -66,8 +53,30 @@ func (d *Dispatcher) StartRun(ctx context.Context, plan Plan, req *wirepb.RunReq
 	return r, nil
 }
 
+// newRun is StartRun's run before its dispatch: a function of its own, as
+// the dispatch loop says why.
+func (d *Dispatcher) newRun(ctx context.Context, plan *Plan, req *wirepb.RunRequest, live *inflight.Entry) *Run {
+	r := &Run{id: d.newID("run"), plan: *plan, d: d, live: live,
+		meter: usageMeter{d: d, model: plan.Model, principal: plan.Principal.Name}}
+	switch {
+	case req.GetCountTokens():
+		r.plan.Needs = CapCountTokens
+	case req.GetCompletion() != nil:
+		r.plan.Needs = CapComplete
+	}
+	live.Identify(r.id)
+	r.ctx, r.cancel = context.WithCancelCause(ctx)
+	r.deadline = plan.deadline()
+	r.ctx, r.stop = context.WithDeadline(r.ctx, r.deadline)
+	r.req = req
+	r.req.RunId = r.id
+	r.req.DeadlineUnixMs = r.deadline.UnixMilli()
+	r.req.ResponseStallTimeoutMs = plan.stallTimeoutMs()
+	return r
+}
+
 // open is one attempt of the loop: the run on c, until its first event.
-func (r *Run) open(ctx context.Context, c sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
+func (r *Run) open(ctx context.Context, c *sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
 	req := r.req // the attempt before this one was dropped: its stream no longer reads it
 	req.Provider, req.Adapter, req.Target = c.Provider, c.Adapter, c.Target
 	req.SealedLease, req.Binding = lease, binding

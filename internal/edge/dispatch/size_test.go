@@ -40,7 +40,7 @@ func TestALargeRequestGoesOnlyToANodeThatTakesIt(t *testing.T) {
 	} {
 		seen := map[string]bool{}
 		for range 3 {
-			slot, err := d.acquire(t.Context(), "r", plan("m", c.size), nil, nil)
+			slot, err := d.acquire(t.Context(), "r", new(plan("m", c.size)), nil, nil)
 			if err != nil {
 				t.Fatalf("size %d: %v", c.size, err)
 			}
@@ -53,11 +53,11 @@ func TestALargeRequestGoesOnlyToANodeThatTakesIt(t *testing.T) {
 			}
 		}
 	}
-	_, err := d.StartRun(t.Context(), plan("m", 65<<20), &wirepb.RunRequest{}, Watch{})
+	_, err := d.StartRun(t.Context(), new(plan("m", 65<<20)), &wirepb.RunRequest{}, Watch{})
 	if !errors.Is(err, ErrRequestTooLarge) || !strings.Contains(err.Error(), "at most 67108864") {
 		t.Errorf("a request past every Node's limit: %v, want ErrRequestTooLarge naming 64 MiB", err)
 	}
-	_, err = d.StartRun(t.Context(), plan("solo", 2<<20), &wirepb.RunRequest{}, Watch{})
+	_, err = d.StartRun(t.Context(), new(plan("solo", 2<<20)), &wirepb.RunRequest{}, Watch{})
 	if !errors.Is(err, ErrRequestTooLarge) {
 		t.Errorf("a request past one frame to a model only an older Node serves: %v, want ErrRequestTooLarge", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -19,20 +20,21 @@ import (
 // Tunnel is a raw provider request in progress for a client (R3): read
 // its Head, then its body with Read until io.EOF or an error, then Close.
 type Tunnel struct {
-	id      string
-	plan    Plan
-	d       *Dispatcher
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	stop    context.CancelFunc
-	base    *wirepb.TunnelRequest
-	body    TunnelBody
-	slot    Slot
-	ts      TunnelStream
-	head    *wirepb.TunnelResponseHead
-	headErr error // how the kept attempt ended before its head
-	ended   bool  // Read returned its final error
-	meter   usageMeter
+	id       string
+	plan     Plan
+	d        *Dispatcher
+	ctx      context.Context
+	deadline time.Time
+	cancel   context.CancelCauseFunc
+	stop     context.CancelFunc
+	base     *wirepb.TunnelRequest
+	body     TunnelBody
+	slot     Slot
+	ts       TunnelStream
+	head     *wirepb.TunnelResponseHead
+	headErr  error // how the kept attempt ended before its head
+	ended    bool  // Read returned its final error
+	meter    usageMeter
 	// live is the status page's entry; streaming: it has seen the first
 	// byte of the body.
 	live      *inflight.Entry
@@ -56,18 +58,9 @@ type TunnelBody func(target string) ([]byte, error)
 // is held in memory so that it can be sent again; the request's
 // Content-Length header is set to the length of each body sent, whatever
 // req said.
-func (d *Dispatcher) StartTunnel(ctx context.Context, plan Plan, req *wirepb.TunnelRequest, body TunnelBody, watch Watch) (*Tunnel, error) {
-	t := &Tunnel{id: d.newID("tun"), plan: plan, d: d, body: body, live: watch.Live,
-		meter: usageMeter{d: d, model: plan.Model, principal: plan.Principal.Name}}
-	watch.Live.Identify(t.id)
-	t.ctx, t.cancel = context.WithCancelCause(ctx)
-	deadline := plan.deadline()
-	t.ctx, t.stop = context.WithDeadline(t.ctx, deadline)
-	t.base = proto.CloneOf(req)
-	t.base.TunnelId = t.id
-	t.base.DeadlineUnixMs = deadline.UnixMilli()
-	t.base.ResponseStallTimeoutMs = plan.stallTimeoutMs()
-	err := d.dispatch(t.ctx, t.id, plan, deadline, &watch, t)
+func (d *Dispatcher) StartTunnel(ctx context.Context, plan *Plan, req *wirepb.TunnelRequest, body TunnelBody, watch Watch) (*Tunnel, error) {
+	t := d.newTunnel(ctx, plan, req, body, watch.Live)
+	err := d.dispatch(t.ctx, t.id, &t.plan, t.deadline, &watch, t)
 	if err == nil {
 		err = t.headErr
 	}
@@ -78,8 +71,24 @@ func (d *Dispatcher) StartTunnel(ctx context.Context, plan Plan, req *wirepb.Tun
 	return t, nil
 }
 
+// newTunnel is StartTunnel's tunnel before its dispatch: a function of its
+// own, as the dispatch loop says why.
+func (d *Dispatcher) newTunnel(ctx context.Context, plan *Plan, req *wirepb.TunnelRequest, body TunnelBody, live *inflight.Entry) *Tunnel {
+	t := &Tunnel{id: d.newID("tun"), plan: *plan, d: d, body: body, live: live,
+		meter: usageMeter{d: d, model: plan.Model, principal: plan.Principal.Name}}
+	live.Identify(t.id)
+	t.ctx, t.cancel = context.WithCancelCause(ctx)
+	t.deadline = plan.deadline()
+	t.ctx, t.stop = context.WithDeadline(t.ctx, t.deadline)
+	t.base = proto.CloneOf(req)
+	t.base.TunnelId = t.id
+	t.base.DeadlineUnixMs = t.deadline.UnixMilli()
+	t.base.ResponseStallTimeoutMs = plan.stallTimeoutMs()
+	return t
+}
+
 // open is one attempt of the loop: the tunnel on c, until its head.
-func (t *Tunnel) open(ctx context.Context, c sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
+func (t *Tunnel) open(ctx context.Context, c *sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
 	b, err := t.body(c.Target)
 	if err != nil { // the client's body: no other candidate would take it
 		t.headErr = err

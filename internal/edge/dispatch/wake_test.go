@@ -84,7 +84,7 @@ func TestARequestWakesTheSleepingNodeThatServedItsModel(t *testing.T) {
 		}
 		got := make(chan result, 1)
 		go func() {
-			s, err := d.acquire(context.Background(), "r1", plan, nil, nil)
+			s, err := d.acquire(context.Background(), "r1", &plan, nil, nil)
 			got <- result{s, err}
 		}()
 		if c := <-cmds.n; c != "gpu-1>gpu-2" {
@@ -147,7 +147,7 @@ func TestANodeThatDoesNotWakeIsNotYetBack(t *testing.T) {
 			}
 		}()
 		start := time.Now()
-		_, err := d.acquire(context.Background(), "r1", planFor(t, d, "big"), nil, nil)
+		_, err := d.acquire(context.Background(), "r1", new(planFor(t, d, "big")), nil, nil)
 		var nb *NotYetBackError
 		if !errors.As(err, &nb) || nb.RetryAfter != WakeRetry || !strings.Contains(err.Error(), `node "gpu-2"`) {
 			t.Fatalf("got %v, want ErrNotYetBack naming gpu-2 with Retry-After", err)
@@ -168,7 +168,7 @@ func TestNoWakerOrWakingOffAnswersAtOnce(t *testing.T) {
 		waker := sleeper(t, reg)
 		reg.Fence(waker, quicwire.CloseHeartbeatTimeout, "gone")
 		synctest.Wait()
-		_, err := d.acquire(context.Background(), "r1", planFor(t, d, "big"), nil, nil)
+		_, err := d.acquire(context.Background(), "r1", new(planFor(t, d, "big")), nil, nil)
 		if !errors.Is(err, sched.ErrNoCandidate) || !strings.Contains(err.Error(), "node gpu-2 is asleep and no connected node can wake it") {
 			t.Fatalf("got %v", err)
 		}
@@ -179,7 +179,7 @@ func TestNoWakerOrWakingOffAnswersAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d, reg, _ := withWaker(t, "scheduling: {wake_timeout: 0s}\n")
 		sleeper(t, reg)
-		_, err := d.acquire(context.Background(), "r1", planFor(t, d, "big"), nil, nil)
+		_, err := d.acquire(context.Background(), "r1", new(planFor(t, d, "big")), nil, nil)
 		if !errors.Is(err, sched.ErrNoCandidate) || strings.Contains(err.Error(), "asleep") {
 			t.Fatalf("waking off: %v, want the plain no_candidate", err)
 		}
@@ -214,7 +214,7 @@ func TestAfterARestartASleeperWithoutItsWakerIsNotYetBack(t *testing.T) {
 	tr := wake.New(wake.Options{Source: reg, Path: wakePath})
 	d := New(cfg, SchedulerSlots(sched.New(reg, sched.Options{})), ServerNodes(nodeserver.NewServer(nodeserver.Options{}, reg)),
 		Options{Served: served.Open(served.Options{Path: servedPath}), Waker: tr})
-	_, err = d.acquire(context.Background(), "r1", planFor(t, d, "big"), nil, nil)
+	_, err = d.acquire(context.Background(), "r1", new(planFor(t, d, "big")), nil, nil)
 	if !errors.Is(err, ErrNotYetBack) {
 		t.Fatalf("got %v, want not yet back", err)
 	}

@@ -58,7 +58,7 @@ func TestRequestsAreRoutedWarmFirstAndTheChoiceCounted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := d.StartRun(t.Context(), plan, &wirepb.RunRequest{}, Watch{})
+		r, err := d.StartRun(t.Context(), &plan, &wirepb.RunRequest{}, Watch{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,7 @@ func (*CountJob) fail(*Response, *Failure) {} // the count is sent whole
 func (*CountJob) writer() any              { return nil }
 
 // count runs j: a run that counts, read to its terminal.
-func (l *life) count(ctx context.Context, plan dispatch.Plan, j *CountJob, watch dispatch.Watch) *Failure {
+func (l *life) count(ctx context.Context, plan *dispatch.Plan, j *CountJob, watch dispatch.Watch) *Failure {
 	x := l.x
 	j.Run.CountTokens = true // the job's own request
 	exact := "exact"

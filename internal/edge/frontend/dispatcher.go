@@ -20,11 +20,11 @@ type Dispatcher interface {
 	// it.
 	Resolve(p auth.Principal, model string) (dispatch.Plan, error)
 	// StartRun dispatches req under plan, as dispatch.Dispatcher.StartRun.
-	StartRun(ctx context.Context, plan dispatch.Plan, req *wirepb.RunRequest, watch dispatch.Watch) (Run, error)
+	StartRun(ctx context.Context, plan *dispatch.Plan, req *wirepb.RunRequest, watch dispatch.Watch) (Run, error)
 	// StartTunnel relays req, as dispatch.Dispatcher.StartTunnel.
-	StartTunnel(ctx context.Context, plan dispatch.Plan, req *wirepb.TunnelRequest, body dispatch.TunnelBody, watch dispatch.Watch) (Tunnel, error)
+	StartTunnel(ctx context.Context, plan *dispatch.Plan, req *wirepb.TunnelRequest, body dispatch.TunnelBody, watch dispatch.Watch) (Tunnel, error)
 	// Embed computes req's embeddings, as dispatch.Dispatcher.Embed.
-	Embed(ctx context.Context, plan dispatch.Plan, req *wirepb.EmbedRequest, watch dispatch.Watch, progress func()) (*dispatch.Embedding, error)
+	Embed(ctx context.Context, plan *dispatch.Plan, req *wirepb.EmbedRequest, watch dispatch.Watch, progress func()) (*dispatch.Embedding, error)
 	// Candidates are the candidates that can serve plan now.
 	Candidates(plan dispatch.Plan) []sched.Candidate
 	// Available is nil when work of plan can be scheduled now, otherwise
@@ -81,7 +81,7 @@ func FromDispatcher(d *dispatch.Dispatcher) Dispatcher { return dispatcher{d} }
 // interfaces as results (Go has no covariant results).
 type dispatcher struct{ *dispatch.Dispatcher }
 
-func (d dispatcher) StartRun(ctx context.Context, plan dispatch.Plan, req *wirepb.RunRequest, watch dispatch.Watch) (Run, error) {
+func (d dispatcher) StartRun(ctx context.Context, plan *dispatch.Plan, req *wirepb.RunRequest, watch dispatch.Watch) (Run, error) {
 	r, err := d.Dispatcher.StartRun(ctx, plan, req, watch)
 	if err != nil {
 		return nil, err
@@ -89,7 +89,7 @@ func (d dispatcher) StartRun(ctx context.Context, plan dispatch.Plan, req *wirep
 	return r, nil
 }
 
-func (d dispatcher) StartTunnel(ctx context.Context, plan dispatch.Plan, req *wirepb.TunnelRequest, body dispatch.TunnelBody, watch dispatch.Watch) (Tunnel, error) {
+func (d dispatcher) StartTunnel(ctx context.Context, plan *dispatch.Plan, req *wirepb.TunnelRequest, body dispatch.TunnelBody, watch dispatch.Watch) (Tunnel, error) {
 	t, err := d.Dispatcher.StartTunnel(ctx, plan, req, body, watch)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -190,59 +191,23 @@ type life struct {
 }
 
 // serve runs the request and returns how it ended: nil for success.
+//
+// A request waiting for its first byte waits in the job's start, called
+// from here, and its goroutine keeps the stack it grew to (P3: ten
+// thousand waiting requests are ten thousand such stacks). So the way to
+// the work is a function of its own, prepare, whose frame is gone by then,
+// and this one holds only what the job needs.
 func (l *life) serve() *Failure {
-	x := l.x
-	p, err := l.f.auth.Authenticate(x.r)
-	if err != nil {
-		return Unauthenticated(err)
-	}
-	x.p = p
-	if f := l.f.refuseWhileStopping(); f != nil {
-		return f
-	}
-	// A body larger than one chunk of the door's is read only for a
-	// caller who could be served: authenticated (above), and with some
-	// route it may use served now. Which route the request wants is in
-	// the body, so that check is Resolve's, after it; until then the
-	// per-principal share of body memory bounds what a key limited to
-	// other routes can hold (P3). A body of one chunk costs no more than
-	// the refusal: it is read, and answered precisely (404 for a model
-	// outside the principal's routes, 503 for one inside).
-	if n := x.r.ContentLength; n < 0 || n > frontdoor.BodyChunk {
-		if fl := l.f.servable(p); fl != nil {
-			return fl
-		}
-	}
-	l.body, err = l.f.door.ReadBody(x.w, x.r, p.Name, l.ep.MaxBody)
-	if err != nil {
-		return BodyFailure(err)
-	}
-	defer l.body.Release()
-	var fl *Failure
-	if l.peek, fl = l.ep.Peek(l.body.Bytes); fl != nil {
+	defer l.releaseBody()
+	plan, fl := l.prepare()
+	if fl != nil {
 		return fl
-	}
-	x.model = l.peek.Model
-	plan, err := l.f.d.Resolve(p, l.peek.Model)
-	if err != nil {
-		return StartFailure(err, nil, l.peek.Model)
-	}
-	t := &Turn{Body: l.body.Bytes, Peek: l.peek, Plan: plan, x: x, resp: l.resp, f: l.f}
-	if l.job, fl = l.ep.Translate(t); fl != nil {
-		return fl
-	}
-	plan.Session = t.Session
-	if fl := l.fits(&plan); fl != nil {
-		return fl
-	}
-	if _, tunnel := l.job.(*TunnelJob); !tunnel {
-		l.body.Release() // the work is built: the body is not needed again
 	}
 	if a, ok := l.job.(Answer); ok {
 		return a(l.resp)
 	}
-	x.live = l.f.live.Start(inflight.Work{Kind: l.job.kind(), API: x.route, Model: x.model, Principal: p.Name, Arrived: x.arrived})
-	ctx := x.Begin(time.Duration(plan.Profile.IdleTimeout))
+	x := l.x
+	ctx := l.begin(plan)
 	defer x.End()
 	watch := dispatch.Watch{Admitted: x.Admitted, Live: x.live}
 	switch j := l.job.(type) {
@@ -256,6 +221,73 @@ func (l *life) serve() *Failure {
 		return l.count(ctx, plan, j, watch)
 	}
 	panic(fmt.Sprintf("frontend: a job of type %T", l.job))
+}
+
+// prepare takes the request from its arrival to its job and the plan the
+// job runs under (see Handler).
+func (l *life) prepare() (*dispatch.Plan, *Failure) {
+	x := l.x
+	p, err := l.f.auth.Authenticate(x.r)
+	if err != nil {
+		return nil, Unauthenticated(err)
+	}
+	x.p = p
+	if f := l.f.refuseWhileStopping(); f != nil {
+		return nil, f
+	}
+	// A body larger than one chunk of the door's is read only for a
+	// caller who could be served: authenticated (above), and with some
+	// route it may use served now. Which route the request wants is in
+	// the body, so that check is Resolve's, after it; until then the
+	// per-principal share of body memory bounds what a key limited to
+	// other routes can hold (P3). A body of one chunk costs no more than
+	// the refusal: it is read, and answered precisely (404 for a model
+	// outside the principal's routes, 503 for one inside).
+	if n := x.r.ContentLength; n < 0 || n > frontdoor.BodyChunk {
+		if fl := l.f.servable(p); fl != nil {
+			return nil, fl
+		}
+	}
+	l.body, err = l.f.door.ReadBody(x.w, x.r, p.Name, l.ep.MaxBody)
+	if err != nil {
+		return nil, BodyFailure(err)
+	}
+	var fl *Failure
+	if l.peek, fl = l.ep.Peek(l.body.Bytes); fl != nil {
+		return nil, fl
+	}
+	x.model = l.peek.Model
+	plan, err := l.f.d.Resolve(p, l.peek.Model)
+	if err != nil {
+		return nil, StartFailure(err, nil, l.peek.Model)
+	}
+	t := &Turn{Body: l.body.Bytes, Peek: l.peek, Plan: plan, x: x, resp: l.resp, f: l.f}
+	if l.job, fl = l.ep.Translate(t); fl != nil {
+		return nil, fl
+	}
+	t.Plan.Session = t.Session
+	if fl := l.fits(&t.Plan); fl != nil {
+		return nil, fl
+	}
+	if _, tunnel := l.job.(*TunnelJob); !tunnel {
+		l.body.Release() // the work is built: the body is not needed again
+	}
+	return &t.Plan, nil
+}
+
+// begin puts the job on the status page and starts the request's timers;
+// it returns the context the job runs in.
+func (l *life) begin(plan *dispatch.Plan) context.Context {
+	x := l.x
+	x.live = l.f.live.Start(inflight.Work{Kind: l.job.kind(), API: x.route, Model: x.model, Principal: x.p.Name, Arrived: x.arrived})
+	return x.Begin(time.Duration(plan.Profile.IdleTimeout))
+}
+
+// releaseBody gives the request's body back, once read.
+func (l *life) releaseBody() {
+	if l.body != nil {
+		l.body.Release()
+	}
 }
 
 // servable refuses, before its body is read, a request of a principal

@@ -11,6 +11,7 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/dispatch"
 	"github.com/iop-dev/iop/internal/edge/inflight"
+	"github.com/iop-dev/iop/internal/edge/sched"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -117,9 +118,10 @@ type EmbedJob struct {
 // model's description, Ollama's "load the model" call).
 type Answer func(resp *Response) *Failure
 
-// run starts j's run and relays it.
-func (l *life) run(ctx context.Context, plan dispatch.Plan, j *RunJob, watch dispatch.Watch) *Failure {
-	x := l.x
+// run starts j's run and relays it. As with a tunnel, the start is where
+// a request waits for its first event, so the relay is a function of its
+// own (serve says why).
+func (l *life) run(ctx context.Context, plan *dispatch.Plan, j *RunJob, watch dispatch.Watch) *Failure {
 	// Keep-alives stop before serve returns, so end writes alone.
 	stop := l.resp.keepAlive(time.Duration(plan.Profile.KeepAliveInterval), j.KeepAlive)
 	defer stop()
@@ -127,12 +129,23 @@ func (l *life) run(ctx context.Context, plan dispatch.Plan, j *RunJob, watch dis
 	if err != nil {
 		return StartFailure(err, context.Cause(ctx), plan.Model)
 	}
+	return l.relayRun(run, j)
+}
+
+// relayRun relays run of j, which has its first event.
+func (l *life) relayRun(run Run, j *RunJob) *Failure {
 	defer run.Close()
-	x.Attach(run)
-	defer x.active(inflight.Run)()
-	l.id, l.node, l.choice = run.ID(), run.Node().NodeID, string(run.Node().Choice)
+	defer l.x.active(inflight.Run)()
+	l.placed(run, run.ID(), run.Node)
 	j.Out.Started(run.ID())
-	return x.relay(run, j.Out)
+	return l.x.relay(run, j.Out)
+}
+
+// placed attaches work w, of id, to the request, and notes where it runs.
+func (l *life) placed(w Work, id string, node func() sched.Candidate) {
+	l.x.Attach(w)
+	n := node()
+	l.id, l.node, l.choice = id, n.NodeID, string(n.Choice)
 }
 
 // relay reads run until its terminal and writes it with w, on the
@@ -178,7 +191,7 @@ func (x *Exchange) relay(run Run, w RunWriter) *Failure {
 }
 
 // embed runs j's embedding call and answers it.
-func (l *life) embed(ctx context.Context, plan dispatch.Plan, j *EmbedJob, watch dispatch.Watch) *Failure {
+func (l *life) embed(ctx context.Context, plan *dispatch.Plan, j *EmbedJob, watch dispatch.Watch) *Failure {
 	x := l.x
 	done := x.active(inflight.Embed)
 	emb, err := l.f.d.Embed(ctx, plan, j.Embed, watch, x.Wrote)
@@ -202,25 +215,42 @@ func (l *life) embed(ctx context.Context, plan dispatch.Plan, j *EmbedJob, watch
 	return nil
 }
 
-// tunnel starts j's tunnel and relays it.
-func (l *life) tunnel(ctx context.Context, plan dispatch.Plan, j *TunnelJob, watch dispatch.Watch) *Failure {
-	x := l.x
+// tunnel starts j's tunnel and relays it. The start is where a request
+// waits for its first byte, so this frame is kept small (serve says why)
+// and the relay is a function of its own.
+func (l *life) tunnel(ctx context.Context, plan *dispatch.Plan, j *TunnelJob, watch dispatch.Watch) *Failure {
 	t, err := l.f.d.StartTunnel(ctx, plan.WithAdapter(j.Adapter), j.Tunnel, j.Body, watch)
 	l.body.Release() // no other candidate will need it
 	if err != nil {
 		return StartFailure(err, context.Cause(ctx), plan.Model)
 	}
+	return l.relayStarted(t, j)
+}
+
+// relayStarted relays tunnel t of j, whose head has come back. Its frame,
+// too, is under the one net/http writes the answer's header from, which
+// is large: what it does once is done in functions of their own.
+func (l *life) relayStarted(t Tunnel, j *TunnelJob) *Failure {
 	defer t.Close()
-	x.Attach(t)
-	defer x.active(inflight.Tunnel)()
-	l.id, l.node, l.choice = t.ID(), t.Node().NodeID, string(t.Node().Choice)
-	head := t.Head()
+	defer l.x.active(inflight.Tunnel)()
+	head := l.relayHead(t, j)
 	if s := head.GetStatus(); s < 200 || s > 599 {
 		return InvalidUpstreamStatus(s)
 	}
+	return l.relayTunnel(t, head, j.Out)
+}
+
+// relayHead places t and gives its head to the response and to j's
+// writer.
+func (l *life) relayHead(t Tunnel, j *TunnelJob) *wirepb.TunnelResponseHead {
+	l.placed(t, t.ID(), t.Node)
+	head := t.Head()
+	if s := head.GetStatus(); s < 200 || s > 599 {
+		return head
+	}
 	l.resp.Relay(int(head.GetStatus()), func(h http.Header) { relayedHeaders(h, head.GetHeaders()) })
 	j.Out.Head(head)
-	return l.relayTunnel(t, head, j.Out)
+	return head
 }
 
 // relayTunnel copies the body to the client piece by piece as the Node

@@ -402,7 +402,7 @@ func TestTwoEdgesDispatchingToOneNodeShareItsCapacity(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return d.StartRun(t.Context(), plan, &wirepb.RunRequest{}, dispatch.Watch{})
+			return d.StartRun(t.Context(), &plan, &wirepb.RunRequest{}, dispatch.Watch{})
 		}
 		for range 2 {
 			if _, err := start(d1); err != nil {

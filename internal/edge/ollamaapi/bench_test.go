@@ -84,7 +84,7 @@ type benchRunner struct {
 	tunnel *benchTunnel
 }
 
-func (r *benchRunner) StartTunnel(_ context.Context, _ dispatch.Plan, _ *wirepb.TunnelRequest, body dispatch.TunnelBody, watch dispatch.Watch) (frontend.Tunnel, error) {
+func (r *benchRunner) StartTunnel(_ context.Context, _ *dispatch.Plan, _ *wirepb.TunnelRequest, body dispatch.TunnelBody, watch dispatch.Watch) (frontend.Tunnel, error) {
 	if _, err := body("m1"); err != nil {
 		return nil, err
 	}
@@ -168,7 +168,7 @@ func BenchmarkTunnelRequest(b *testing.B) {
 // oneLineRunner starts tunnels that answer the final line alone.
 type oneLineRunner struct{ *ft.Dispatcher }
 
-func (r oneLineRunner) StartTunnel(_ context.Context, _ dispatch.Plan, _ *wirepb.TunnelRequest, body dispatch.TunnelBody, watch dispatch.Watch) (frontend.Tunnel, error) {
+func (r oneLineRunner) StartTunnel(_ context.Context, _ *dispatch.Plan, _ *wirepb.TunnelRequest, body dispatch.TunnelBody, watch dispatch.Watch) (frontend.Tunnel, error) {
 	if _, err := body("m1"); err != nil {
 		return nil, err
 	}

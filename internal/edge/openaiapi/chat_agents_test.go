@@ -185,7 +185,7 @@ type sessionRecorder struct {
 	sessions []string
 }
 
-func (s *sessionRecorder) StartRun(ctx context.Context, plan dispatch.Plan, req *wirepb.RunRequest, watch dispatch.Watch) (frontend.Run, error) {
+func (s *sessionRecorder) StartRun(ctx context.Context, plan *dispatch.Plan, req *wirepb.RunRequest, watch dispatch.Watch) (frontend.Run, error) {
 	s.mu.Lock()
 	s.sessions = append(s.sessions, plan.Session)
 	s.mu.Unlock()

@@ -148,11 +148,11 @@ func (d *Dispatcher) workContext(ctx context.Context) (context.Context, context.
 }
 
 // StartRun starts a run that plays Events.
-func (d *Dispatcher) StartRun(ctx context.Context, plan dispatch.Plan, req *wirepb.RunRequest, watch dispatch.Watch) (frontend.Run, error) {
+func (d *Dispatcher) StartRun(ctx context.Context, plan *dispatch.Plan, req *wirepb.RunRequest, watch dispatch.Watch) (frontend.Run, error) {
 	d.mu.Lock()
 	d.runReqs = append(d.runReqs, req)
 	d.mu.Unlock()
-	if err := d.start(ctx, plan, watch); err != nil {
+	if err := d.start(ctx, *plan, watch); err != nil {
 		return nil, err
 	}
 	r := &Run{work: work{id: "run-1", model: plan.Model, closed: make(chan struct{})}, steps: slices.Clone(d.Events)}
@@ -176,7 +176,7 @@ type TunnelStart struct {
 // StartTunnel makes the body for each of Targets, as the dispatcher does
 // once per candidate it tries, and starts a tunnel that plays Head,
 // Pieces and End.
-func (d *Dispatcher) StartTunnel(ctx context.Context, plan dispatch.Plan, req *wirepb.TunnelRequest, body dispatch.TunnelBody, watch dispatch.Watch) (frontend.Tunnel, error) {
+func (d *Dispatcher) StartTunnel(ctx context.Context, plan *dispatch.Plan, req *wirepb.TunnelRequest, body dispatch.TunnelBody, watch dispatch.Watch) (frontend.Tunnel, error) {
 	targets := d.Targets
 	if targets == nil {
 		targets = []string{plan.Model}
@@ -193,7 +193,7 @@ func (d *Dispatcher) StartTunnel(ctx context.Context, plan dispatch.Plan, req *w
 	d.mu.Lock()
 	d.starts = append(d.starts, s)
 	d.mu.Unlock()
-	if err := d.start(ctx, plan, watch); err != nil {
+	if err := d.start(ctx, *plan, watch); err != nil {
 		return nil, err
 	}
 	head := d.Head
@@ -210,14 +210,14 @@ func (d *Dispatcher) StartTunnel(ctx context.Context, plan dispatch.Plan, req *w
 }
 
 // Embed answers with Embedding (or EmbedErr).
-func (d *Dispatcher) Embed(ctx context.Context, plan dispatch.Plan, req *wirepb.EmbedRequest, watch dispatch.Watch, progress func()) (*dispatch.Embedding, error) {
+func (d *Dispatcher) Embed(ctx context.Context, plan *dispatch.Plan, req *wirepb.EmbedRequest, watch dispatch.Watch, progress func()) (*dispatch.Embedding, error) {
 	d.mu.Lock()
 	d.embeds = append(d.embeds, req)
 	d.mu.Unlock()
 	if d.EmbedErr != nil {
 		return nil, d.EmbedErr
 	}
-	if err := d.start(ctx, plan, watch); err != nil {
+	if err := d.start(ctx, *plan, watch); err != nil {
 		return nil, err
 	}
 	if progress != nil {
