@@ -256,18 +256,34 @@ func (x *Exchange) modelLabel(f *Failure) string {
 	return ""
 }
 
+// recordLevel is the level a request that ended with f is logged at:
+// Debug for a success, Info for a failure, Warn when the client saw part of
+// an answer before it (started), unless it went away itself.
+func recordLevel(f *Failure, started bool) slog.Level {
+	switch {
+	case f == nil:
+		return slog.LevelDebug
+	case started && f != FailClientGone:
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
+}
+
+// logs reports whether a line at level would be written: a success is
+// logged at Debug, so its attributes are not built unless they are.
+func (x *Exchange) logs(level slog.Level) bool { return x.log.Enabled(x.r.Context(), level) }
+
 // record counts the request's outcome in metrics, ends its status page
-// entry and logs it: "ok" (or outcome, for an answer relayed as the
-// provider gave it) when f is nil, else f's code. started says whether the
-// client saw output before f (then it is a Warn). The log message is msg,
-// with attrs added.
+// entry and logs it: "ok" (or outcome, if not "", for an answer relayed as
+// the provider gave it) when f is nil, else f's code, at recordLevel. The log
+// message is msg, with attrs added.
 func (x *Exchange) record(msg, outcome string, f *Failure, started bool, attrs ...slog.Attr) {
-	level := slog.LevelDebug
-	if f != nil {
-		outcome, level = f.Code, slog.LevelInfo
-		if started && f != FailClientGone {
-			level = slog.LevelWarn // the client saw part of an answer, then an error
-		}
+	level := recordLevel(f, started)
+	switch {
+	case f != nil:
+		outcome = f.Code
+	case outcome == "":
+		outcome = "ok"
 	}
 	if x.live != nil {
 		reason := outcome
@@ -286,6 +302,9 @@ func (x *Exchange) record(msg, outcome string, f *Failure, started bool, attrs .
 		case FailDeadline:
 			x.metrics.Cancellations.WithLabelValues("deadline").Inc()
 		}
+	}
+	if !x.logs(level) {
+		return
 	}
 	all := []slog.Attr{slog.String("route", x.route), slog.String("principal", x.p.Name), slog.String("outcome", outcome),
 		slog.Duration("elapsed", time.Since(x.arrived))}

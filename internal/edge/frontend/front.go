@@ -360,6 +360,10 @@ func (l *life) end(f *Failure) {
 		return
 	}
 	var attrs []slog.Attr
+	if !l.x.logs(recordLevel(f, started)) {
+		l.x.record(l.ep.Log, l.outcome, f, started)
+		return
+	}
 	if l.peek.Model != "" {
 		attrs = append(attrs, slog.Bool("stream", l.peek.Stream))
 	}
@@ -371,11 +375,7 @@ func (l *life) end(f *Failure) {
 			attrs = append(attrs, a.LogAttrs()...)
 		}
 	}
-	outcome := "ok"
-	if l.outcome != "" {
-		outcome = l.outcome
-	}
-	l.x.record(l.ep.Log, outcome, f, started, attrs...)
+	l.x.record(l.ep.Log, l.outcome, f, started, attrs...)
 }
 
 // Listing serves a read of an API that names no model (a model list, a

@@ -1,6 +1,8 @@
 package ollamaapi
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -204,4 +206,110 @@ func TestLineWatchReadsTheFinalLinesTokenCounts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Reading the final line allocates nothing: it runs once for every
+// streamed answer, all of them at once when ten thousand answers end
+// together (issue 25), where encoding/json's Decoder allocated an error per
+// member read.
+func TestTheFinalLineIsReadWithoutAllocating(t *testing.T) {
+	var w lineWatch
+	w.see([]byte(`{"model":"m","created_at":"2026-12-02T05:00:00Z","message":{"role":"assistant","content":""},"done":true,` +
+		`"done_reason":"stop","total_duration":5000,"prompt_eval_count":26,"prompt_eval_duration":100,"eval_count":298,"eval_duration":4000}` + "\n"))
+	if n := testing.AllocsPerRun(100, func() {
+		if w.ending() != endDone {
+			t.Fatal("not judged done")
+		}
+		if p, c, ok := w.usage(); p != 26 || c != 298 || !ok {
+			t.Fatalf("usage %d, %d, %v", p, c, ok)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations to read the final line, want 0", n)
+	}
+}
+
+// FuzzMembersReadLikeEncodingJSON: on any line, judge and usage agree with
+// reading the line's members a token at a time with encoding/json (how they
+// read it before): the same ending, the same counts. Lines with escapes are
+// left out (a key written with escapes is no member they read).
+func FuzzMembersReadLikeEncodingJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"done":true,"eval_count":3}`,
+		`{"model":"m","message":{"role":"assistant","content":"Hi","tool_calls":[{"function":{"arguments":{"done":true}}}]},"done":false}`,
+		`{"error":"out of memory"}`, `{"error":null,"done":true}`, `{"done":tru`, `{"prompt_eval_count":5.5,"eval_count":2}`,
+		`{"a":[1,{"b":"}"}],"done" : true , "prompt_eval_count": -4}`, `[]`, `{}`, ``, `{"done"`, `{"eval_count":12`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		if strings.Contains(line, `\`) {
+			t.Skip()
+		}
+		b := []byte(line)
+		if got, want := judge(b), judgeByDecoder(b); got != want && json.Valid(b) {
+			t.Errorf("judge(%q) = %d, encoding/json reads %d", line, got, want)
+		}
+		w := lineWatch{last: b}
+		p, c, ok := w.usage()
+		wp, wc, wok := usageByDecoder(b)
+		if json.Valid(b) && (p != wp || c != wc || ok != wok) {
+			t.Errorf("usage(%q) = %d, %d, %v; encoding/json reads %d, %d, %v", line, p, c, ok, wp, wc, wok)
+		}
+	})
+}
+
+// judgeByDecoder is judge as it was written with encoding/json's Decoder.
+func judgeByDecoder(line []byte) ending {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return endMissing
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return endMissing
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return endMissing
+		}
+		switch key {
+		case "done":
+			if string(v) == "true" {
+				return endDone
+			}
+			return endMissing
+		case "error":
+			if string(v) != "null" {
+				return endError
+			}
+		}
+	}
+	return endMissing
+}
+
+// usageByDecoder is usage as it was written with encoding/json's Decoder.
+func usageByDecoder(line []byte) (prompt, completion int64, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0, 0, false
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			break
+		}
+		var dst any = new(json.RawMessage)
+		switch key {
+		case "prompt_eval_count":
+			dst = &prompt
+		case "eval_count":
+			dst = &completion
+		}
+		if err := dec.Decode(dst); err != nil {
+			break
+		}
+		ok = ok || key == "prompt_eval_count" || key == "eval_count"
+	}
+	return prompt, completion, ok
 }
