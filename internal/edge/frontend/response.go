@@ -17,15 +17,15 @@ import (
 // when one flush carries both (Exchange.flush), but for the answer's first
 // piece, which is never held (Exchange.coalesceAfterFirst).
 //
-// Writes are the handler goroutine's, but for keep-alives, which another
-// goroutine writes while the handler waits for a slot or a silent prefill:
-// mu orders them. Only an answer with keep-alives takes it (shared), so a
+// Writes are the handler goroutine's, but for keep-alives, which a timer
+// writes while the handler waits for a slot or a silent prefill: mu orders
+// them. Only an answer with keep-alives takes it (shared), so a
 // relayed body or an answer without keep-alives pays for no lock and no
 // clock read per event.
 type Response struct {
 	x  *Exchange
 	rc *http.ResponseController
-	// shared: a keep-alive goroutine writes too. Set before it starts,
+	// shared: keep-alives are written too. Set before their timer starts,
 	// never unset.
 	shared bool
 
@@ -217,34 +217,60 @@ func (r *Response) commitLocked() bool {
 }
 
 // keepAlive writes line whenever nothing has gone to the client for
-// interval, until the returned stop is called (which waits for it): a
-// comment or a ping the API's clients skip. The first one commits the
-// response, so a request waiting in the queue or in a silent prefill gets
-// its headers and a line now and then, and proxies with a first-byte limit
-// do not cut it. They are not answer bytes: the idle timer does not hear
-// of them.
+// interval, until the returned stop is called (after which none is
+// written): a comment or a ping the API's clients skip. The first one
+// commits the response, so a request waiting in the queue or in a silent
+// prefill gets its headers and a line now and then, and proxies with a
+// first-byte limit do not cut it. They are not answer bytes: the idle
+// timer does not hear of them.
+//
+// The keep-alives are a timer, due interval after the last write, not a
+// goroutine: a streamed request waiting through a prefill holds no stack
+// for them (issue 25), and an answer that is flowing costs one wake-up per
+// interval.
 func (r *Response) keepAlive(interval time.Duration, line []byte) (stop func()) {
 	if interval <= 0 || line == nil {
 		return func() {}
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.shared, r.lastWrite = true, time.Now()
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(interval / 4)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			r.mu.Lock()
-			if !r.ended && time.Since(r.lastWrite) >= interval {
-				r.writeLocked(line, false)
-			}
-			r.mu.Unlock()
-		}
-	})
-	return func() { close(done); wg.Wait() }
+	k := &keepAlives{r: r, interval: interval, line: line}
+	k.timer = time.AfterFunc(interval, k.due)
+	return k.stop
+}
+
+// keepAlives is a response's keep-alive timer (keepAlive).
+type keepAlives struct {
+	r        *Response
+	interval time.Duration
+	line     []byte
+	timer    *time.Timer
+	stopped  bool // under r.mu: no more keep-alives
+}
+
+// due writes a keep-alive if nothing went for the interval, and sets the
+// timer for the next.
+func (k *keepAlives) due() {
+	r := k.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if k.stopped || r.ended {
+		return
+	}
+	next := k.interval - time.Since(r.lastWrite)
+	if next <= 0 {
+		r.writeLocked(k.line, false)
+		next = k.interval
+	}
+	k.timer.Reset(next)
+}
+
+// stop ends the keep-alives: once it returns none is written, as a due
+// one waiting for the lock finds them stopped.
+func (k *keepAlives) stop() {
+	k.r.mu.Lock()
+	k.stopped = true
+	k.r.mu.Unlock()
+	k.timer.Stop()
 }
