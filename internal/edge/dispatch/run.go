@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"io"
-	"time"
 
 	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/sched"
@@ -15,23 +14,12 @@ import (
 // Ready and Close are for the goroutine that relays the run; Cancel and
 // Context are safe from any goroutine.
 type Run struct {
-	id       string
-	plan     Plan
-	d        *Dispatcher
-	ctx      context.Context
-	deadline time.Time
-	cancel   context.CancelCauseFunc
-	stop     context.CancelFunc // releases the deadline timer
-	req      *wirepb.RunRequest
-	slot     Slot
-	rs       RunStream
-	first    *wirepb.RunEvent // the first event, read by the loop, until Next returns it
-	done     bool
-	meter    usageMeter
-	// live is the status page's entry; streaming: it has seen the first
-	// output.
-	live      *inflight.Entry
-	streaming bool
+	work
+	req   *wirepb.RunRequest
+	slot  Slot
+	rs    RunStream
+	first *wirepb.RunEvent // the first event, read by the loop, until Next returns it
+	done  bool
 }
 
 // StartRun dispatches req under plan through the loop (loop.go): it
@@ -56,18 +44,14 @@ func (d *Dispatcher) StartRun(ctx context.Context, plan *Plan, req *wirepb.RunRe
 // newRun is StartRun's run before its dispatch: a function of its own, as
 // the dispatch loop says why.
 func (d *Dispatcher) newRun(ctx context.Context, plan *Plan, req *wirepb.RunRequest, live *inflight.Entry) *Run {
-	r := &Run{id: d.newID("run"), plan: *plan, d: d, live: live,
-		meter: usageMeter{d: d, model: plan.Model, principal: plan.Principal.Name}}
+	r := &Run{}
+	r.start(ctx, d, "run", plan, live)
 	switch {
 	case req.GetCountTokens():
 		r.plan.Needs = CapCountTokens
 	case req.GetCompletion() != nil:
 		r.plan.Needs = CapComplete
 	}
-	live.Identify(r.id)
-	r.ctx, r.cancel = context.WithCancelCause(ctx)
-	r.deadline = plan.deadline()
-	r.ctx, r.stop = context.WithDeadline(r.ctx, r.deadline)
 	r.req = req
 	r.req.RunId = r.id
 	r.req.DeadlineUnixMs = r.deadline.UnixMilli()

@@ -11,7 +11,7 @@ import (
 // side; its phase, tokens and usage show as they come.
 func TestSeeingATokenAllocatesNothing(t *testing.T) {
 	tr := inflight.New(inflight.Options{})
-	r := &Run{live: tr.Start(inflight.Work{Kind: inflight.Run, ID: "r"})}
+	r := &Run{work: work{live: tr.Start(inflight.Work{Kind: inflight.Run, ID: "r"})}}
 	ev := &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_TEXT_DELTA, Text: "tok"}
 	r.see(ev)
 	if a := testing.AllocsPerRun(1000, func() { r.see(ev) }); a != 0 {

@@ -20,25 +20,43 @@ import (
 // Tunnel is a raw provider request in progress for a client (R3): read
 // its Head, then its body with Read until io.EOF or an error, then Close.
 type Tunnel struct {
+	work
+	base    *wirepb.TunnelRequest
+	body    TunnelBody
+	slot    Slot
+	ts      TunnelStream
+	head    *wirepb.TunnelResponseHead
+	headErr error // how the kept attempt ended before its head
+	ended   bool  // Read returned its final error
+}
+
+// work is what a run and a tunnel are as the dispatcher's: an id, a plan
+// of their own, their context with its deadline (S5), the usage they are
+// counted in and their status page entry.
+type work struct {
 	id       string
 	plan     Plan
 	d        *Dispatcher
 	ctx      context.Context
 	deadline time.Time
 	cancel   context.CancelCauseFunc
-	stop     context.CancelFunc
-	base     *wirepb.TunnelRequest
-	body     TunnelBody
-	slot     Slot
-	ts       TunnelStream
-	head     *wirepb.TunnelResponseHead
-	headErr  error // how the kept attempt ended before its head
-	ended    bool  // Read returned its final error
+	stop     context.CancelFunc // releases the deadline timer
 	meter    usageMeter
 	// live is the status page's entry; streaming: it has seen the first
-	// byte of the body.
+	// output.
 	live      *inflight.Entry
 	streaming bool
+}
+
+// start makes w work of d under a copy of plan, named with prefix, in ctx
+// with plan's deadline, on the status page as live.
+func (w *work) start(ctx context.Context, d *Dispatcher, prefix string, plan *Plan, live *inflight.Entry) {
+	w.id, w.plan, w.d, w.live = d.newID(prefix), *plan, d, live
+	w.meter = usageMeter{d: d, model: plan.Model, principal: plan.Principal.Name}
+	live.Identify(w.id)
+	w.ctx, w.cancel = context.WithCancelCause(ctx)
+	w.deadline = plan.deadline()
+	w.ctx, w.stop = context.WithDeadline(w.ctx, w.deadline)
 }
 
 // TunnelBody makes a tunnel's request body for one candidate, given its
@@ -74,12 +92,8 @@ func (d *Dispatcher) StartTunnel(ctx context.Context, plan *Plan, req *wirepb.Tu
 // newTunnel is StartTunnel's tunnel before its dispatch: a function of its
 // own, as the dispatch loop says why.
 func (d *Dispatcher) newTunnel(ctx context.Context, plan *Plan, req *wirepb.TunnelRequest, body TunnelBody, live *inflight.Entry) *Tunnel {
-	t := &Tunnel{id: d.newID("tun"), plan: *plan, d: d, body: body, live: live,
-		meter: usageMeter{d: d, model: plan.Model, principal: plan.Principal.Name}}
-	live.Identify(t.id)
-	t.ctx, t.cancel = context.WithCancelCause(ctx)
-	t.deadline = plan.deadline()
-	t.ctx, t.stop = context.WithDeadline(t.ctx, t.deadline)
+	t := &Tunnel{body: body}
+	t.start(ctx, d, "tun", plan, live)
 	t.base = proto.CloneOf(req)
 	t.base.TunnelId = t.id
 	t.base.DeadlineUnixMs = t.deadline.UnixMilli()

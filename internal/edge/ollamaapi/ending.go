@@ -3,10 +3,12 @@ package ollamaapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"mime"
 	"net/textproto"
 	"strconv"
 
+	"github.com/iop-dev/iop/internal/jsonobj"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -122,155 +124,54 @@ func (w *lineWatch) usage() (prompt, completion int64, ok bool) {
 	if !blank(w.cur) {
 		line = w.cur
 	}
-	members(line, func(key, value []byte) bool {
+	_ = jsonobj.Members(line, func(key, value []byte) error {
 		var dst *int64
 		switch string(key) {
-		case "prompt_eval_count":
+		case `"prompt_eval_count"`:
 			dst = &prompt
-		case "eval_count":
+		case `"eval_count"`:
 			dst = &completion
 		default:
-			return true
+			return nil
 		}
 		n, err := strconv.ParseInt(string(value), 10, 64)
 		if err != nil {
-			return false
+			return err
 		}
 		*dst, ok = n, true
-		return true
+		return nil
 	})
 	return prompt, completion, ok
 }
 
 // judge reads the top-level members of a line (or its head) up to the
 // first that decides it: "done" (true: final, otherwise not) or "error".
+// The line's members are read where they lie (jsonobj): encoding/json's
+// Decoder, read a token at a time, allocated an error for every value,
+// for every answer. Keys are compared as written: Ollama escapes nothing
+// in its own.
 func judge(line []byte) ending {
 	e := endMissing
-	members(line, func(key, value []byte) bool {
+	_ = jsonobj.Members(line, func(key, value []byte) error {
 		switch string(key) {
-		case "done":
+		case `"done"`:
 			if string(value) == "true" {
 				e = endDone
 			}
-			return false
-		case "error":
+			return errJudged
+		case `"error"`:
 			if string(value) != "null" {
 				e = endError
-				return false
+				return errJudged
 			}
 		}
-		return true
+		return nil
 	})
 	return e
 }
 
-// members calls fn with the key and the raw value of each top-level member
-// of the JSON object that line holds, or begins with, in order, until fn
-// returns false or the line ends: a member cut off by the end of the line
-// is not passed. It allocates nothing, where encoding/json's Decoder, read
-// a token at a time, allocates an error for every value it reads (found
-// in a profile of 10,000 answers ending at once). Keys are compared as they
-// are written: Ollama escapes nothing in its own, and a key written with
-// escapes is no member this package reads.
-func members(line []byte, fn func(key, value []byte) bool) {
-	i := skipSpace(line, 0)
-	if i >= len(line) || line[i] != '{' {
-		return
-	}
-	i++
-	for {
-		i = skipSpace(line, i)
-		if i >= len(line) || line[i] != '"' {
-			return // the end of the object, of the line, or not JSON
-		}
-		end, ok := skipString(line, i)
-		if !ok {
-			return
-		}
-		key := line[i+1 : end-1]
-		i = skipSpace(line, end)
-		if i >= len(line) || line[i] != ':' {
-			return
-		}
-		i = skipSpace(line, i+1)
-		end, ok = skipValue(line, i)
-		if !ok {
-			return
-		}
-		if !fn(key, line[i:end]) {
-			return
-		}
-		i = skipSpace(line, end)
-		if i >= len(line) || line[i] != ',' {
-			return
-		}
-		i++
-	}
-}
-
-// skipValue returns the end of the JSON value at line[i:]; ok is false
-// when the line ends first. Literals and numbers are not checked: the
-// callers compare them with what they look for.
-func skipValue(line []byte, i int) (end int, ok bool) {
-	if i >= len(line) {
-		return i, false
-	}
-	switch line[i] {
-	case '"':
-		return skipString(line, i)
-	case '{', '[':
-		depth := 0
-		for i < len(line) {
-			switch line[i] {
-			case '"':
-				end, ok := skipString(line, i)
-				if !ok {
-					return end, false
-				}
-				i = end
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1, true
-				}
-			}
-			i++
-		}
-		return i, false
-	}
-	end = i
-	for end < len(line) && !isDelimiter(line[end]) {
-		end++
-	}
-	return end, end > i && end < len(line)
-}
-
-// skipString returns the end of the JSON string whose opening quote is at
-// line[i], just past its closing quote.
-func skipString(line []byte, i int) (end int, ok bool) {
-	for j := i + 1; j < len(line); j++ {
-		switch line[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1, true
-		}
-	}
-	return len(line), false
-}
-
-func skipSpace(line []byte, i int) int {
-	for i < len(line) && isSpace(line[i]) {
-		i++
-	}
-	return i
-}
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-func isDelimiter(c byte) bool { return c == ',' || c == '}' || c == ']' || isSpace(c) }
+// errJudged stops judge's reading once a member decided.
+var errJudged = errors.New("judged")
 
 // blank reports whether p is only white space.
 func blank(p []byte) bool { return len(bytes.TrimSpace(p)) == 0 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/iop-dev/iop/internal/edge/frontdoor"
 	"github.com/iop-dev/iop/internal/edge/frontend"
+	"github.com/iop-dev/iop/internal/jsonobj"
 )
 
 // Pass-through (SPEC P2): the top-level fields of a chat request that the
@@ -56,10 +57,10 @@ func extraFieldsExcept(body []byte, interpreted []string) ([]byte, *frontend.Fai
 // the client sent wins.
 func extraFieldsWith(body []byte, interpreted []string, mapped map[string][]byte) ([]byte, *frontend.Failure) {
 	fields := map[string][]byte{}
-	err := objectFields(body, func(key, value []byte) error {
+	err := jsonobj.Members(body, func(key, value []byte) error {
 		name, ok := unquote(key)
 		if !ok {
-			return errNotObject
+			return jsonobj.ErrNotObject
 		}
 		for _, known := range interpreted {
 			if strings.EqualFold(name, known) {
@@ -121,112 +122,4 @@ func unquote(lit []byte) (string, bool) {
 	}
 	var s string
 	return s, json.Unmarshal(lit, &s) == nil
-}
-
-// errNotObject is objectFields' error for data that is not a JSON object.
-var errNotObject = errors.New("the body is not a JSON object")
-
-// objectFields calls f with the key (a JSON string literal, quotes
-// included) and the value of each member of the JSON object data, in
-// order, slicing both from data. It expects JSON that json.Unmarshal has
-// accepted; anything else ends it with errNotObject, never a panic.
-func objectFields(data []byte, f func(key, value []byte) error) error {
-	i := skipSpace(data, 0)
-	if i >= len(data) || data[i] != '{' {
-		return errNotObject
-	}
-	i = skipSpace(data, i+1)
-	if i < len(data) && data[i] == '}' {
-		return nil
-	}
-	for {
-		if i >= len(data) || data[i] != '"' {
-			return errNotObject
-		}
-		start := i
-		if i = skipString(data, i); i < 0 {
-			return errNotObject
-		}
-		key := data[start:i]
-		if i = skipSpace(data, i); i >= len(data) || data[i] != ':' {
-			return errNotObject
-		}
-		start = skipSpace(data, i+1)
-		if i = skipValue(data, start); i < 0 {
-			return errNotObject
-		}
-		if err := f(key, data[start:i]); err != nil {
-			return err
-		}
-		if i = skipSpace(data, i); i >= len(data) {
-			return errNotObject
-		}
-		switch data[i] {
-		case ',':
-			i = skipSpace(data, i+1)
-		case '}':
-			return nil
-		default:
-			return errNotObject
-		}
-	}
-}
-
-func skipSpace(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string literal at data[i], or -1.
-func skipString(data []byte, i int) int {
-	for i++; i < len(data); i++ {
-		switch data[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return -1
-}
-
-// skipValue returns the index after the JSON value at data[i], or -1.
-func skipValue(data []byte, i int) int {
-	if i >= len(data) {
-		return -1
-	}
-	switch data[i] {
-	case '"':
-		return skipString(data, i)
-	case '{', '[':
-		depth := 0
-		for i < len(data) {
-			switch data[i] {
-			case '"':
-				if i = skipString(data, i); i < 0 {
-					return -1
-				}
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return -1
-	}
-	// A number, true, false or null: up to the next delimiter.
-	j := i
-	for j < len(data) && strings.IndexByte(",}] \t\n\r", data[j]) < 0 {
-		j++
-	}
-	if j == i {
-		return -1
-	}
-	return j
 }

@@ -3,7 +3,6 @@ package openaiapi
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -167,45 +166,4 @@ func TestToolChoiceRefusals(t *testing.T) {
 			}
 		})
 	}
-}
-
-// FuzzObjectFields checks the in-place scanner against encoding/json: for
-// every object json.Unmarshal accepts, objectFields yields the same names
-// with the same values (the last of a repeated name), and it never panics.
-func FuzzObjectFields(f *testing.F) {
-	for _, seed := range []string{
-		`{}`, ` { "a" : 1 , "b":[1,{"c":"]"}] ,"d":"\"}"} `, `{"a":true,"a":false,"e":null,"f":-1.5e3}`,
-		`{"\u0061":"\\"}`, `[]`, `"x"`, `{"a":}`, `{"a":1`,
-	} {
-		f.Add([]byte(seed))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var keys, values [][]byte
-		err := objectFields(data, func(key, value []byte) error {
-			keys, values = append(keys, key), append(values, value)
-			return nil
-		})
-		var want map[string]json.RawMessage
-		if json.Unmarshal(data, &want) != nil || want == nil {
-			return // not an object: any answer but a panic will do
-		}
-		if err != nil {
-			t.Fatalf("objectFields(%s): %v", data, err)
-		}
-		got := map[string]string{}
-		for i, key := range keys {
-			name, ok := unquote(key)
-			if !ok {
-				t.Fatalf("key %s is not a string literal", key)
-			}
-			got[name] = string(values[i])
-		}
-		wantS := map[string]string{}
-		for k, v := range want {
-			wantS[k] = string(v)
-		}
-		if !maps.Equal(got, wantS) {
-			t.Fatalf("objectFields(%s) = %v, want %v", data, got, wantS)
-		}
-	})
 }
