@@ -30,69 +30,68 @@ import (
 func TestAWaitingTunnelCostsTheEdgeOneSmallStack(t *testing.T) {
 	const n = 240
 	s := startStackOf(t, n, fakeollama.Model{Name: "slow:latest", PrefillDelay: 3 * time.Second, TokenCount: 3, TokenDelay: 2 * time.Second})
-	for _, api := range []struct{ name, path, body string }{
-		{"ollama", "/api/chat", `{"model":"slow","messages":[{"role":"user","content":"hi"}]}`},
-	} {
-		t.Run(api.name, func(t *testing.T) {
-			s.fake.Reset()
-			before := edgeStacks(t, s.base)
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			defer cancel()
-			type result struct {
-				status int
-				err    error
+	const chat = `{"model":"slow","messages":[{"role":"user","content":"hi"}]}` // the Ollama API: a tunnel
+	before := edgeStacks(t, s.base)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	type result struct {
+		status int
+		err    error
+	}
+	first, done := make(chan struct{}, n), make(chan result, n)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+	defer client.CloseIdleConnections()
+	for range n {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/api/chat", strings.NewReader(chat))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := client.Do(req)
+			if err != nil {
+				first <- struct{}{}
+				done <- result{err: err}
+				return
 			}
-			first, done := make(chan struct{}, n), make(chan result, n)
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
-			defer client.CloseIdleConnections()
-			for range n {
-				go func() {
-					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.base+api.path, strings.NewReader(api.body))
-					req.Header.Set("Content-Type", "application/json")
-					resp, err := client.Do(req)
-					if err != nil {
-						first <- struct{}{}
-						done <- result{err: err}
-						return
-					}
-					defer resp.Body.Close()
-					buf := make([]byte, 4096)
-					_, err = resp.Body.Read(buf)
-					first <- struct{}{}
-					if err == nil {
-						_, err = io.Copy(io.Discard, resp.Body)
-					}
-					if errors.Is(err, io.EOF) {
-						err = nil
-					}
-					done <- result{status: resp.StatusCode, err: err}
-				}()
+			defer resp.Body.Close()
+			buf := make([]byte, 4096)
+			_, err = resp.Body.Read(buf)
+			first <- struct{}{}
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
 			}
-			if _, err := s.fake.WaitForRequests(ctx, n); err != nil {
-				t.Fatal(err)
+			if errors.Is(err, io.EOF) {
+				err = nil
 			}
-			check := func(when string, now edgeStats) {
-				t.Helper()
-				per := (now.stack - before.stack) / n
-				t.Logf("%d requests %s: the Edge's stacks %.1f → %.1f MiB, %d → %d goroutines: %.1f KiB a request",
-					n, when, mib(before.stack), mib(now.stack), before.goroutines, now.goroutines, per/1024)
-				// A handler's 8 KiB and net/http's background read of 2 KiB;
-				// a handler grown to 16 KiB makes it 18.
-				if per > 12<<10 {
-					t.Errorf("%s, each request holds %.1f KiB of the Edge's stacks; want at most 12 (an 8 KiB handler and its connection's read)", when, per/1024)
-				}
-			}
-			check("waiting for their first byte", edgeStacks(t, s.base))
-			for range n {
-				<-first
-			}
-			check("answering (their first bytes written)", edgeStacks(t, s.base))
-			for range n {
-				if r := <-done; r.err != nil || r.status != http.StatusOK {
-					t.Fatalf("a request ended %d %v", r.status, r.err)
-				}
-			}
-		})
+			done <- result{status: resp.StatusCode, err: err}
+		}()
+	}
+	// Every request is in the fake's prefill (its generation calls
+	// in flight), so each is waiting on the Edge for its head.
+	for s.fake.Concurrency().Now < n {
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d requests reached the provider", s.fake.Concurrency().Now, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	check := func(when string, now edgeStats) {
+		t.Helper()
+		per := (now.stack - before.stack) / n
+		t.Logf("%d requests %s: the Edge's stacks %.1f → %.1f MiB, %d → %d goroutines: %.1f KiB a request",
+			n, when, mib(before.stack), mib(now.stack), before.goroutines, now.goroutines, per/1024)
+		// A handler's 8 KiB and net/http's background read of 2 KiB;
+		// a handler grown to 16 KiB makes it 18.
+		if per > 12<<10 {
+			t.Errorf("%s, each request holds %.1f KiB of the Edge's stacks; want at most 12 (an 8 KiB handler and its connection's read)", when, per/1024)
+		}
+	}
+	check("waiting for their first byte", edgeStacks(t, s.base))
+	for range n {
+		<-first
+	}
+	check("answering (their first bytes written)", edgeStacks(t, s.base))
+	for range n {
+		if r := <-done; r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("a request ended %d %v", r.status, r.err)
+		}
 	}
 }
 
