@@ -259,11 +259,13 @@ func (d *Dispatcher) acquire(ctx context.Context, id string, plan *Plan, tried [
 	return slot, err
 }
 
-// matchCapable is p.Match among the candidates whose adapter has what p
-// needs and whose Node takes p's size.
-func (p *Plan) matchCapable(c sched.Candidate) bool {
-	return p.Match(c) && (p.Needs == "" || slices.Contains(c.Capabilities, p.Needs)) && takes(c, p.Size)
+// capable is p.Match among the candidates whose adapter has what p needs.
+func (p *Plan) capable(c sched.Candidate) bool {
+	return p.Match(c) && (p.Needs == "" || slices.Contains(c.Capabilities, p.Needs))
 }
+
+// matchCapable is capable among the candidates whose Node takes p's size.
+func (p *Plan) matchCapable(c sched.Candidate) bool { return p.capable(c) && takes(c, p.Size) }
 
 // refused follows the scheduler's first refusal of req for want of a
 // candidate, err: a model served by a sleeping Node only is woken, a Node
@@ -292,21 +294,18 @@ func (d *Dispatcher) refused(ctx context.Context, plan *Plan, req *sched.Request
 	if !errors.Is(err, sched.ErrNoCandidate) {
 		return slot, err
 	}
-	capable := func(c sched.Candidate) bool {
-		return plan.Match(c) && (plan.Needs == "" || slices.Contains(c.Capabilities, plan.Needs))
-	}
 	cands := d.slots.Candidates()
 	switch {
 	case !slices.ContainsFunc(cands, plan.Match):
 		if err := d.absent(*plan); err != nil {
 			return nil, err
 		}
-	case !slices.ContainsFunc(cands, capable):
+	case !slices.ContainsFunc(cands, plan.capable):
 		return nil, fmt.Errorf("%w: model %q is served by no provider whose adapter implements %s", ErrUnsupported, plan.Model, plan.Needs)
 	case !slices.ContainsFunc(cands, req.Match):
 		largest := 0
 		for _, c := range cands {
-			if capable(c) {
+			if plan.capable(c) {
 				largest = max(largest, maxRequest(c))
 			}
 		}

@@ -233,24 +233,19 @@ func (l *life) tunnel(ctx context.Context, plan *dispatch.Plan, j *TunnelJob, wa
 func (l *life) relayStarted(t Tunnel, j *TunnelJob) *Failure {
 	defer t.Close()
 	defer l.x.active(inflight.Tunnel)()
-	head := l.relayHead(t, j)
-	if s := head.GetStatus(); s < 200 || s > 599 {
-		return InvalidUpstreamStatus(s)
-	}
-	return l.relayTunnel(t, head, j.Out)
-}
-
-// relayHead places t and gives its head to the response and to j's
-// writer.
-func (l *life) relayHead(t Tunnel, j *TunnelJob) *wirepb.TunnelResponseHead {
 	l.placed(t, t.ID(), t.Node)
 	head := t.Head()
 	if s := head.GetStatus(); s < 200 || s > 599 {
-		return head
+		return InvalidUpstreamStatus(s)
 	}
+	l.relayHead(head, j)
+	return l.relayTunnel(t, head, j.Out)
+}
+
+// relayHead gives the tunnel's head to the response and to j's writer.
+func (l *life) relayHead(head *wirepb.TunnelResponseHead, j *TunnelJob) {
 	l.resp.Relay(int(head.GetStatus()), func(h http.Header) { relayedHeaders(h, head.GetHeaders()) })
 	j.Out.Head(head)
-	return head
 }
 
 // relayTunnel copies the body to the client piece by piece as the Node
