@@ -587,7 +587,10 @@ func serveHTTP(lc fx.Lifecycle, h *HTTPServer, authn *auth.Authenticator, log *s
 		},
 		OnStop: func(ctx context.Context) error {
 			h.serving.Store(false)
-			return h.srv.Shutdown(ctx)
+			err := h.srv.Shutdown(ctx)
+			// Shutdown does not know the connections of detached
+			// answers (frontdoor.Door.Detach): their last bytes go too.
+			return errors.Join(err, h.door.WaitDetached(ctx))
 		},
 	})
 }

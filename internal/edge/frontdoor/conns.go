@@ -3,9 +3,11 @@ package frontdoor
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 	"time"
 )
 
@@ -69,6 +71,26 @@ type trackedConn struct {
 	// bodies is the body memory its requests hold; guarded by
 	// d.bodies.mu (body.go).
 	bodies int64
+
+	// ln is the listener that accepted it, which takes it back after a
+	// detached answer (detach.go); detached (guarded by d.connsMu) keeps it
+	// counted while net/http has given it away; early is what its client
+	// sent of its next request while that answer ran, read first.
+	ln       *capListener
+	detached bool
+	early    []byte
+}
+
+// Read reads what was read of the next request ahead (early) first.
+func (c *trackedConn) Read(p []byte) (int, error) {
+	if len(c.early) > 0 {
+		n := copy(p, c.early)
+		if c.early = c.early[n:]; len(c.early) == 0 {
+			c.early = nil
+		}
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }
 
 // quietList is the quiet connections of the door or of one source, quiet
@@ -281,7 +303,13 @@ func (d *Door) connState(nc net.Conn, s http.ConnState) {
 		d.setState(c, connActive)
 	case http.StateIdle:
 		d.setState(c, connIdle)
-	case http.StateHijacked, http.StateClosed:
+	case http.StateHijacked:
+		d.connsMu.Lock()
+		if !c.detached {
+			d.forgetLocked(c)
+		}
+		d.connsMu.Unlock()
+	case http.StateClosed:
 		d.forget(c)
 	}
 }
@@ -307,22 +335,83 @@ func connOf(ctx context.Context) *trackedConn {
 // capListener admits each accepted connection through the door. One
 // refused is closed at once: waiting in Accept instead would leave every
 // new client, the health checker's too, hanging in the kernel's backlog
-// behind the flood.
+// behind the flood. It also hands the server the connections whose
+// detached answer ended (giveBack), for their next request.
 type capListener struct {
 	net.Listener
 	d *Door
+
+	accepted chan accepted     // from the accepting goroutine
+	back     chan *trackedConn // connections given back
+	done     chan struct{}     // closed by Close
+	close    sync.Once
+}
+
+// accepted is one result of the inner listener's Accept.
+type accepted struct {
+	c   net.Conn
+	err error
+}
+
+func newCapListener(ln net.Listener, d *Door) *capListener {
+	l := &capListener{Listener: ln, d: d, accepted: make(chan accepted), back: make(chan *trackedConn), done: make(chan struct{})}
+	go l.accept()
+	return l
+}
+
+// accept runs the inner listener's Accept until it is closed, so that the
+// server's Accept can wait for a new connection and a given-back one at
+// once.
+func (l *capListener) accept() {
+	for {
+		c, err := l.Listener.Accept()
+		select {
+		case l.accepted <- accepted{c, err}:
+		case <-l.done:
+			if c != nil {
+				c.Close()
+			}
+			return
+		}
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+	}
 }
 
 func (l *capListener) Accept() (net.Conn, error) {
 	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if tc := l.d.admit(c); tc != nil {
-			return tc, nil
+		select {
+		case c := <-l.back:
+			return c, nil
+		case a := <-l.accepted:
+			if a.err != nil {
+				return nil, a.err
+			}
+			if tc := l.d.admit(a.c); tc != nil {
+				tc.ln = l
+				return tc, nil
+			}
+		case <-l.done:
+			return nil, net.ErrClosed
 		}
 	}
+}
+
+// giveBack hands c to the server's next Accept; false once the listener is
+// closed.
+func (l *capListener) giveBack(c *trackedConn) bool {
+	select {
+	case l.back <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *capListener) Close() error {
+	l.close.Do(func() { close(l.done) })
+	return l.Listener.Close()
 }
 
 // Conns is how many client connections are open now.
@@ -339,5 +428,5 @@ func (d *Door) Listen(addr string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &capListener{Listener: ln, d: d}, nil
+	return newCapListener(ln, d), nil
 }

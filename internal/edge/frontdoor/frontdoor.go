@@ -160,6 +160,12 @@ type Door struct {
 	sources map[netip.Prefix]*source
 
 	bodies budget // body.go
+
+	// detached counts the answers written off net/http (detach.go);
+	// parked (guarded by connsMu) is their connections waiting idle for
+	// the next request.
+	detached sync.WaitGroup
+	parked   map[*trackedConn]struct{}
 }
 
 // New returns a door with limits; refused records what it turns away (it
@@ -171,6 +177,7 @@ func New(limits Limits, refused *Refusals) *Door {
 		refused: refused,
 		quiet:   quietList{which: allList},
 		sources: map[netip.Prefix]*source{},
+		parked:  map[*trackedConn]struct{}{},
 		bodies: budget{total: l.BodyMemory, perPrincipal: l.PrincipalBodyMemory, perConn: l.MaxRequest,
 			byPrincipal: map[string]int64{}},
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -170,7 +171,12 @@ func (f *Front) Handler(api *API, ep *Endpoint) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		x := NewExchange(w, r, ep.Route, f.metrics, f.log)
 		l := &life{f: f, api: api, ep: ep, x: x, resp: newResponse(x)}
-		l.end(l.serve())
+		plan, fl := l.prepare()
+		if fl == nil && l.detach() {
+			go l.detached(plan)
+			return
+		}
+		l.end(l.serve(plan, fl))
 	})
 }
 
@@ -188,18 +194,20 @@ type life struct {
 	id, node, choice string
 	body             *frontdoor.Body
 	outcome          string // the outcome of an answer relayed as the provider gave it
+	// dt is the request taken off net/http to wait for its work (detach).
+	dt *frontdoor.Detached
 }
 
-// serve runs the request and returns how it ended: nil for success.
+// serve runs the request prepared (with plan, or its failure fl) and
+// returns how it ended: nil for success.
 //
 // A request waiting for its first byte waits in the job's start, called
 // from here, and its goroutine keeps the stack it grew to (P3: ten
 // thousand waiting requests are ten thousand such stacks). So the way to
 // the work is a function of its own, prepare, whose frame is gone by then,
 // and this one holds only what the job needs.
-func (l *life) serve() *Failure {
+func (l *life) serve(plan *dispatch.Plan, fl *Failure) *Failure {
 	defer l.releaseBody()
-	plan, fl := l.prepare()
 	if fl != nil {
 		return fl
 	}
@@ -221,6 +229,40 @@ func (l *life) serve() *Failure {
 		return l.count(ctx, plan, j, watch)
 	}
 	panic(fmt.Sprintf("frontend: a job of type %T", l.job))
+}
+
+// detach takes the request off net/http (frontdoor.Door.Detach) when its
+// job goes to a Node: it may wait there for minutes (a prefill under
+// load), and waits in a goroutine of its own (detached) that holds neither
+// net/http's buffers for the connection nor the stack of its handler
+// chain. An answer of the Edge's own is written at once, by the handler.
+func (l *life) detach() bool {
+	if _, answer := l.job.(Answer); answer {
+		return false
+	}
+	dt := l.f.door.Detach(l.x.w, l.x.r)
+	if dt == nil {
+		return false
+	}
+	l.dt = dt
+	l.x.w, l.x.r = dt, dt.Request()
+	l.resp.rc = http.NewResponseController(dt)
+	return true
+}
+
+// detached serves a detached request to its end, and gives its connection
+// back. A panic is net/http's to recover no longer: it is recovered here
+// as net/http would, logged with its stack, and the connection closed, so
+// that one request's bug never takes the Edge down.
+func (l *life) detached(plan *dispatch.Plan) {
+	defer func() {
+		if p := recover(); p != nil {
+			l.dt.Abort()
+			l.f.log.Error("panic serving a request", "route", l.ep.Route, "remote", l.x.r.RemoteAddr, "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	l.end(l.serve(plan, nil))
+	l.dt.Finish()
 }
 
 // prepare takes the request from its arrival to its job and the plan the
