@@ -72,7 +72,8 @@ type Detached struct {
 // to w yet; the headers already set on w are kept. After Detach returns
 // non-nil the handler must return at once without touching w, and the
 // request goes on with Detached: its Request's context is cancelled with
-// ErrClientGone when the client closes the connection.
+// ErrClientGone when the client closes the connection, and its body is
+// empty. r itself must not be kept: its body holds net/http's buffer.
 func (d *Door) Detach(w http.ResponseWriter, r *http.Request) *Detached {
 	tc := connOf(r.Context())
 	hj, ok := w.(http.Hijacker)
@@ -105,7 +106,9 @@ func (d *Door) Detach(w http.ResponseWriter, r *http.Request) *Detached {
 		tc.early = append([]byte(nil), b...)
 	}
 	ctx, stop := context.WithCancelCause(context.WithoutCancel(r.Context()))
-	dt := &Detached{d: d, tc: tc, req: r.WithContext(ctx), stop: stop, header: w.Header(), keep: tc.state != connGone}
+	req := r.WithContext(ctx)
+	req.Body = http.NoBody // read whole; net/http's reads through the connection's buffer, which must not stay
+	dt := &Detached{d: d, tc: tc, req: req, stop: stop, header: w.Header(), keep: tc.state != connGone}
 	d.detached.Add(1)
 	if len(tc.early) == 0 { // as net/http: a client that sent more is not watched
 		dt.watching = true
