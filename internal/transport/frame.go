@@ -42,7 +42,10 @@ func (e *ProtocolError) Unwrap() error { return e.Err }
 // FrameReader reads length-delimited protobuf frames with a size limit.
 // It is not safe for concurrent use.
 type FrameReader struct {
-	r      *bufio.Reader
+	r      *bufio.Reader // the read-ahead: nil until the first byte arrives, and after the end
+	src    io.Reader     // what it reads; nil after the end
+	first  [1]byte       // the first byte, read before the read-ahead was made
+	held   bool          // first is not yet read from the read-ahead
 	limit  int
 	stream string
 }
@@ -50,7 +53,37 @@ type FrameReader struct {
 // NewFrameReader returns a reader of frames of at most limit bytes from r.
 // stream names the stream in errors.
 func NewFrameReader(r io.Reader, limit int, stream string) *FrameReader {
-	return &FrameReader{r: bufio.NewReaderSize(r, readAhead), limit: limit, stream: stream}
+	return &FrameReader{src: r, limit: limit, stream: stream}
+}
+
+// arrive waits for the stream's first byte, and only then makes the
+// read-ahead: a stream waiting for its peer's first frame (an answer's
+// head through a prefill of minutes) holds no buffer (issue 25).
+func (fr *FrameReader) arrive() error {
+	for {
+		n, err := fr.src.Read(fr.first[:])
+		if n > 0 {
+			fr.held = true
+			fr.r = bufio.NewReaderSize((*frameSource)(fr), readAhead)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// frameSource is what the read-ahead reads: the first byte, then the
+// stream.
+type frameSource FrameReader
+
+func (s *frameSource) Read(p []byte) (int, error) {
+	if s.held && len(p) > 0 {
+		s.held = false
+		p[0] = s.first[0]
+		return 1, nil
+	}
+	return s.src.Read(p)
 }
 
 // readAhead is the reader's buffer. Every open stream holds one, on both
@@ -65,14 +98,22 @@ const readAhead = 1 << 10
 // returned as they are.
 func (fr *FrameReader) Read(m proto.Message) error {
 	if fr.r == nil {
-		return io.EOF
+		if fr.src == nil {
+			return io.EOF
+		}
+		if err := fr.arrive(); err != nil {
+			if err == io.EOF {
+				fr.src = nil
+			}
+			return err
+		}
 	}
 	n, err := binary.ReadUvarint(fr.r)
 	switch {
 	case err == io.EOF:
 		// Nothing more comes: the read-ahead goes. A Node's run waiting
 		// through a prefill has read its request to this end (issue 25).
-		fr.r = nil
+		fr.r, fr.src = nil, nil
 		return io.EOF
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return fr.protoErr(fmt.Errorf("%w: inside the length prefix", ErrFrameTruncated))

@@ -685,3 +685,43 @@ func TestConcurrentWritersEachWriteTheirOwnFrames(t *testing.T) {
 		}
 	}
 }
+
+// sizesReader records the size of each read asked of it.
+type sizesReader struct {
+	r     io.Reader
+	sizes []int
+}
+
+func (s *sizesReader) Read(p []byte) (int, error) {
+	s.sizes = append(s.sizes, len(p))
+	return s.r.Read(p)
+}
+
+// Issue 25 (P3): a stream waits for its peer's first frame (an answer's
+// head through a prefill of minutes) with no read-ahead: its first read
+// asks for one byte, and the buffer is made once that byte is here. The
+// frames read afterwards are whole and in order.
+func TestAWaitingStreamHoldsNoReadAhead(t *testing.T) {
+	var wire bytes.Buffer
+	w := transport.NewFrameWriter(&wire, quicwire.MaxStreamFrameSize)
+	want := []string{"first", strings.Repeat("b", 300), "third"}
+	for _, b := range want {
+		if err := w.Write(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Body{Body: []byte(b)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := &sizesReader{r: &wire}
+	fr := transport.NewFrameReader(src, quicwire.MaxStreamFrameSize, "tunnel")
+	for _, b := range want {
+		var f wirepb.TunnelFrame
+		if err := fr.Read(&f); err != nil || string(f.GetBody()) != b {
+			t.Fatalf("frame %q: got %q, %v", b, f.GetBody(), err)
+		}
+	}
+	if err := fr.Read(new(wirepb.TunnelFrame)); err != io.EOF {
+		t.Fatalf("at the end: %v, want io.EOF", err)
+	}
+	if len(src.sizes) < 2 || src.sizes[0] != 1 || src.sizes[1] <= 1 {
+		t.Errorf("the reads asked of the stream were %v: want one byte first, then the read-ahead", src.sizes)
+	}
+}

@@ -40,10 +40,41 @@ type relayTransport struct {
 	idle map[string][]*relayConn // by host:port, the most recent last
 }
 
-// relayConn is one connection with its read buffer.
+// relayConn is one connection with its read buffer, which it holds only
+// while an answer is read: not while it waits for one (a prefill), nor
+// while idle (issue 25).
 type relayConn struct {
 	net.Conn
 	br *bufio.Reader
+}
+
+// relayReaders are the read buffers of answers being read.
+var relayReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, relayBufSize) }}
+
+// reading gives c its read buffer, once the answer's first byte is here.
+func (c *relayConn) reading() error {
+	if err := waitReadable(c.Conn); err != nil {
+		return err
+	}
+	c.br = relayReaders.Get().(*bufio.Reader)
+	c.br.Reset(c.Conn)
+	return nil
+}
+
+// idle gives c's read buffer back when the answer was read whole and
+// nothing follows it; false when something does (the connection cannot be
+// reused).
+func (c *relayConn) idle() bool {
+	if c.br == nil {
+		return true
+	}
+	if c.br.Buffered() > 0 {
+		return false
+	}
+	c.br.Reset(nil)
+	relayReaders.Put(c.br)
+	c.br = nil
+	return true
 }
 
 // relayBufSize is the size of each connection's read buffer, and of the
@@ -118,13 +149,16 @@ func (t *relayTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return fail(fmt.Errorf("writing the request: %w", err))
 	}
 	// From here on the request is not referred to: a call waiting for its
-	// answer (a prefill) holds its connection and read buffer, not the
-	// request's headers and URL (issue 25). Reading the answer needs only
+	// answer (a prefill) holds its connection, not the request's headers
+	// and URL, nor a read buffer before the answer's first byte (issue 25). Reading the answer needs only
 	// whether it was a HEAD (an answer without a body); resp.Request stays
 	// nil, as nothing reads it.
 	closeReq, asked := req.Close, (*http.Request)(nil)
 	if req.Method == http.MethodHead {
 		asked = headRequest
+	}
+	if err := c.reading(); err != nil {
+		return fail(fmt.Errorf("waiting for the answer: %w", err))
 	}
 	var resp *http.Response
 	for {
@@ -167,7 +201,7 @@ func (t *relayTransport) conn(ctx context.Context, addr string) (*relayConn, err
 		c := l[len(l)-1]
 		t.idle[addr] = l[:len(l)-1]
 		t.mu.Unlock()
-		if alive(c.Conn) && c.br.Buffered() == 0 {
+		if alive(c.Conn) {
 			return c, nil
 		}
 		c.Close()
@@ -176,7 +210,7 @@ func (t *relayTransport) conn(ctx context.Context, addr string) (*relayConn, err
 	if err != nil {
 		return nil, err
 	}
-	return &relayConn{Conn: nc, br: bufio.NewReaderSize(nc, relayBufSize)}, nil
+	return &relayConn{Conn: nc}, nil
 }
 
 // put keeps c for the next request to addr, or closes it if enough are
@@ -250,7 +284,7 @@ func (b *relayBody) finish(keep bool) {
 	b.done = true
 	// A context that ended in the meantime has set the deadline already:
 	// that connection is not kept.
-	if !b.stop() || !keep {
+	if !b.stop() || !keep || !b.c.idle() {
 		b.c.Close()
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -270,4 +271,73 @@ func TestRelayTransportInformationalAndFallback(t *testing.T) {
 		t.Errorf("over https: %q", b)
 	}
 	resp.Body.Close()
+}
+
+// Issue 25 (P3): a connection holds its read buffer only while an answer
+// is read: waitReadable waits with none (and ends at the connection's
+// deadline, as a read would), and a connection whose answer was read whole
+// gives it back before it idles; one with bytes after its answer cannot
+// be reused.
+func TestRelayConnHoldsItsReadBufferOnlyWhileReading(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	peer := <-accepted
+	defer peer.Close()
+
+	_ = nc.SetReadDeadline(time.Now().Add(-time.Second))
+	if err := waitReadable(nc); runtime.GOOS != "windows" && !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("waiting past the deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	_ = nc.SetReadDeadline(time.Time{})
+
+	c := &relayConn{Conn: nc}
+	if _, err := io.WriteString(peer, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.reading(); err != nil || c.br == nil {
+		t.Fatalf("reading: %v, buffer %v", err, c.br != nil)
+	}
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(resp.Body); string(b) != "ok" {
+		t.Fatalf("body %q", b)
+	}
+	if !c.idle() || c.br != nil {
+		t.Errorf("an answer read whole: idle %v, buffer kept %v", c.idle(), c.br != nil)
+	}
+
+	if _, err := io.WriteString(peer, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.reading(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = http.ReadResponse(c.br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	for c.br.Buffered() == 0 { // EXTRA may come in a later segment
+		if _, err := c.br.Peek(1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.idle() {
+		t.Error("a connection with bytes after its answer was kept for reuse")
+	}
 }

@@ -29,3 +29,22 @@ func alive(c net.Conn) bool {
 	})
 	return err == nil && open
 }
+
+// waitReadable waits until c has something to read (or its end, or an
+// error), with no buffer: the goroutine waits in the poller. The
+// connection's deadlines end the wait as they end a read.
+func waitReadable(c net.Conn) error {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var buf [1]byte
+	return rc.Read(func(fd uintptr) bool {
+		_, _, perr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return perr != syscall.EAGAIN && perr != syscall.EWOULDBLOCK
+	})
+}
