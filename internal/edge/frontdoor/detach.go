@@ -59,12 +59,36 @@ type Detached struct {
 	keep    bool  // the connection may serve another request
 	ended   bool  // Finish or Abort ran
 
-	// mu orders the watch's end against Finish.
-	mu       sync.Mutex
-	watching bool // the watch's read has not returned
-	gone     bool // it returned an error before the answer ended: the client went
-	finished bool // Finish ran: the watch's read is the wait for the next request
+	// The watch of the connection (connPoller): mu orders its events
+	// against Finish, the idle timer and the door's stop.
+	poller  *connPoller
+	watch   int32 // the registration id
+	mu      sync.Mutex
+	watched bool        // registered, and its event not yet taken
+	gone    bool        // the client's end came before the answer's
+	phase   detachPhase // answering, then parked, then done
+	idle    *time.Timer // while parked: the idle timeout
 }
+
+// detachPhase is where a detached connection is: its answer being
+// written, then parked (idle, waiting for its next request), then done
+// (given back to the server, or closed).
+type detachPhase uint8
+
+const (
+	answering detachPhase = iota
+	parked
+	done
+)
+
+// readiness is what a watched connection has to read.
+type readiness uint8
+
+const (
+	nothing    readiness = iota // a spurious wake: nothing yet
+	bytesReady                  // the client's next request has begun
+	ended                       // the client closed (or reset) the connection
+)
 
 // Detach takes r's connection from net/http, if r may be detached (see
 // above), and returns the request and its writer; nil leaves r with
@@ -78,6 +102,10 @@ func (d *Door) Detach(w http.ResponseWriter, r *http.Request) *Detached {
 	tc := connOf(r.Context())
 	hj, ok := w.(http.Hijacker)
 	if tc == nil || !ok || r.TLS != nil || r.ProtoMajor != 1 || r.ProtoMinor < 1 || r.Close || r.Method == http.MethodHead || !readWhole(r) {
+		return nil
+	}
+	poller := newConnPoller() // made at the first detach, not in a test's bubble that never detaches
+	if poller == nil {
 		return nil
 	}
 	d.connsMu.Lock()
@@ -108,11 +136,13 @@ func (d *Door) Detach(w http.ResponseWriter, r *http.Request) *Detached {
 	ctx, stop := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	req := r.WithContext(ctx)
 	req.Body = http.NoBody // read whole; net/http's reads through the connection's buffer, which must not stay
-	dt := &Detached{d: d, tc: tc, req: req, stop: stop, header: w.Header(), keep: tc.state != connGone}
+	dt := &Detached{d: d, tc: tc, req: req, stop: stop, header: w.Header(), keep: tc.state != connGone, poller: poller}
 	d.detached.Add(1)
 	if len(tc.early) == 0 { // as net/http: a client that sent more is not watched
-		dt.watching = true
-		go dt.watch()
+		dt.watched = true
+		if err := dt.poller.add(dt); err != nil {
+			dt.watched, dt.keep = false, false // not watched: closed after its answer
+		}
 	}
 	return dt
 }
@@ -127,41 +157,73 @@ func readWhole(r *http.Request) bool {
 	return ok && b.eof
 }
 
-// watch reads the connection while the request runs: its client sends
-// nothing more until the answer, so an end of the connection is the
-// client gone, and a byte read is the start of its next request. Once the
-// answer has ended (Finish), the same read is the connection's wait for its
-// next request, idle, within the door's IdleTimeout: the connection costs
-// this goroutine alone until then, not net/http's buffers.
-func (dt *Detached) watch() {
-	var b [1]byte
-	n, err := dt.tc.Conn.Read(b[:])
+// ready takes an event of the watch (on the poller's goroutine). While
+// the answer is written, the client sends nothing: its end is the client
+// gone, and bytes are its next request begun early (no longer watched, as
+// net/http watches no further). Once parked, bytes are the next request:
+// the connection goes back to the server; its end closes it.
+func (dt *Detached) ready(r readiness) {
 	dt.mu.Lock()
-	if n > 0 {
-		dt.tc.early = append(dt.tc.early, b[0])
+	if !dt.watched {
+		dt.mu.Unlock()
+		return
 	}
-	dt.watching = false
-	finished := dt.finished
-	if err != nil && !finished {
-		dt.gone = true
+	if r == nothing {
+		if err := dt.poller.rearm(dt); err == nil {
+			dt.mu.Unlock()
+			return
+		}
+		r = ended
+	}
+	dt.watched = false
+	dt.poller.remove(dt)
+	phase := dt.phase
+	if phase == answering {
+		dt.gone = r == ended
+		dt.mu.Unlock()
+		if r == ended {
+			dt.stop(ErrClientGone)
+		}
+		return
+	}
+	dt.phase = done
+	if dt.idle != nil {
+		dt.idle.Stop()
 	}
 	dt.mu.Unlock()
-	switch {
-	case finished:
-		dt.next()
-	case err != nil:
-		dt.stop(ErrClientGone)
-	}
+	// The hand-off waits for the server's Accept: not on the poller's
+	// goroutine.
+	go dt.next(r == bytesReady)
 }
 
-// next gives the connection back to the server now that its next request
-// has begun (early), or closes it.
-func (dt *Detached) next() {
+// expire closes a parked connection: its idle timeout passed, or the door
+// stops.
+func (dt *Detached) expire() {
+	dt.mu.Lock()
+	if dt.phase != parked {
+		dt.mu.Unlock()
+		return
+	}
+	dt.phase = done
+	if dt.idle != nil {
+		dt.idle.Stop()
+	}
+	if dt.watched {
+		dt.watched = false
+		dt.poller.remove(dt)
+	}
+	dt.mu.Unlock()
+	dt.next(false)
+}
+
+// next gives the connection back to the server for its next request, or
+// closes it.
+func (dt *Detached) next(again bool) {
 	tc, d := dt.tc, dt.d
 	d.connsMu.Lock()
-	delete(d.parked, tc)
+	delete(d.parked, dt)
 	d.connsMu.Unlock()
-	if len(tc.early) == 0 || tc.Conn.SetDeadline(time.Time{}) != nil || !d.giveBack(tc) {
+	if !again || tc.Conn.SetDeadline(time.Time{}) != nil || !d.giveBack(tc) {
 		_ = tc.Close()
 	}
 }
@@ -359,29 +421,34 @@ func (dt *Detached) Finish() {
 	writers.Put(dt.bw)
 	dt.bw, dt.req, dt.header, dt.pending = nil, nil, nil, nil // the idle wait holds none of the request
 
-	tc, d := dt.tc, dt.d
 	keep := dt.keep && dt.err == nil && (!dt.sized || dt.left == 0)
 	if keep {
-		// Deadlines before finished: once it is set, the watch may
-		// give the connection to the server, which sets its own.
-		_ = tc.Conn.SetWriteDeadline(time.Time{})
-		idle := time.Time{}
-		if d.limits.IdleTimeout > 0 {
-			idle = time.Now().Add(d.limits.IdleTimeout)
-		}
-		_ = tc.Conn.SetReadDeadline(idle)
+		_ = dt.tc.Conn.SetWriteDeadline(time.Time{})
 	}
 	dt.mu.Lock()
-	dt.finished = true
-	watching, gone := dt.watching, dt.gone
-	dt.mu.Unlock()
 	switch {
-	case !keep || gone:
-		_ = tc.Close() // a watch still reading ends with it
-	case watching:
-		d.park(tc)
+	case !keep || dt.gone:
+		dt.phase = done
+		if dt.watched {
+			dt.watched = false
+			dt.poller.remove(dt)
+		}
+		dt.mu.Unlock()
+		_ = dt.tc.Close()
+	case dt.watched:
+		// Idle until its next request; parked first, so that an event
+		// that comes at once finds it so.
+		dt.phase = parked
+		dt.d.park(dt)
+		if t := dt.d.limits.IdleTimeout; t > 0 {
+			dt.idle = time.AfterFunc(t, dt.expire)
+		}
+		dt.mu.Unlock()
 	default:
-		dt.next()
+		// Its next request began during the answer: served now.
+		dt.phase = done
+		dt.mu.Unlock()
+		dt.next(true)
 	}
 }
 
@@ -396,20 +463,24 @@ func (dt *Detached) Abort() {
 		defer dt.stop(nil)
 	}
 	dt.mu.Lock()
-	dt.finished = true
+	dt.phase = done
+	if dt.watched {
+		dt.watched = false
+		dt.poller.remove(dt)
+	}
 	dt.mu.Unlock()
 	_ = dt.tc.Close()
 }
 
-// park records c as idle, waiting for its next request off the server
-// (Detached.watch): quiet, so a new connection may take its place, and
+// park records dt's connection as idle, waiting for its next request off
+// the server: quiet, so that a new connection may take its place, and
 // closed by WaitDetached when the Edge stops.
-func (d *Door) park(c *trackedConn) {
-	d.setState(c, connIdle)
+func (d *Door) park(dt *Detached) {
+	d.setState(dt.tc, connIdle)
 	d.connsMu.Lock()
 	defer d.connsMu.Unlock()
-	if c.state != connGone {
-		d.parked[c] = struct{}{}
+	if dt.tc.state != connGone {
+		d.parked[dt] = struct{}{}
 	}
 }
 
@@ -434,13 +505,13 @@ func (d *Door) giveBack(c *trackedConn) bool {
 func (d *Door) WaitDetached(ctx context.Context) error {
 	defer func() {
 		d.connsMu.Lock()
-		parked := make([]*trackedConn, 0, len(d.parked))
-		for c := range d.parked {
-			parked = append(parked, c)
+		parked := make([]*Detached, 0, len(d.parked))
+		for dt := range d.parked {
+			parked = append(parked, dt)
 		}
 		d.connsMu.Unlock()
-		for _, c := range parked {
-			_ = c.Close()
+		for _, dt := range parked {
+			dt.expire()
 		}
 	}()
 	done := make(chan struct{})

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -370,5 +371,67 @@ func TestAnAbortedDetachedAnswerClosesItsConnection(t *testing.T) {
 	}
 	if n := s.door.Conns(); n != 0 {
 		t.Errorf("the door counts %d connections, want 0", n)
+	}
+}
+
+// Issue 25 (P3): a detached request waiting for its answer, and its
+// connection idle after it, cost the Edge no goroutine: the connections
+// are watched from one (connPoller), and net/http's goroutine for each is
+// gone. Fifty waiting, then fifty idle, leave the count where it was.
+func TestDetachedConnectionsCostNoGoroutine(t *testing.T) {
+	s := startDetachServer(t, Limits{})
+	s.detached = make(chan *Detached, 50)
+	const n = 50
+	settle := func(want int) int {
+		t.Helper()
+		var got int
+		for range 500 { // net/http's goroutines end a moment after their handlers
+			if got = runtime.NumGoroutine(); got <= want {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return got
+	}
+	warm := s.dial(t) // the poller and the server's own goroutines are up
+	warm.send(detachReq)
+	dt := <-s.detached
+	dt.Finish()
+	warm.read()
+	base := runtime.NumGoroutine()
+	for range 100 { // until the warm-up's handler goroutine has ended
+		time.Sleep(20 * time.Millisecond)
+		now := runtime.NumGoroutine()
+		if now == base {
+			break
+		}
+		base = now
+	}
+
+	clients := make([]*client, n)
+	dts := make([]*Detached, n)
+	for i := range clients {
+		clients[i] = s.dial(t)
+		clients[i].send(detachReq)
+		dts[i] = <-s.detached
+	}
+	if got := settle(base + 2); got > base+2 {
+		t.Errorf("%d requests waiting: %d goroutines, %d before", n, got, base)
+	}
+	for i, c := range clients {
+		_, _ = io.WriteString(dts[i], "ok")
+		dts[i].Finish()
+		if _, body := c.read(); body != "ok" {
+			t.Fatalf("body %q", body)
+		}
+	}
+	if got := settle(base + 2); got > base+2 {
+		t.Errorf("%d connections idle after their answers: %d goroutines, %d before", n, got, base)
+	}
+	for _, c := range clients { // and each still serves its next request
+		c.send(plainReq)
+		if resp, _ := c.read(); resp.StatusCode != http.StatusOK {
+			t.Fatalf("next request: %d", resp.StatusCode)
+		}
 	}
 }

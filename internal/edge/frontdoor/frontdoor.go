@@ -165,7 +165,7 @@ type Door struct {
 	// parked (guarded by connsMu) is their connections waiting idle for
 	// the next request.
 	detached sync.WaitGroup
-	parked   map[*trackedConn]struct{}
+	parked   map[*Detached]struct{}
 }
 
 // New returns a door with limits; refused records what it turns away (it
@@ -177,7 +177,7 @@ func New(limits Limits, refused *Refusals) *Door {
 		refused: refused,
 		quiet:   quietList{which: allList},
 		sources: map[netip.Prefix]*source{},
-		parked:  map[*trackedConn]struct{}{},
+		parked:  map[*Detached]struct{}{},
 		bodies: budget{total: l.BodyMemory, perPrincipal: l.PrincipalBodyMemory, perConn: l.MaxRequest,
 			byPrincipal: map[string]int64{}},
 	}
