@@ -175,8 +175,7 @@ func (dt *Detached) ready(r readiness) {
 		}
 		r = ended
 	}
-	dt.watched = false
-	dt.poller.remove(dt)
+	dt.unwatchLocked()
 	phase := dt.phase
 	if phase == answering {
 		dt.gone = r == ended
@@ -208,10 +207,7 @@ func (dt *Detached) expire() {
 	if dt.idle != nil {
 		dt.idle.Stop()
 	}
-	if dt.watched {
-		dt.watched = false
-		dt.poller.remove(dt)
-	}
+	dt.unwatchLocked()
 	dt.mu.Unlock()
 	dt.next(false)
 }
@@ -428,13 +424,8 @@ func (dt *Detached) Finish() {
 	dt.mu.Lock()
 	switch {
 	case !keep || dt.gone:
-		dt.phase = done
-		if dt.watched {
-			dt.watched = false
-			dt.poller.remove(dt)
-		}
 		dt.mu.Unlock()
-		_ = dt.tc.Close()
+		dt.Abort()
 	case dt.watched:
 		// Idle until its next request; parked first, so that an event
 		// that comes at once finds it so.
@@ -464,12 +455,17 @@ func (dt *Detached) Abort() {
 	}
 	dt.mu.Lock()
 	dt.phase = done
+	dt.unwatchLocked()
+	dt.mu.Unlock()
+	_ = dt.tc.Close()
+}
+
+// unwatchLocked stops the watch, if it runs. dt.mu is held.
+func (dt *Detached) unwatchLocked() {
 	if dt.watched {
 		dt.watched = false
 		dt.poller.remove(dt)
 	}
-	dt.mu.Unlock()
-	_ = dt.tc.Close()
 }
 
 // park records dt's connection as idle, waiting for its next request off

@@ -50,10 +50,10 @@ func newConnPoller() *connPoller { return thePoller() }
 func (p *connPoller) add(dt *Detached) error {
 	p.mu.Lock()
 	p.next++
-	id := p.next
-	p.regs[id] = dt
+	dt.watch = p.next
+	p.regs[dt.watch] = dt
+	id := dt.watch
 	p.mu.Unlock()
-	dt.watch = id
 	err := p.ctl(dt, syscall.EPOLL_CTL_ADD)
 	if err != nil {
 		p.mu.Lock()
