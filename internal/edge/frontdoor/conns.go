@@ -74,8 +74,8 @@ type trackedConn struct {
 
 	// ln is the listener that accepted it, which takes it back after a
 	// detached answer (detach.go); detached (guarded by d.connsMu) keeps it
-	// counted while net/http has given it away; early is what its client
-	// sent of its next request while that answer ran, read first.
+	// counted while net/http has given it away; early is what net/http had
+	// read of its next request when it was detached, read first.
 	ln       *capListener
 	detached bool
 	early    []byte

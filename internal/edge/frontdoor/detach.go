@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/iop-dev/iop/internal/netpeek"
 )
 
 // A request that waits long for its answer (a run in a model's prefill,
@@ -79,15 +81,6 @@ const (
 	answering detachPhase = iota
 	parked
 	done
-)
-
-// readiness is what a watched connection has to read.
-type readiness uint8
-
-const (
-	nothing    readiness = iota // a spurious wake: nothing yet
-	bytesReady                  // the client's next request has begun
-	ended                       // the client closed (or reset) the connection
 )
 
 // Detach takes r's connection from net/http, if r may be detached (see
@@ -162,25 +155,25 @@ func readWhole(r *http.Request) bool {
 // gone, and bytes are its next request begun early (no longer watched, as
 // net/http watches no further). Once parked, bytes are the next request:
 // the connection goes back to the server; its end closes it.
-func (dt *Detached) ready(r readiness) {
+func (dt *Detached) ready(r netpeek.Readiness) {
 	dt.mu.Lock()
 	if !dt.watched {
 		dt.mu.Unlock()
 		return
 	}
-	if r == nothing {
+	if r == netpeek.Nothing {
 		if err := dt.poller.rearm(dt); err == nil {
 			dt.mu.Unlock()
 			return
 		}
-		r = ended
+		r = netpeek.Ended
 	}
 	dt.unwatchLocked()
 	phase := dt.phase
 	if phase == answering {
-		dt.gone = r == ended
+		dt.gone = r == netpeek.Ended
 		dt.mu.Unlock()
-		if r == ended {
+		if r == netpeek.Ended {
 			dt.stop(ErrClientGone)
 		}
 		return
@@ -192,7 +185,7 @@ func (dt *Detached) ready(r readiness) {
 	dt.mu.Unlock()
 	// The hand-off waits for the server's Accept: not on the poller's
 	// goroutine.
-	go dt.next(r == bytesReady)
+	go dt.next(r == netpeek.Bytes)
 }
 
 // expire closes a parked connection: its idle timeout passed, or the door

@@ -3,9 +3,10 @@ package frontdoor
 import (
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"syscall"
+
+	"github.com/iop-dev/iop/internal/netpeek"
 )
 
 // connPoller watches the connections of detached requests (detach.go) for
@@ -75,7 +76,7 @@ func (p *connPoller) remove(dt *Detached) {
 }
 
 func (p *connPoller) ctl(dt *Detached, op int) error {
-	rc, err := syscallConn(dt.tc.Conn)
+	rc, err := netpeek.RawConn(dt.tc.Conn)
 	if err != nil {
 		return err
 	}
@@ -109,40 +110,8 @@ func (p *connPoller) run() {
 			dt := p.regs[ev.Fd]
 			p.mu.Unlock()
 			if dt != nil {
-				dt.ready(peek(dt.tc.Conn))
+				dt.ready(netpeek.Peek(dt.tc.Conn))
 			}
 		}
 	}
-}
-
-// peek says what c has to read, without reading it.
-func peek(c net.Conn) readiness {
-	rc, err := syscallConn(c)
-	if err != nil {
-		return ended
-	}
-	r := nothing
-	var buf [1]byte
-	err = rc.Control(func(fd uintptr) {
-		n, _, perr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case perr == syscall.EAGAIN || perr == syscall.EINTR:
-		case perr == nil && n > 0:
-			r = bytesReady
-		default: // 0: the client's end; or an error (a reset)
-			r = ended
-		}
-	})
-	if err != nil {
-		return ended
-	}
-	return r
-}
-
-func syscallConn(c net.Conn) (syscall.RawConn, error) {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil, errors.New("not a socket")
-	}
-	return sc.SyscallConn()
 }

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/iop-dev/iop/internal/netpeek"
 )
 
 // relayTransport is the HTTP/1.1 client of the Node's own tunnel relay to
@@ -48,12 +50,19 @@ type relayConn struct {
 	br *bufio.Reader
 }
 
+// alive reports whether an idle connection is still open: the server has
+// neither closed it nor sent anything on it since its last answer. It
+// peeks without waiting, so a connection the server closed while idle (a
+// keep-alive timeout) is found before a request is written on it. Where
+// it cannot peek, an idle connection is not reused.
+func alive(c net.Conn) bool { return netpeek.Peek(c) == netpeek.Nothing }
+
 // relayReaders are the read buffers of answers being read.
 var relayReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, relayBufSize) }}
 
 // reading gives c its read buffer, once the answer's first byte is here.
 func (c *relayConn) reading() error {
-	if err := waitReadable(c.Conn); err != nil {
+	if err := netpeek.WaitReadable(c.Conn); err != nil {
 		return err
 	}
 	c.br = relayReaders.Get().(*bufio.Reader)

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/iop-dev/iop/internal/netpeek"
 )
 
 // newTestRelayClient is newRelayClient's client, on the relay's own
@@ -298,7 +300,7 @@ func TestRelayConnHoldsItsReadBufferOnlyWhileReading(t *testing.T) {
 	defer peer.Close()
 
 	_ = nc.SetReadDeadline(time.Now().Add(-time.Second))
-	if err := waitReadable(nc); runtime.GOOS != "windows" && !errors.Is(err, os.ErrDeadlineExceeded) {
+	if err := netpeek.WaitReadable(nc); runtime.GOOS != "windows" && !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("waiting past the deadline: %v, want os.ErrDeadlineExceeded", err)
 	}
 	_ = nc.SetReadDeadline(time.Time{})
