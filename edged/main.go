@@ -27,6 +27,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/nodecli"
 	"github.com/iop-dev/iop/internal/edge/storecli"
 	"github.com/iop-dev/iop/internal/edge/tlscli"
+	"github.com/iop-dev/iop/internal/gctarget"
 )
 
 // certLifetime is the hidden --test-node-cert-lifetime of `edged run`.
@@ -68,6 +69,7 @@ func main() {
 	}
 	switch cmd {
 	case run.FullCommand():
+		gctarget.Apply()
 		var cfg *edgeconfig.Config
 		switch cfg, err = edgeconfig.Load(*configPath); {
 		case err != nil:

@@ -177,6 +177,15 @@ providers: [{name: ollama, adapter: ollama, capacity: 4, config: {base_url: %q}}
 		`iop_node_lease_refusals_total{reason="expired"} 0`,
 		`iop_node_edge_state{state="ready"} 1`,
 	)
+	// Both daemons collect garbage at GOGC=50 unless the environment
+	// says otherwise (internal/gctarget, issue 25).
+	if _, set := os.LookupEnv("GOGC"); !set {
+		for name, out := range map[string]string{"edged": edgeOut, "noded": nodeOut} {
+			if !slices.Contains(strings.Split(out, "\n"), "go_gc_gogc_percent 50") {
+				t.Errorf("%s does not collect at GOGC=50:\n%s", name, grepLines(out, "go_gc_gogc_percent"))
+			}
+		}
+	}
 	// The Edge's first heartbeat (3 s in, scaled) makes its round trip.
 	waitFor(t, "the Edge's first heartbeat round trip", func() bool {
 		edgeOut = scrapeText(t, base+"/metrics")

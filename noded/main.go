@@ -18,6 +18,7 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 
+	"github.com/iop-dev/iop/internal/gctarget"
 	"github.com/iop-dev/iop/internal/node/nodejoin"
 	"github.com/iop-dev/iop/plugins/builtin"
 )
@@ -74,6 +75,7 @@ func main() {
 	}
 	switch cmd {
 	case run.FullCommand():
+		gctarget.Apply() // the daemon only: a plugin process keeps Go's default
 		err = runNode(runFlags)
 	case joinCmd.FullCommand():
 		err = join(os.Stdout, joinFlags)

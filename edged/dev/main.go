@@ -20,6 +20,7 @@ import (
 
 	edgeapp "github.com/iop-dev/iop/internal/edge/app"
 	"github.com/iop-dev/iop/internal/edge/edgeconfig"
+	"github.com/iop-dev/iop/internal/gctarget"
 	"github.com/iop-dev/iop/internal/node/agent"
 	"github.com/iop-dev/iop/internal/node/nodeconfig"
 	"github.com/iop-dev/iop/internal/yamlconf"
@@ -62,6 +63,7 @@ func main() {
 	}
 	switch cmd {
 	case run.FullCommand():
+		gctarget.Apply()
 		err = runDev(f)
 	case plugin.FullCommand():
 		err = builtin.Serve(*pluginName, *pluginDescribe)
