@@ -1,6 +1,7 @@
 package registrar
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iop-dev/iop/internal/edge/fleet"
 	"github.com/iop-dev/iop/quicwire"
 	wireenroll "github.com/iop-dev/iop/quicwire/enroll"
 	"github.com/iop-dev/iop/quicwire/pki"
@@ -171,5 +173,58 @@ func TestARenewalRacingARemovalLeavesNoUnrevokedCertificate(t *testing.T) {
 		} else if !errors.Is(rerr, ErrNodeRemoved) {
 			t.Fatalf("round %d: renewal refused with %v, want ErrNodeRemoved", i, rerr)
 		}
+	}
+}
+
+// noticeFirst is a backend whose removal's notice reaches this Edge's
+// own listener before Remove returns, as PostgreSQL's NOTIFY may: it
+// fences the connection first.
+type noticeFirst struct {
+	Backend
+	fence func()
+}
+
+func (b noticeFirst) Remove(ctx context.Context, nodeID string, now time.Time, mark bool) (bool, []string, error) {
+	known, revoked, err := b.Backend.Remove(ctx, nodeID, now, mark)
+	if err == nil {
+		b.fence()
+	}
+	return known, revoked, err
+}
+
+// A removal says it fenced the Node's connection even when the cluster's
+// notice of that removal fenced it a moment before Remove looked (issue 22:
+// CI once saw fenced=false with three Edges on PostgreSQL), and not when
+// the connection was fenced before the removal for another reason.
+func TestARemovalFencedByItsOwnNoticeFirstStillSaysFenced(t *testing.T) {
+	f := newFixtureOn(t, nil)
+	tok, _, _ := f.svc.NewToken("gpu-1", time.Hour)
+	leaf := f.joinLeaf(tok)
+	if err := f.svc.Admit("gpu-1", leaf); err != nil {
+		t.Fatal(err)
+	}
+	reg := fleet.New(fleet.Options{})
+	conn := reg.Register(fleet.ConnInfo{NodeID: "gpu-1", Identity: "spiffe://iop.test/node/gpu-1"})
+	f.svc.opts.Registry = reg
+	f.svc.store = noticeFirst{Backend: f.backend, fence: func() {
+		reg.Fence(conn, quicwire.CloseUnauthenticated, "node removed: its certificate is revoked")
+	}}
+	if _, fenced, err := f.svc.Remove("gpu-1"); err != nil || !fenced {
+		t.Fatalf("remove: fenced=%v err=%v, want fenced", fenced, err)
+	}
+	if conn.State() != fleet.Fenced {
+		t.Fatalf("connection %s, want fenced", conn.State())
+	}
+
+	// Fenced already, for something else: the removal did not fence it.
+	tok, _, _ = f.svc.NewToken("gpu-2", time.Hour)
+	if err := f.svc.Admit("gpu-2", f.joinLeaf(tok)); err != nil {
+		t.Fatal(err)
+	}
+	other := reg.Register(fleet.ConnInfo{NodeID: "gpu-2", Identity: "spiffe://iop.test/node/gpu-2"})
+	reg.Fence(other, quicwire.CloseHeartbeatTimeout, "silent")
+	f.svc.store = f.backend
+	if _, fenced, err := f.svc.Remove("gpu-2"); err != nil || fenced {
+		t.Fatalf("remove of a Node fenced before: fenced=%v err=%v, want not fenced by the removal", fenced, err)
 	}
 }

@@ -198,8 +198,9 @@ type watched interface {
 }
 
 // removedElsewhere fences the connection of a Node that an Edge of the
-// cluster removed (this one's own removals find it fenced already), then
-// tells Options.OnRemoved.
+// cluster removed, then tells Options.OnRemoved. This Edge's own removals
+// come here too: RemoveBy has usually fenced the connection by then, but
+// the notice may come first (either fences; Fence is idempotent).
 func (s *Service) removedElsewhere(nodeID string) {
 	if reg := s.opts.Registry; reg != nil {
 		if conn, ok := reg.Current(nodeID); ok && conn.State() != fleet.Fenced {
@@ -431,13 +432,17 @@ func (s *Service) RemoveBy(ctx context.Context, actor, nodeID string) (revoked [
 	if reg := s.opts.Registry; reg != nil {
 		conn, _ = reg.Current(nodeID)
 	}
+	fencedBefore := conn != nil && conn.State() == fleet.Fenced
 	// A Node the store never saw but the Edge knows from a connection
 	// (a certificate made by hand) is marked removed all the same.
 	known, revoked, err := s.store.Remove(withActor(ctx, actor), nodeID, s.opts.Now(), conn != nil)
 	if err != nil {
 		return nil, false, err
 	}
-	if conn != nil && conn.State() != fleet.Fenced {
+	if conn != nil && !fencedBefore {
+		// In a cluster this Edge hears the removal's notice too, and may
+		// have fenced the connection already (idempotent): the removal
+		// fenced it either way.
 		s.opts.Registry.Fence(conn, quicwire.CloseUnauthenticated, "node removed: its certificate is revoked")
 		fenced = true
 	}
