@@ -189,6 +189,47 @@ func start(t *testing.T, d *Dispatcher, kind string, plan Plan) (kept string, en
 	return e.Node.NodeID, e.Terminal.GetType() != wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED, nil
 }
 
+// Issue 25 (P3): a tunnel holds the request it was given, not a copy of
+// it, while it waits; each attempt sends a request of its own, made from
+// it, with the candidate's provider and target, and the caller's request
+// is left as the base for the next attempt.
+func TestATunnelTakesItsRequestAndEachAttemptSendsItsOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fl := newFakeFleet([]string{"n1", "n2"}, map[string][]first{"n1": {lost}, "n2": {answers}})
+		d := New(loopConfig(t), fl, fl, Options{})
+		plan, err := d.Resolve(auth.Principal{Name: "p", Routes: []string{edgeconfig.AllRoutes}}, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &wirepb.TunnelRequest{Method: "POST", Path: "/api/chat", Headers: []*wirepb.Header{{Name: "Content-Length", Value: "999"}}}
+		tn, err := d.StartTunnel(t.Context(), &plan, req, func(target string) ([]byte, error) { return []byte(target), nil }, Watch{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tn.Close()
+		if req.GetTunnelId() != tn.ID() || req.GetDeadlineUnixMs() == 0 {
+			t.Errorf("the request given carries id %q and deadline %d: it was copied, not taken (tunnel %q)", req.GetTunnelId(), req.GetDeadlineUnixMs(), tn.ID())
+		}
+		if req.GetProvider() != "" || req.GetSealedLease() != nil || len(req.GetHeaders()) != 1 || req.GetHeaders()[0].GetValue() != "999" {
+			t.Errorf("an attempt changed the base request: %v", req)
+		}
+		if len(fl.tunnels) != 2 {
+			t.Fatalf("%d attempts sent, want 2", len(fl.tunnels))
+		}
+		for i, sent := range fl.tunnels {
+			if sent == req || sent.GetTunnelId() != tn.ID() || sent.GetPath() != "/api/chat" || sent.GetTarget() != "m" || sent.GetProvider() == "" {
+				t.Errorf("attempt %d sent %v", i, sent)
+			}
+			if h := sent.GetHeaders(); len(h) != 1 || h[0].GetValue() != "1" {
+				t.Errorf("attempt %d headers %v, want its own body's Content-Length 1", i, h)
+			}
+		}
+		if fl.tunnels[0] == fl.tunnels[1] {
+			t.Error("both attempts sent one request")
+		}
+	})
+}
+
 func loopConfig(t *testing.T) *edgeconfig.Config {
 	t.Helper()
 	cfg, err := edgeconfig.Parse([]byte(`
@@ -220,6 +261,8 @@ type fakeFleet struct {
 	// once the Node reports a slot free.
 	marked []string
 	full   map[string]bool
+	// tunnels are the requests each tunnel attempt sent, in order.
+	tunnels []*wirepb.TunnelRequest
 }
 
 func (f *fakeFleet) MarkFull(c sched.Candidate) {
@@ -339,7 +382,10 @@ func (f *fakeFleet) Run(_ context.Context, nodeID string, _ *wirepb.RunRequest) 
 	return s, nil
 }
 
-func (f *fakeFleet) Tunnel(_ context.Context, nodeID string, _ *wirepb.TunnelRequest, _ io.Reader) (TunnelStream, error) {
+func (f *fakeFleet) Tunnel(_ context.Context, nodeID string, req *wirepb.TunnelRequest, _ io.Reader) (TunnelStream, error) {
+	f.mu.Lock()
+	f.tunnels = append(f.tunnels, req)
+	f.mu.Unlock()
 	s, err := f.open(nodeID)
 	if err != nil {
 		return nil, err

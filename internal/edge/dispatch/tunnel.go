@@ -75,7 +75,8 @@ type TunnelBody func(target string) ([]byte, error)
 // a way the client is told returns its *nodeserver.TunnelError. The body
 // is held in memory so that it can be sent again; the request's
 // Content-Length header is set to the length of each body sent, whatever
-// req said.
+// req said. req is the tunnel's from then on: it is not copied (a waiting
+// tunnel holds one request, P3), and the caller must not use it again.
 func (d *Dispatcher) StartTunnel(ctx context.Context, plan *Plan, req *wirepb.TunnelRequest, body TunnelBody, watch Watch) (*Tunnel, error) {
 	t := d.newTunnel(ctx, plan, req, body, watch.Live)
 	err := d.dispatch(t.ctx, t.id, &t.plan, t.deadline, &watch, t)
@@ -94,7 +95,7 @@ func (d *Dispatcher) StartTunnel(ctx context.Context, plan *Plan, req *wirepb.Tu
 func (d *Dispatcher) newTunnel(ctx context.Context, plan *Plan, req *wirepb.TunnelRequest, body TunnelBody, live *inflight.Entry) *Tunnel {
 	t := &Tunnel{body: body}
 	t.start(ctx, d, "tun", plan, live)
-	t.base = proto.CloneOf(req)
+	t.base = req
 	t.base.TunnelId = t.id
 	t.base.DeadlineUnixMs = t.deadline.UnixMilli()
 	t.base.ResponseStallTimeoutMs = plan.stallTimeoutMs()

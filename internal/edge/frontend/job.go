@@ -220,6 +220,7 @@ func (l *life) embed(ctx context.Context, plan *dispatch.Plan, j *EmbedJob, watc
 // and the relay is a function of its own.
 func (l *life) tunnel(ctx context.Context, plan *dispatch.Plan, j *TunnelJob, watch dispatch.Watch) *Failure {
 	t, err := l.f.d.StartTunnel(ctx, plan.WithAdapter(j.Adapter), j.Tunnel, j.Body, watch)
+	j.Tunnel = nil   // the tunnel's now
 	l.body.Release() // no other candidate will need it
 	if err != nil {
 		return StartFailure(err, context.Cause(ctx), plan.Model)

@@ -60,9 +60,13 @@ func (e *TunnelError) Unwrap() error { return e.Err }
 // the Tunnel's ctx may happen anywhere.
 type TunnelStream struct {
 	d    *Dispatched
-	req  *wirepb.TunnelRequest
 	ctx  context.Context
 	stop func() bool
+	// What a completed tunnel is observed under (ObserveCompleted), not
+	// the whole request: that goes with the header and is not kept while
+	// the tunnel waits (P3).
+	metadata         bool
+	provider, target string
 
 	// The request body sender's side.
 	finSent atomic.Bool // the whole body and the FIN were sent
@@ -113,7 +117,7 @@ func (s *Server) Tunnel(ctx context.Context, nodeID string, req *wirepb.TunnelRe
 	if err != nil {
 		return nil, err
 	}
-	t := &TunnelStream{d: d, req: req, ctx: ctx}
+	t := &TunnelStream{d: d, ctx: ctx, metadata: req.GetMetadata(), provider: req.GetProvider(), target: req.GetTarget()}
 	t.stop = context.AfterFunc(ctx, func() { d.Cancel(quicwire.StreamCancelled) })
 	if whole {
 		if d.CloseSend() == nil {
@@ -424,8 +428,8 @@ func (t *TunnelStream) end(term *wirepb.TunnelTerminal, cause error) {
 	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_RESPONSE_STALLED:
 		t.d.observe(term.GetStall())
 	case wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED:
-		if !t.req.GetMetadata() {
-			t.d.srv.reg.ObserveCompleted(t.d.Conn, t.req.GetProvider(), t.req.GetTarget())
+		if !t.metadata {
+			t.d.srv.reg.ObserveCompleted(t.d.Conn, t.provider, t.target)
 		}
 	}
 	switch {

@@ -7,11 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"weak"
 
 	"github.com/quic-go/quic-go"
 
@@ -478,6 +480,65 @@ func TestTunnelNodeFailureBeforeTheHeadEndsItAtOnce(t *testing.T) {
 			t.Errorf("%v (local cause %v); terminal %v", te, te.Err, ts.Terminal())
 		}
 	})
+}
+
+// P3, issue 25: a tunnel waiting for its head holds none of its request.
+// The request (its headers, its sealed lease) went out with the stream's
+// header; a waiting tunnel keeps only what its end is observed under, so
+// that ten thousand waiting tunnels are not ten thousand requests. The
+// tunnel still completes as before once the Node answers.
+func TestTunnelWaitingForItsHeadHoldsNoRequest(t *testing.T) {
+	h := newUDPHarness(t)
+	e := h.startEdge(0)
+	answer := make(chan struct{})
+	h.startNode("n1", withHandler(handlerFunc(func(ctx context.Context, _ *transport.Session, _ *wirepb.StreamHeader, st *transport.Stream) {
+		if _, _, err := readBody(st); err != nil {
+			return
+		}
+		select {
+		case <-answer:
+		case <-ctx.Done():
+			return
+		}
+		st.Send(tHead(200))
+		st.Send(tBody([]byte(echoBody)))
+		st.Send(tCompleted)
+	})))
+	h.waitReady("n1")
+	ts, held := openWatched(t, e, "n1")
+	for i := 0; held() && i < 10; i++ {
+		runtime.GC()
+	}
+	if held() {
+		t.Fatal("a tunnel waiting for its head still holds its request")
+	}
+	close(answer)
+	if head, err := ts.Head(); err != nil || head.GetStatus() != 200 {
+		t.Fatalf("head %v, %v", head, err)
+	}
+	body, err := io.ReadAll(ts)
+	if err != nil || string(body) != echoBody {
+		t.Fatalf("body %q, %v", body, err)
+	}
+	if term := ts.Terminal(); term.GetOutcome() != wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED {
+		t.Errorf("terminal %v", term)
+	}
+}
+
+// openWatched opens a tunnel to node whose request carries a sealed lease,
+// and returns it with a report of whether anything still holds the
+// request.
+func openWatched(t *testing.T, e *edgeInstance, node string) (*nodeserver.TunnelStream, func() bool) {
+	t.Helper()
+	req := tunnelRequest("t1")
+	req.SealedLease = make([]byte, 512)
+	w := weak.Make(req)
+	ts, err := e.srv.Tunnel(t.Context(), node, req, strings.NewReader(`{"model":"sim-small"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ts.Close)
+	return ts, func() bool { return w.Value() != nil }
 }
 
 // R3 backpressure: an Edge that reads nothing stops the Node's writes once
