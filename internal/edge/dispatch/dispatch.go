@@ -273,7 +273,7 @@ func (p *Plan) matchCapable(c sched.Candidate) bool { return p.capable(c) && tak
 // why nothing can take the work.
 func (d *Dispatcher) refused(ctx context.Context, plan *Plan, req *sched.Request, err error) (Slot, error) {
 	var slot Slot
-	if !slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
+	if !d.slots.Any(plan.Match) {
 		// Served by a sleeping Node only: wake it, holding the request up
 		// to the wake timeout, then queue as any other (wake.go).
 		woke, werr := d.awaken(ctx, *plan)
@@ -284,7 +284,7 @@ func (d *Dispatcher) refused(ctx context.Context, plan *Plan, req *sched.Request
 			slot, err = d.slots.Acquire(ctx, *req)
 		}
 	}
-	if errors.Is(err, sched.ErrNoCandidate) && slices.ContainsFunc(d.slots.Candidates(), req.Match) {
+	if errors.Is(err, sched.ErrNoCandidate) && d.slots.Any(req.Match) {
 		// A Node became ready between the scheduler's refusal and now (a
 		// Node reconnecting to a restarted Edge: its remembered models
 		// stop being "not yet back" as it turns ready). Its slot is there

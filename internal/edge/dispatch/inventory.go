@@ -88,15 +88,7 @@ func (d *Dispatcher) Inventory(p auth.Principal) []Offering {
 
 // Candidates are the candidates that can serve plan now, in the
 // scheduler's order.
-func (d *Dispatcher) Candidates(plan Plan) []sched.Candidate {
-	var cs []sched.Candidate
-	for _, c := range d.slots.Candidates() {
-		if plan.Match(c) {
-			cs = append(cs, c)
-		}
-	}
-	return cs
-}
+func (d *Dispatcher) Candidates(plan Plan) []sched.Candidate { return d.slots.Matching(plan.Match) }
 
 // Ready is Available for a call that may wait: a model that only a
 // sleeping Node served wakes that Node, and Ready returns once it is
@@ -105,7 +97,7 @@ func (d *Dispatcher) Candidates(plan Plan) []sched.Candidate {
 // uses it: loading a model that lives on a sleeping machine is waking it
 // (issue 23).
 func (d *Dispatcher) Ready(ctx context.Context, plan Plan) error {
-	if slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
+	if d.slots.Any(plan.Match) {
 		return nil
 	}
 	if woke, err := d.awaken(ctx, plan); woke || err != nil {
@@ -121,7 +113,7 @@ func (d *Dispatcher) Ready(ctx context.Context, plan Plan) error {
 // model that only a sleeping Node served is available while a connected
 // Node can wake it: a request for it wakes it (wake.go).
 func (d *Dispatcher) Available(plan Plan) error {
-	if slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
+	if d.slots.Any(plan.Match) {
 		return nil
 	}
 	if ok, err := d.wakeable(plan); ok || err != nil {
@@ -130,7 +122,7 @@ func (d *Dispatcher) Available(plan Plan) error {
 	if err := d.absent(plan); err != nil {
 		return err
 	}
-	if slices.ContainsFunc(d.slots.Candidates(), plan.Match) {
+	if d.slots.Any(plan.Match) {
 		return nil // its Node turned ready since the first look (and so is no longer "not yet back")
 	}
 	return &sched.RefusalError{Reason: sched.ReasonNoCandidate, Model: plan.Model, Detail: "no ready node offers it now"}

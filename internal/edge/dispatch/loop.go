@@ -287,7 +287,7 @@ func (d *Dispatcher) sessionTurn(id sessionID, plan *Plan, c sched.Candidate, la
 		outcome = TurnStuck
 	case slices.ContainsFunc(tried, at):
 		outcome = TurnMovedFailover
-	case slices.ContainsFunc(d.slots.Candidates(), func(o sched.Candidate) bool { return at(o) && plan.Match(o) }):
+	case d.slots.Any(func(o sched.Candidate) bool { return at(o) && plan.Match(o) }):
 		outcome = TurnMovedBusy
 	default:
 		outcome = TurnMovedGone

@@ -291,6 +291,18 @@ func (f *fakeFleet) Candidates() []sched.Candidate {
 	return cs
 }
 
+func (f *fakeFleet) Matching(match func(sched.Candidate) bool) []sched.Candidate {
+	var cs []sched.Candidate
+	for _, c := range f.Candidates() {
+		if match(c) {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+func (f *fakeFleet) Any(match func(sched.Candidate) bool) bool { return len(f.Matching(match)) > 0 }
+
 func (f *fakeFleet) Acquire(_ context.Context, r sched.Request) (Slot, error) {
 	cands := f.Candidates()
 	if p := r.Prefer; p != nil && !f.busy[p.NodeID] {

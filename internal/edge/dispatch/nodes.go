@@ -22,6 +22,11 @@ type Slots interface {
 	Acquire(ctx context.Context, r sched.Request) (Slot, error)
 	// Candidates lists every candidate now, as sched.Scheduler.Candidates.
 	Candidates() []sched.Candidate
+	// Matching lists the candidates now that match admits, and Any says
+	// whether there is one, as sched.Scheduler's: what a request asks on
+	// its way costs what serves it, not a copy of the fleet's list.
+	Matching(match func(sched.Candidate) bool) []sched.Candidate
+	Any(match func(sched.Candidate) bool) bool
 	// MarkFull keeps c out of the picks until its Node reports a slot
 	// free, or briefly: its Node refused work busy (sched.Scheduler.
 	// MarkFull).
@@ -137,7 +142,11 @@ func (s schedulerSlots) Acquire(ctx context.Context, r sched.Request) (Slot, err
 }
 
 func (s schedulerSlots) Candidates() []sched.Candidate { return s.s.Candidates() }
-func (s schedulerSlots) MarkFull(c sched.Candidate)    { s.s.MarkFull(c) }
+func (s schedulerSlots) Matching(match func(sched.Candidate) bool) []sched.Candidate {
+	return s.s.Matching(match)
+}
+func (s schedulerSlots) Any(match func(sched.Candidate) bool) bool { return s.s.Any(match) }
+func (s schedulerSlots) MarkFull(c sched.Candidate)                { s.s.MarkFull(c) }
 
 type schedulerSlot struct{ s *sched.Slot }
 

@@ -123,6 +123,38 @@ func (s *Scheduler) Candidates() []Candidate {
 	return out
 }
 
+// Matching returns the candidates now that match admits, in Candidates'
+// order (nil when none does): the list filtered where it is, so that a
+// request asking what serves its model copies that, not the whole fleet's
+// list. match runs with the scheduler locked: it must not call the
+// scheduler.
+func (s *Scheduler) Matching(match func(Candidate) bool) []Candidate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reevaluateLocked()
+	var out []Candidate
+	for i := range s.cands {
+		if match(s.cands[i].Candidate) {
+			out = append(out, s.cands[i].Candidate)
+		}
+	}
+	return out
+}
+
+// Any reports whether a candidate now is one match admits, copying none.
+// match runs with the scheduler locked, as Matching's.
+func (s *Scheduler) Any(match func(Candidate) bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reevaluateLocked()
+	for i := range s.cands {
+		if match(s.cands[i].Candidate) {
+			return true
+		}
+	}
+	return false
+}
+
 // ModelView is one model as the status page shows it: where it is served
 // now, how much of that capacity is free, and its queue.
 type ModelView struct {

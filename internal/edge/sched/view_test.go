@@ -67,3 +67,44 @@ func TestModelsShowWhereEachIsServedItsFreeCapacityAndItsQueue(t *testing.T) {
 		}
 	})
 }
+
+// Issue 25: a request asking what serves its model is answered from the
+// candidates where they are: Matching copies only what it admits, in
+// Candidates' order, and Any copies nothing, so that the question costs
+// what serves the model, not a copy of the whole fleet's list.
+func TestMatchingAndAnyLookAtTheCandidatesWithoutCopyingThem(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFleet(t)
+		f.join("n1", provider("ollama", "ollama", 2, "llama3.2:latest", "qwen3:8b"))
+		f.join("n2", provider("vllm", "openai", 3, "llama3.2:latest"))
+		f.join("n3", provider("ollama", "ollama", 1, "llama3.2:latest"))
+		synctest.Wait()
+
+		llamaOnOllama := func(c sched.Candidate) bool { return c.Adapter == "ollama" && c.Target == "llama3.2:latest" }
+		got := f.s.Matching(llamaOnOllama)
+		if len(got) != 2 || got[0].NodeID != "n1" || got[1].NodeID != "n3" || got[0].Target != "llama3.2:latest" || got[0].Capacity != 2 {
+			t.Errorf("Matching = %+v, want n1's and n3's llama3.2:latest on ollama, in order", got)
+		}
+		var want []sched.Candidate
+		for _, c := range f.s.Candidates() {
+			if llamaOnOllama(c) {
+				want = append(want, c)
+			}
+		}
+		if len(want) != len(got) || want[0].NodeID != got[0].NodeID || want[1].NodeID != got[1].NodeID {
+			t.Errorf("Matching = %+v, Candidates filtered = %+v", got, want)
+		}
+		if f.s.Matching(func(c sched.Candidate) bool { return c.Target == "mistral" }) != nil {
+			t.Error("Matching of nothing is not nil")
+		}
+		if !f.s.Any(llamaOnOllama) || f.s.Any(func(c sched.Candidate) bool { return c.Adapter == "vllm" }) {
+			t.Error("Any: want llama3.2 on ollama, and no vllm adapter")
+		}
+		if n := testing.AllocsPerRun(20, func() { f.s.Any(llamaOnOllama) }); n != 0 {
+			t.Errorf("Any allocates %.0f times, want none", n)
+		}
+		if n := testing.AllocsPerRun(20, func() { f.s.Matching(llamaOnOllama) }); n > 2 {
+			t.Errorf("Matching allocates %.0f times for two candidates, want its result's only", n)
+		}
+	})
+}
