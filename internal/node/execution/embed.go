@@ -3,6 +3,7 @@ package execution
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -87,7 +88,7 @@ func checkEmbedRequest(req *wirepb.EmbedRequest) error {
 // one.
 func (h *Handler) serveEmbed(ctx context.Context, sess *transport.Session, req *wirepb.EmbedRequest, st Stream) {
 	out := &embedOut{st: st}
-	log := h.log.With("embed_id", req.GetEmbedId(), "target", req.GetTarget(), "inputs", len(req.GetInputs()))
+	log := h.callLog(slog.String("embed_id", req.GetEmbedId()), slog.String("target", req.GetTarget()), slog.Int("inputs", len(req.GetInputs())))
 	if err := checkEmbedRequest(req); err != nil {
 		o := failedOutcome(wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, "%v", err)
 		out.finish(o.RunEvent())

@@ -42,7 +42,7 @@ type guard struct {
 
 	// Set by serve before the watchdog starts, for the stall's end on the
 	// timer's goroutine.
-	log *slog.Logger
+	log *callLog
 	end func(Outcome)
 	// stallDone is closed once the stall is finished (stallEnded says
 	// whether it ended the call; if not, a deadline or a disconnect took
@@ -103,7 +103,7 @@ func (h *Handler) newGuard(conn context.Context, s guardSpec) *guard {
 // besides its own (issue 25). release frees the capacity slot once the
 // call has returned: the slot is the provider's until then, so capacity
 // stays honest.
-func (g *guard) serve(log *slog.Logger, release func(), call func() (Outcome, error), end func(Outcome)) {
+func (g *guard) serve(log *callLog, release func(), call func() (Outcome, error), end func(Outcome)) {
 	g.log, g.end = log, end
 	g.wd.Start()
 	own, err := call()
@@ -206,4 +206,42 @@ func stallMessage(o *wirepb.StallObservation) string {
 		return msg + "; the provider call was closed"
 	}
 	return msg + "; the provider call did not return inside the close grace"
+}
+
+// callLog is the Node's logger for one provider call, with the attributes
+// that name the call. They join each line as it is written rather than
+// ahead of it, as slog's With would have them: With formats them into a
+// handler of the call's own, about 0.7 KB in nine allocations on the way to
+// the provider, held for as long as the call waits (issue 25). The lines
+// read the same.
+type callLog struct {
+	log   *slog.Logger
+	attrs [3]slog.Attr
+	n     int
+}
+
+// callLog returns the logger of a call named by attrs (three at most).
+func (h *Handler) callLog(attrs ...slog.Attr) *callLog {
+	l := &callLog{log: h.log}
+	l.n = copy(l.attrs[:], attrs)
+	return l
+}
+
+// Info writes an Info line with the call's attributes, then args (as
+// slog.Logger.Info's).
+func (l *callLog) Info(msg string, args ...any) { l.write(slog.LevelInfo, msg, args) }
+
+// Warn writes a Warn line, as Info.
+func (l *callLog) Warn(msg string, args ...any) { l.write(slog.LevelWarn, msg, args) }
+
+func (l *callLog) write(level slog.Level, msg string, args []any) {
+	ctx := context.Background()
+	h := l.log.Handler()
+	if !h.Enabled(ctx, level) {
+		return
+	}
+	r := slog.NewRecord(time.Now(), level, msg, 0)
+	r.AddAttrs(l.attrs[:l.n]...)
+	r.Add(args...)
+	_ = h.Handle(ctx, r)
 }

@@ -1,9 +1,11 @@
 package execution
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -188,5 +190,38 @@ func TestRunCancelIsSeenWithoutReadingTheStream(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// Issue 25: a call's log lines read as slog's With would write them, but
+// naming the call costs one small allocation where With formatted a
+// handler of its own, held while the call waited.
+func TestACallsLogLinesReadAsWithsAndCostOneAllocation(t *testing.T) {
+	var got, want bytes.Buffer
+	noTime := &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}
+	h := &Handler{log: slog.New(slog.NewTextHandler(&got, noTime)).With("node", "n1")}
+	withs := slog.New(slog.NewTextHandler(&want, noTime)).With("node", "n1")
+
+	l := h.callLog(slog.String("tunnel_id", "tun-1"), slog.String("provider", "ollama"), slog.String("target", "llama3.2:latest"))
+	l.Info("tunnel ended", "outcome", "completed", "took", 3*time.Millisecond, "err", nil)
+	l.Warn("provider call stalled", "seq", uint64(7))
+	l.log = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
+	l.Info("not written: below the level")
+	w := withs.With("tunnel_id", "tun-1", "provider", "ollama", "target", "llama3.2:latest")
+	w.Info("tunnel ended", "outcome", "completed", "took", 3*time.Millisecond, "err", nil)
+	w.Warn("provider call stalled", "seq", uint64(7))
+	if got.Len() == 0 || got.String() != want.String() {
+		t.Errorf("lines:\n%s\nwant, as With writes them:\n%s", got.String(), want.String())
+	}
+
+	if n := testing.AllocsPerRun(50, func() {
+		h.callLog(slog.String("tunnel_id", "tun-1"), slog.String("provider", "ollama"), slog.String("target", "llama3.2:latest"))
+	}); n > 1 {
+		t.Errorf("naming a call allocates %.0f times, want 1", n)
 	}
 }

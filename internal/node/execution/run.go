@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -75,7 +76,7 @@ func (o *runOut) sendLocked(ev *wirepb.RunEvent) error {
 // sess is the connection's session, nil for a path without one.
 func (h *Handler) serveRun(ctx context.Context, sess *transport.Session, req *wirepb.RunRequest, st Stream) {
 	out := &runOut{st: st, req: req}
-	log := h.log.With("run_id", req.GetRunId(), "target", req.GetTarget())
+	log := h.callLog(slog.String("run_id", req.GetRunId()), slog.String("target", req.GetTarget()))
 
 	capability := ""
 	switch {

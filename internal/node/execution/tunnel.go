@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"path"
@@ -137,7 +138,7 @@ func (o *tunnelOut) claimed() *wirepb.TunnelTerminal {
 // pulled or deleted is on its way as the call ends, not an interval later.
 func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req *wirepb.TunnelRequest, st Stream) {
 	out := &tunnelOut{st: st, ended: func() error { return nil }}
-	log := h.log.With("tunnel_id", req.GetTunnelId(), "provider", req.GetProvider(), "target", req.GetTarget())
+	log := h.callLog(slog.String("tunnel_id", req.GetTunnelId()), slog.String("provider", req.GetProvider()), slog.String("target", req.GetTarget()))
 
 	if !req.GetManagement() && ManagementPath(req.GetPath()) {
 		f := &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_INVALID_REQUEST, Reason: managementOnlyReason,
