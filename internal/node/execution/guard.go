@@ -220,9 +220,13 @@ type callLog struct {
 	n     int
 }
 
-// callLog returns the logger of a call named by attrs (three at most).
+// callLog returns the logger of a call named by attrs, three at most:
+// more is a mistake of the caller's, not dropped in silence.
 func (h *Handler) callLog(attrs ...slog.Attr) *callLog {
 	l := &callLog{log: h.log}
+	if len(attrs) > len(l.attrs) {
+		panic("execution: a call named by more than three log attributes")
+	}
 	l.n = copy(l.attrs[:], attrs)
 	return l
 }
