@@ -97,11 +97,21 @@ const relayBufSize = 1 << 10
 var relayWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, relayBufSize) }}
 
 // writeRequest writes req, its body included, to c through a pooled
-// buffer.
+// buffer: one write when the head and the body fit the buffer together.
+//
+// http.Request.Write flushes the head on its own when it writes to a
+// *bufio.Writer and the body is not in memory, in case the body waits on
+// something (issue 22088 of Go). A tunnel's body never does: the Edge has
+// read it whole before the tunnel opens, and sends it right behind the
+// head, so that write would cost a syscall, and a second segment that the
+// model server reads the body from, for nothing (issue 25: one write per
+// hop for what arrived together). Given the buffer in a type of its own,
+// Write leaves the flushing to the buffer: a body larger than it is still
+// written as it is read, from the first buffer-full on.
 func writeRequest(c net.Conn, req *http.Request) error {
 	bw := relayWriters.Get().(*bufio.Writer)
 	bw.Reset(c)
-	err := req.Write(bw)
+	err := req.Write(headWithBody{bw})
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -109,6 +119,12 @@ func writeRequest(c net.Conn, req *http.Request) error {
 	relayWriters.Put(bw)
 	return err
 }
+
+// headWithBody is a request's write buffer that http.Request.Write does
+// not recognise as one, so the head is not flushed ahead of the body. It
+// is still an io.ByteWriter (Write adds no buffer of its own) and an
+// io.ReaderFrom (the body is copied straight into it).
+type headWithBody struct{ *bufio.Writer }
 
 // headRequest stands for any HEAD request when an answer is read: the
 // method is all http.ReadResponse looks at.

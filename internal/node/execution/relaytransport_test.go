@@ -343,3 +343,63 @@ func TestRelayConnHoldsItsReadBufferOnlyWhileReading(t *testing.T) {
 		t.Error("a connection with bytes after its answer was kept for reuse")
 	}
 }
+
+// writesConn is a connection that keeps what is written to it, one
+// element per Write.
+type writesConn struct {
+	net.Conn
+	writes [][]byte
+}
+
+func (c *writesConn) Write(p []byte) (int, error) {
+	c.writes = append(c.writes, append([]byte(nil), p...))
+	return len(p), nil
+}
+
+// A tunnel's request goes to the model server in one write, head and body
+// together, although its body is a stream (issue 25: one write per hop
+// for what arrived together); a body larger than the buffer still arrives
+// whole and in order, and the server reads the request it was sent.
+func TestRelayWritesARequestHeadAndBodyInOneWrite(t *testing.T) {
+	for _, size := range []int{120, 5 * relayBufSize} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			body := strings.Repeat("x", size-2) + "\n}"
+			// Not a reader net/http knows to be in memory: it flushes the
+			// head on its own before such a body.
+			stream := io.MultiReader(strings.NewReader(body[:size/2]), strings.NewReader(body[size/2:]))
+			req, err := http.NewRequest(http.MethodPost, "http://model:11434/api/chat", stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.ContentLength = int64(size)
+			req.Header.Set("Content-Type", "application/json")
+			c := &writesConn{}
+			if err := writeRequest(c, req); err != nil {
+				t.Fatal(err)
+			}
+			if size <= relayBufSize/2 && len(c.writes) != 1 {
+				t.Fatalf("%d writes for a %d-byte body, want 1 (head and body together): %q", len(c.writes), size, c.writes)
+			}
+			got, err := http.ReadRequest(bufio.NewReader(strings.NewReader(string(bytesJoin(c.writes)))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(got.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.URL.Path != "/api/chat" || got.ContentLength != int64(size) || string(b) != body || got.Header.Get("Content-Type") != "application/json" {
+				t.Fatalf("the server read %s %s, length %d, type %q, body of %d bytes (equal: %v)",
+					got.Method, got.URL.Path, got.ContentLength, got.Header.Get("Content-Type"), len(b), string(b) == body)
+			}
+		})
+	}
+}
+
+func bytesJoin(parts [][]byte) []byte {
+	var out []byte
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
