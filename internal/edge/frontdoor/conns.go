@@ -398,14 +398,33 @@ func (l *capListener) Accept() (net.Conn, error) {
 	}
 }
 
-// giveBack hands c to the server's next Accept; false once the listener is
-// closed.
-func (l *capListener) giveBack(c *trackedConn) bool {
+// handBack is how a giveBack went.
+type handBack uint8
+
+const (
+	handed  handBack = iota // the server's Accept has the connection
+	refused                 // the listener is closed (or the connection gone)
+	busy                    // Accept is not waiting, and the caller would not wait
+)
+
+// giveBack hands c to the server's next Accept, waiting for it if wait;
+// refused once the listener is closed.
+func (l *capListener) giveBack(c *trackedConn, wait bool) handBack {
+	if !wait {
+		select {
+		case l.back <- c:
+			return handed
+		case <-l.done:
+			return refused
+		default:
+			return busy
+		}
+	}
 	select {
 	case l.back <- c:
-		return true
+		return handed
 	case <-l.done:
-		return false
+		return refused
 	}
 }
 

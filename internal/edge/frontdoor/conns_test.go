@@ -194,3 +194,54 @@ func TestPerSourceDefaults(t *testing.T) {
 		}
 	}
 }
+
+// chanListener is a listener whose Accept waits on a channel, so that a
+// synctest bubble sees it blocked.
+type chanListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+func (l *chanListener) Close() error   { close(l.done); return nil }
+func (l *chanListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
+
+// The poller gives a parked connection back without waiting (issue 25: no
+// goroutine to hand it over): the server's Accept takes it at once when it
+// is waiting; when it is not, the give-back is busy and the caller waits
+// elsewhere; once the listener is closed it is refused, waiting or not.
+func TestAGiveBackWithoutWaitingGoesOnlyToAWaitingAccept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newCapListener(&chanListener{conns: make(chan net.Conn), done: make(chan struct{})}, New(Limits{}, nil))
+		c := &trackedConn{}
+		if got := l.giveBack(c, false); got != busy {
+			t.Fatalf("no Accept waiting: %v, want busy", got)
+		}
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			nc, _ := l.Accept()
+			accepted <- nc
+		}()
+		synctest.Wait() // Accept waits
+		if got := l.giveBack(c, false); got != handed {
+			t.Fatalf("Accept waiting: %v, want handed", got)
+		}
+		if nc := <-accepted; nc != net.Conn(c) {
+			t.Fatalf("Accept returned %v, not the connection given back", nc)
+		}
+		l.Close()
+		if got := l.giveBack(c, false); got != refused {
+			t.Errorf("listener closed, not waiting: %v, want refused", got)
+		}
+		if got := l.giveBack(c, true); got != refused {
+			t.Errorf("listener closed, waiting: %v, want refused", got)
+		}
+	})
+}

@@ -183,9 +183,7 @@ func (dt *Detached) ready(r netpeek.Readiness) {
 		dt.idle.Stop()
 	}
 	dt.mu.Unlock()
-	// The hand-off waits for the server's Accept: not on the poller's
-	// goroutine.
-	go dt.next(r == netpeek.Bytes)
+	dt.nextFromPoller(r == netpeek.Bytes)
 }
 
 // expire closes a parked connection: its idle timeout passed, or the door
@@ -206,15 +204,48 @@ func (dt *Detached) expire() {
 }
 
 // next gives the connection back to the server for its next request, or
-// closes it.
+// closes it. It waits for the server's Accept.
 func (dt *Detached) next(again bool) {
+	if dt.unpark(again) && dt.d.giveBack(dt.tc, true) != handed {
+		_ = dt.tc.Close()
+	}
+}
+
+// nextFromPoller is next on the poller's goroutine, which must not wait
+// for the server's Accept. The server is nearly always waiting in Accept,
+// and then takes the connection at once, here: the next request starts
+// without a goroutine started and scheduled to hand it over (issue 25:
+// no hand-off between goroutines that a direct call can replace). When
+// Accept is busy, a goroutine of its own waits for it.
+func (dt *Detached) nextFromPoller(again bool) {
+	if !dt.unpark(again) {
+		return
+	}
+	switch dt.d.giveBack(dt.tc, false) {
+	case refused:
+		_ = dt.tc.Close()
+	case busy:
+		go func() {
+			if dt.d.giveBack(dt.tc, true) != handed {
+				_ = dt.tc.Close()
+			}
+		}()
+	}
+}
+
+// unpark takes a parked connection out of the door's list, and reports
+// whether it can serve again: if not (again false, or its deadline cannot
+// be cleared), it is closed.
+func (dt *Detached) unpark(again bool) bool {
 	tc, d := dt.tc, dt.d
 	d.connsMu.Lock()
 	delete(d.parked, dt)
 	d.connsMu.Unlock()
-	if !again || tc.Conn.SetDeadline(time.Time{}) != nil || !d.giveBack(tc) {
+	if !again || tc.Conn.SetDeadline(time.Time{}) != nil {
 		_ = tc.Close()
+		return false
 	}
+	return true
 }
 
 // Request is the request, with its detached context.
@@ -479,12 +510,17 @@ var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10)
 
 // giveBack hands c, whose detached answer ended, to the server again
 // through the listener that accepted it: idle, as between two requests.
-func (d *Door) giveBack(c *trackedConn) bool {
+// If wait, it waits for the server's Accept; if not, it is busy unless
+// Accept is waiting now. Refused: c is gone, or the listener closed.
+func (d *Door) giveBack(c *trackedConn, wait bool) handBack {
 	d.connsMu.Lock()
 	c.detached = false
 	gone := c.state == connGone
 	d.connsMu.Unlock()
-	return !gone && c.ln != nil && c.ln.giveBack(c)
+	if gone || c.ln == nil {
+		return refused
+	}
+	return c.ln.giveBack(c, wait)
 }
 
 // WaitDetached waits until every detached answer has ended, or ctx is
