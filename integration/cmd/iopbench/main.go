@@ -254,7 +254,7 @@ func run(ctx context.Context, cfg config, log io.Writer) (*results, error) {
 	}
 	fmt.Fprintln(log, "building edged and noded…")
 	scale := cfg.runs("8") || cfg.runs("9")
-	bins, err := buildBinaries(ctx, dir, scale)
+	bins, err := buildBinaries(ctx, dir, scale, cfg.profile != "")
 	if err != nil {
 		return nil, err
 	}

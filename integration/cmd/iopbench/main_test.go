@@ -100,9 +100,13 @@ func TestBenchRunsEveryWorkloadThroughBothAPIs(t *testing.T) {
 	if want := 2*10 + 2*4; len(res.Targets) != want {
 		t.Errorf("%d verdicts, want %d", len(res.Targets), want)
 	}
+	// Issue 25's, for the tunnel: 1 stream, and at 64 streams CPU and RSS.
+	if want := 3; len(res.Targets25) != want {
+		t.Errorf("%d verdicts of issue 25, want %d", len(res.Targets25), want)
+	}
 	var out bytes.Buffer
 	res.print(&out)
-	for _, want := range []string{"1 stream: TTFB p50", "CPU per relayed token", "Targets (issue 14)", "Peak RSS at 4 streams",
+	for _, want := range []string{"1 stream: TTFB p50", "CPU per relayed token", "Targets (issue 14)", "Targets (issue 25", "Peak RSS at 4 streams",
 		"openai (normalized): POST /v1/chat/completions", "ollama (tunnel): POST /api/chat", "8: 40 runs at once", "9: 20 streams at once"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report lacks %q:\n%s", want, out.String())

@@ -83,7 +83,9 @@ type daemon struct {
 // own program when withFake, into dir. The current directory must be
 // inside the module. A cgo build maps the C library too, about 1.3 MiB
 // more of each daemon's resident set than what ships (issue 25).
-func buildBinaries(ctx context.Context, dir string, withFake bool) (binaries, error) {
+// With symbols the daemons keep their symbol tables, so that perf can
+// name their functions (-profile); their text is laid out as shipped.
+func buildBinaries(ctx context.Context, dir string, withFake, symbols bool) (binaries, error) {
 	bins := binaries{edged: filepath.Join(dir, "edged"), noded: filepath.Join(dir, "noded")}
 	type build struct {
 		out, pkg string
@@ -99,7 +101,10 @@ func buildBinaries(ctx context.Context, dir string, withFake bool) (binaries, er
 	for _, b := range builds {
 		args := []string{"build", "-o", b.out}
 		if b.shipped {
-			args = append(args, "-trimpath", "-ldflags=-s -w")
+			args = append(args, "-trimpath")
+			if !symbols {
+				args = append(args, "-ldflags=-s -w")
+			}
 		}
 		cmd := exec.CommandContext(ctx, "go", append(args, b.pkg)...)
 		if b.shipped {
