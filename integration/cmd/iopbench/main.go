@@ -1,7 +1,8 @@
 // Command iopbench measures what IOP adds to a model server's answers, the
 // same way, in the same run, straight to the provider ("direct") and
 // through IOP, for each of the Edge's two chat APIs, and prints the figures
-// beside the performance targets of issue 14:
+// beside the performance targets of issue 14, and of issue 25 where they
+// differ (the tunnel beside its peers):
 //
 //	go run ./integration/cmd/iopbench            # the full run, about 10 minutes
 //	go run ./integration/cmd/iopbench -quick     # CI-sized, about 2 minutes
@@ -90,7 +91,9 @@
 // records each IOP process for up to 10 s of workload 2's iop half through
 // each API, into DIR/<api>-<process>.perf.data, and the top 25 of
 // `perf report --no-children --sort sym` go to DIR/<api>-<process>.txt.
-// Its overhead is in that run's figures of workload 2.
+// Its overhead is in that run's figures of workload 2. The daemons are
+// then built with their symbol tables, so that perf names their
+// functions (their text is laid out as shipped).
 //
 // All processes share this machine (the targets assume 2 cores): the bench's
 // client and fake compete with IOP for the CPU, on both sides alike. The
