@@ -215,10 +215,15 @@ func TestANodeLearnsAThirdEdgeFromTheListAndConnects(t *testing.T) {
 			t.Errorf("n1 left e1 or e2 when e3 was dropped")
 		}
 		// A seed is never forgotten: when another Edge's list leaves it
-		// out its connection is closed and dialled again.
+		// out its connection is closed and dialled again, after the
+		// reconnect's jittered backoff (a second attempt's when e1 has not
+		// yet seen the first connection end): e1 holds a later generation.
 		dir.set(e2)
-		synctestSettle(time.Second)
-		if _, ok := n.edge(e1.addr); !ok || !e1.holds("n1") {
+		h.waitFor("the seed e1 dialled again", 30*time.Second, func() bool {
+			c, err := e1.reg.Dispatchable("n1")
+			return err == nil && c.Generation() > 1
+		})
+		if _, ok := n.edge(e1.addr); !ok {
 			t.Errorf("the seed e1 was dropped when the list left it out")
 		}
 	})
