@@ -182,6 +182,9 @@ func (b *bench) prefill(ctx context.Context) error {
 		a.r.Prefill = &pair[prefillFigures]{Direct: figs[0], IOP: figs[i+1]}
 	}
 	kept := after.State == "ready" && after.Generation == before.Generation
+	if p := b.res.Prefill; p != nil { // an earlier API's prefill: both must keep it
+		kept = kept && p.NodeKeptGeneration
+	}
 	b.res.Prefill = &prefillRun{Duration: b.cfg.prefill, NodeKeptGeneration: kept}
 	return nil
 }

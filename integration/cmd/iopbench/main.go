@@ -26,8 +26,10 @@
 //     byte ends at the first content delta.
 //
 // The direct side is always Ollama's /api/chat on the fake, measured just
-// before each API's iop half, so that the two see the machine alike. The
-// workloads:
+// before each API's iop half, so that the two see the machine alike. Each
+// API's workloads run together, the tunnel's first: a normalized run starts
+// the provider's plugin, which stays up for its idle_stop, and the
+// tunnel's figures are those of a Node that only relays. The workloads:
 //
 //  1. one stream at a time, 200 tokens 5 ms apart, 50 times: time to first
 //     byte (request sent → first token; p50, p99) and streamed tokens per
@@ -43,9 +45,10 @@
 //  3. one long stream of 20,000 tokens written as fast as the fake can
 //     (3 times): tokens per second, and the largest gap between two
 //     consecutive tokens at the client;
-//  4. a long prefill (20 s, standing in for a ten-minute one), every side at
-//     once: the answer ends with its normal terminal, the Node stays ready
-//     on the same generation, and the time to first byte added;
+//  4. a long prefill (20 s, standing in for a ten-minute one), direct and
+//     the API's side at once: the answer ends with its normal terminal, the
+//     Node stays ready on the same generation, and the time to first byte
+//     added;
 //  5. CPU per relayed token: utime+stime from /proc/PID/stat (every thread,
 //     also exited ones) of edged, noded and each plugin child, over the iop
 //     half of each of workloads 1–3, divided by the tokens relayed; by
@@ -295,11 +298,8 @@ func runMain(ctx context.Context, cfg config, dir string, bins binaries, res *re
 		MaxIdleConnsPerHost: 2 * cfg.capacity, DisableCompression: true,
 	}}
 	defer c.CloseIdleConnections()
-	if err := s.probe(ctx, c, modelProbe, cfg.apis); err != nil {
-		return err
-	}
 	b := newBench(cfg, s, c, res, log)
-	for _, w := range []struct {
+	workloads := []struct {
 		n, name string
 		run     func(context.Context) error
 	}{
@@ -309,20 +309,35 @@ func runMain(ctx context.Context, cfg config, dir string, bins binaries, res *re
 		{"3", fmt.Sprintf("3: one long stream of %d tokens, no delay, %d times", cfg.longTokens, cfg.longReps), b.long},
 		{"4", fmt.Sprintf("4: a %v prefill", cfg.prefill), b.prefill},
 		{"7", fmt.Sprintf("7: client gone mid-stream, %d tries", cfg.goneTries), b.gone},
-	} {
-		if !cfg.runs(w.n) {
-			continue
-		}
-		fmt.Fprintln(log, "workload", w.name)
-		start := time.Now()
-		if err := w.run(ctx); err != nil {
-			return fmt.Errorf("workload %s: %w", w.name, err)
-		}
-		if err := s.checkAlive(); err != nil {
+	}
+	// Each API's workloads run together, in cfg.apis's order (the tunnel's
+	// first by default), each API probed just before its own. A normalized
+	// run starts the provider's plugin, which then stays up for its
+	// idle_stop: run between them, or probed ahead, the tunnel's figures
+	// would count a process that a Node only relaying never runs (issue
+	// 25).
+	all := b.apis
+	defer func() { b.apis = all }()
+	for _, a := range all {
+		if err := s.probe(ctx, c, modelProbe, []apiSpec{a.side.api}); err != nil {
 			return err
 		}
-		s.fake.Reset() // the fake keeps every request; free them
-		fmt.Fprintf(log, "  done in %v\n", time.Since(start).Round(time.Millisecond))
+		b.apis = []apiRun{a}
+		for _, w := range workloads {
+			if !cfg.runs(w.n) {
+				continue
+			}
+			fmt.Fprintf(log, "workload %s (%s)\n", w.name, a.side.name)
+			start := time.Now()
+			if err := w.run(ctx); err != nil {
+				return fmt.Errorf("workload %s (%s): %w", w.name, a.side.name, err)
+			}
+			if err := s.checkAlive(); err != nil {
+				return err
+			}
+			s.fake.Reset() // the fake keeps every request; free them
+			fmt.Fprintf(log, "  done in %v\n", time.Since(start).Round(time.Millisecond))
+		}
 	}
 	b.memory()
 	return nil
