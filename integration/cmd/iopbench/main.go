@@ -317,7 +317,6 @@ func runMain(ctx context.Context, cfg config, dir string, bins binaries, res *re
 	// would count a process that a Node only relaying never runs (issue
 	// 25).
 	all := b.apis
-	defer func() { b.apis = all }()
 	for _, a := range all {
 		if err := s.probe(ctx, c, modelProbe, []apiSpec{a.side.api}); err != nil {
 			return err

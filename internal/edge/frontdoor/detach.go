@@ -206,7 +206,15 @@ func (dt *Detached) expire() {
 // next gives the connection back to the server for its next request, or
 // closes it. It waits for the server's Accept.
 func (dt *Detached) next(again bool) {
-	if dt.unpark(again) && dt.d.giveBack(dt.tc, true) != handed {
+	if dt.unpark(again) {
+		dt.handBack()
+	}
+}
+
+// handBack gives an unparked connection to the server, waiting for its
+// Accept; the connection is closed if the server is gone.
+func (dt *Detached) handBack() {
+	if dt.d.giveBack(dt.tc, true) != handed {
 		_ = dt.tc.Close()
 	}
 }
@@ -225,11 +233,7 @@ func (dt *Detached) nextFromPoller(again bool) {
 	case refused:
 		_ = dt.tc.Close()
 	case busy:
-		go func() {
-			if dt.d.giveBack(dt.tc, true) != handed {
-				_ = dt.tc.Close()
-			}
-		}()
+		go dt.handBack()
 	}
 }
 
