@@ -18,10 +18,11 @@ import (
 // stack is a real edged and a real noded (with plugin processes) on
 // loopback, in front of the fake Ollama: what a person runs on one machine.
 type stack struct {
-	base string // the Edge's HTTP base URL
-	fake *fakeollama.Server
-	edge *proc
-	node *proc
+	base   string // the Edge's HTTP base URL
+	health string // the Node's health and metrics base URL (startStackWithNodeHealth)
+	fake   *fakeollama.Server
+	edge   *proc
+	node   *proc
 }
 
 func startStack(t *testing.T, models ...fakeollama.Model) *stack {
@@ -31,6 +32,18 @@ func startStack(t *testing.T, models ...fakeollama.Model) *stack {
 
 // startStackOf is startStack with capacity runs at once on the provider.
 func startStackOf(t *testing.T, capacity int, models ...fakeollama.Model) *stack {
+	t.Helper()
+	return startStackWith(t, capacity, false, models...)
+}
+
+// startStackWithNodeHealth is startStackOf with the Node's /metrics served
+// (stack.health).
+func startStackWithNodeHealth(t *testing.T, capacity int, models ...fakeollama.Model) *stack {
+	t.Helper()
+	return startStackWith(t, capacity, true, models...)
+}
+
+func startStackWith(t *testing.T, capacity int, nodeHealth bool, models ...fakeollama.Model) *stack {
 	t.Helper()
 	fake := fakeollama.New(models...)
 	t.Cleanup(fake.Close)
@@ -55,7 +68,13 @@ providers:
 `, quicPort, capacity, fake.URL()))
 	s := &stack{base: fmt.Sprintf("http://127.0.0.1:%d", httpPort), fake: fake}
 	s.edge = start(t, "edged", bin.edged, "run", "--config", edgeConf)
-	s.node = start(t, "noded", bin.noded, "run", "--config", nodeConf)
+	nodeArgs := []string{"run", "--config", nodeConf}
+	if nodeHealth {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t, "tcp"))
+		s.health = "http://" + addr
+		nodeArgs = append(nodeArgs, "--health-addr", addr)
+	}
+	s.node = start(t, "noded", bin.noded, nodeArgs...)
 	waitNode(t, s.base, "n1", "ready with ollama online", func(n nodeView) bool {
 		return n.State == "ready" && len(n.Providers) == 1 && n.Providers[0].State == "online"
 	})

@@ -23,6 +23,7 @@ type Embedding struct {
 	d        *Dispatcher
 	plan     Plan
 	req      *wirepb.EmbedRequest
+	es       EmbedStream // sent, until its wait
 	progress func()
 }
 
@@ -58,8 +59,8 @@ func (d *Dispatcher) Embed(ctx context.Context, p *Plan, req *wirepb.EmbedReques
 	return e, nil
 }
 
-// open is one attempt of the loop: the whole call on c.
-func (e *Embedding) open(ctx context.Context, c *sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
+// send is one attempt of the loop: the call's request to c.
+func (e *Embedding) send(ctx context.Context, c *sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
 	call := e.req // the attempt before this one has ended: nothing reads it
 	call.Provider, call.Adapter, call.Target = c.Provider, c.Adapter, c.Target
 	call.SealedLease, call.Binding = lease, binding
@@ -67,6 +68,14 @@ func (e *Embedding) open(ctx context.Context, c *sched.Candidate, conn Conn, lea
 	if err != nil {
 		return answer{err: err}
 	}
+	e.es = es
+	return answer{}
+}
+
+// wait waits for the whole call sent to c.
+func (e *Embedding) wait(c *sched.Candidate, conn Conn) answer {
+	es := e.es
+	e.es = nil
 	stop := watchSuspect(conn, c.NodeID, es)
 	vectors, term := es.Wait(e.progress)
 	stop()

@@ -11,6 +11,7 @@ import (
 	"github.com/iop-dev/iop/internal/edge/inflight"
 	"github.com/iop-dev/iop/internal/edge/nodeserver"
 	"github.com/iop-dev/iop/internal/edge/sched"
+	"github.com/iop-dev/iop/internal/shallow"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 )
 
@@ -18,7 +19,8 @@ import (
 //
 //	acquire a slot among the candidates not tried yet
 //	seal the lease for it (S4: a lease that cannot be issued ends the work; no other credential)
-//	open the stream and wait for the first answer, giving the work up if the Node turns suspect (P4)
+//	open the stream and send the work (on a goroutine of its own: see dispatch)
+//	wait for the first answer, giving the work up if the Node turns suspect (P4)
 //	judge that answer:
 //	  it produced something, or ended in a way the client is told  → keep it there
 //	  the Node's slots are still busy with a call the Edge let go of → hold off, try the same candidates
@@ -71,13 +73,19 @@ func (w *Watch) admitted() {
 	}
 }
 
-// attempt is one kind of work as the loop dispatches it. open sends the
-// work to one candidate and waits for its first answer; the loop then
-// either keeps that attempt or drops it and tries again.
+// attempt is one kind of work as the loop dispatches it. send sends the
+// work to one candidate and wait waits for its first answer; the loop then
+// either keeps that attempt or drops it and tries again. send goes deep
+// (a QUIC stream opened, the request marshalled) and runs on a goroutine
+// of its own; wait runs on the loop's, which stays shallow while it waits
+// (see dispatch).
 type attempt interface {
-	// open dispatches the work to c over conn with its sealed lease and
-	// waits for the first answer.
-	open(ctx context.Context, c *sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer
+	// send dispatches the work to c over conn with its sealed lease. An
+	// answer with an error is the attempt's: it was not sent (no stream:
+	// its end is zero), or it cannot be (its end says why).
+	send(ctx context.Context, c *sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer
+	// wait waits for the first answer of the work sent to c over conn.
+	wait(c *sched.Candidate, conn Conn) answer
 	// keep makes the open attempt the work's, on slot.
 	keep(slot Slot)
 	// drop gives the open attempt up: its stream is closed.
@@ -157,32 +165,27 @@ func judge(a answer, stallRetried bool) verdict {
 // cannot be leased, the context's cause, or the last candidate's ending).
 // deadline is the work's hard deadline, which bounds its leases.
 //
-// A request waits for its first byte in w.open, called from here, and its
-// goroutine keeps the stack it grew to on the way (P3: ten thousand waiting
-// requests are ten thousand such stacks). So what happens around an
-// attempt, before it and after it, is in functions of its own, and this
-// frame holds little more than the loop's state.
+// A request waits for its first byte in w.wait, called from here, for
+// minutes in a prefill under load, and its goroutine keeps the stack it
+// grew to on the way (P3: ten thousand waiting requests are ten thousand
+// such stacks). So the way to an attempt's wait, which goes deep (the
+// scheduler, the lease's seal, a QUIC stream opened and the request
+// marshalled into it), runs on a goroutine of its own (shallow.Call,
+// begin), and what happens after an attempt is a function of its own:
+// this frame holds little more than the loop's state.
 func (d *Dispatcher) dispatch(ctx context.Context, id string, plan *Plan, deadline time.Time, watch *Watch, w attempt) error {
 	l := d.newLoop(plan)
 	for n := 0; n < MaxAttempts; n++ {
-		watch.Live.Queued()
-		slot, err := d.acquire(ctx, id, plan, l.tried, l.last)
-		if err != nil {
-			if l.lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
-				return noStreamIsBusy(plan.Model, l.lastErr) // every candidate tried failed: say why
-			}
-			return err
+		b := begun{d: d, ctx: ctx, id: id, plan: plan, deadline: deadline, watch: watch, w: w, l: l, n: n}
+		shallow.Call(b.run)
+		if b.err != nil {
+			return b.err
 		}
-		watch.admitted()
-		l.c = slot.Candidate()
-		lease, binding, err := d.seal(plan, id, n, &l.c, slot.Conn(), deadline)
-		if err != nil {
-			slot.Release()
-			return err // no other credential, no other way (S4)
+		a := b.a
+		if a.err == nil {
+			a = w.wait(&l.c, b.slot.Conn())
 		}
-		watch.Live.Dispatched(l.c.NodeID, l.c.Provider, l.c.Target)
-		a := w.open(ctx, &l.c, slot.Conn(), lease, binding)
-		switch next, err := d.after(ctx, id, plan, l, w, slot, a); next {
+		switch next, err := d.after(ctx, id, plan, l, w, b.slot, a); next {
 		case kept:
 			return nil
 		case ended:
@@ -192,6 +195,49 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string, plan *Plan, deadli
 		}
 	}
 	return noStreamIsBusy(plan.Model, l.lastErr)
+}
+
+// begun is the n-th attempt of the loop on its way to its wait: a slot
+// acquired, a lease sealed, the work sent (run). It ends with a slot and
+// the attempt's answer, when the work went or failed on its way; with err
+// when the work ends without one (the slot then released).
+type begun struct {
+	d        *Dispatcher
+	ctx      context.Context
+	id       string
+	plan     *Plan
+	deadline time.Time
+	watch    *Watch
+	w        attempt
+	l        *loop
+	n        int
+
+	slot Slot
+	a    answer
+	err  error
+}
+
+func (b *begun) run() {
+	d, l := b.d, b.l
+	b.watch.Live.Queued()
+	slot, err := d.acquire(b.ctx, b.id, b.plan, l.tried, l.last)
+	if err != nil {
+		if l.lastErr != nil && errors.Is(err, sched.ErrNoCandidate) {
+			err = noStreamIsBusy(b.plan.Model, l.lastErr) // every candidate tried failed: say why
+		}
+		b.err = err
+		return
+	}
+	b.watch.admitted()
+	l.c = slot.Candidate()
+	lease, binding, err := d.seal(b.plan, b.id, b.n, &l.c, slot.Conn(), b.deadline)
+	if err != nil {
+		slot.Release()
+		b.err = err // no other credential, no other way (S4)
+		return
+	}
+	b.watch.Live.Dispatched(l.c.NodeID, l.c.Provider, l.c.Target)
+	b.slot, b.a = slot, b.w.send(b.ctx, &l.c, slot.Conn(), lease, binding)
 }
 
 // loop is what the dispatch loop carries from one attempt to the next.

@@ -59,8 +59,8 @@ func (d *Dispatcher) newRun(ctx context.Context, plan *Plan, req *wirepb.RunRequ
 	return r
 }
 
-// open is one attempt of the loop: the run on c, until its first event.
-func (r *Run) open(ctx context.Context, c *sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
+// send is one attempt of the loop: the run's request to c.
+func (r *Run) send(ctx context.Context, c *sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
 	req := r.req // the attempt before this one was dropped: its stream no longer reads it
 	req.Provider, req.Adapter, req.Target = c.Provider, c.Adapter, c.Target
 	req.SealedLease, req.Binding = lease, binding
@@ -69,15 +69,20 @@ func (r *Run) open(ctx context.Context, c *sched.Candidate, conn Conn, lease []b
 		return answer{err: err}
 	}
 	r.rs = rs
-	stop := watchSuspect(conn, c.NodeID, rs)
-	ev, err := rs.Next()
+	return answer{}
+}
+
+// wait waits for the first event of the run sent to c.
+func (r *Run) wait(c *sched.Candidate, conn Conn) answer {
+	stop := watchSuspect(conn, c.NodeID, r.rs)
+	ev, err := r.rs.Next()
 	stop()
 	if err != nil { // a stream yields its terminal before any error
 		ev = &wirepb.RunEvent{Type: wirepb.RunEventType_RUN_EVENT_TYPE_FAILED,
 			Failure: &wirepb.Failure{Kind: wirepb.FailureKind_FAILURE_KIND_PROTOCOL, Message: "run ended without a terminal: " + err.Error()}}
 	}
 	r.first = ev
-	a := answer{abandoned: rs.Abandoned()}
+	a := answer{abandoned: r.rs.Abandoned()}
 	if t := ev.GetType(); t.IsTerminal() && t != wirepb.RunEventType_RUN_EVENT_TYPE_COMPLETED {
 		a.err, a.end = &RunFailedError{Event: ev}, RunEnding(ev)
 	}

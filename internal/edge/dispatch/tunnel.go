@@ -102,8 +102,8 @@ func (d *Dispatcher) newTunnel(ctx context.Context, plan *Plan, req *wirepb.Tunn
 	return t
 }
 
-// open is one attempt of the loop: the tunnel on c, until its head.
-func (t *Tunnel) open(ctx context.Context, c *sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
+// send is one attempt of the loop: the tunnel's request to c.
+func (t *Tunnel) send(ctx context.Context, c *sched.Candidate, conn Conn, lease []byte, binding *wirepb.LeaseBinding) answer {
 	b, err := t.body(c.Target)
 	if err != nil { // the client's body: no other candidate would take it
 		t.headErr = err
@@ -118,15 +118,20 @@ func (t *Tunnel) open(ctx context.Context, c *sched.Candidate, conn Conn, lease 
 		return answer{err: err}
 	}
 	t.ts = ts
-	stop := watchSuspect(conn, c.NodeID, ts)
-	head, err := ts.Head()
+	return answer{}
+}
+
+// wait waits for the head of the tunnel sent to c.
+func (t *Tunnel) wait(c *sched.Candidate, conn Conn) answer {
+	stop := watchSuspect(conn, c.NodeID, t.ts)
+	head, err := t.ts.Head()
 	stop()
 	if err == nil {
 		t.head = head
 		return answer{}
 	}
 	t.headErr = err
-	a := answer{err: err, abandoned: ts.Abandoned()}
+	a := answer{err: err, abandoned: t.ts.Abandoned()}
 	if te := (*nodeserver.TunnelError)(nil); errors.As(err, &te) {
 		a.end = TunnelEnding(te)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/iop-dev/iop/internal/shallow"
 	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -54,7 +55,13 @@ func (c *Client) serveStream(ctx context.Context, conn *connection, raw *quic.St
 	// as large as a session gets) takes a while on a slow link.
 	extend := func() { _ = raw.SetReadDeadline(time.Now().Add(headerTimeout)) }
 	extend()
-	hdr, err := st.RecvHeader(c.opts.MaxRequest, extend)
+	// The header's unmarshalling goes deep, and this goroutine may then
+	// wait for minutes (a run in a prefill): it is read on a goroutine of
+	// its own, so this one stays as small as its own frames (package
+	// shallow, issue 25).
+	var hdr *wirepb.StreamHeader
+	var err error
+	shallow.Call(func() { hdr, err = st.RecvHeader(c.opts.MaxRequest, extend) })
 	if err != nil {
 		var pe *transport.ProtocolError
 		if errors.As(err, &pe) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/internal/netpeek"
+	"github.com/iop-dev/iop/internal/shallow"
 )
 
 // relayTransport is the HTTP/1.1 client of the Node's own tunnel relay to
@@ -152,16 +153,19 @@ func (t *relayTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
 	}
-	c, err := t.conn(ctx, addr)
+	var (
+		c    *relayConn
+		stop func() bool
+		err  error
+	)
+	// Taking a connection (a dial) and writing the request go deep, and
+	// this goroutine then waits for the answer, through a prefill for
+	// minutes: they run on a goroutine of their own, so this one stays as
+	// small as its own frames (package shallow).
+	shallow.Call(func() { c, stop, err = t.send(ctx, addr, req) })
 	if err != nil {
-		if req.Body != nil {
-			req.Body.Close()
-		}
 		return nil, err
 	}
-	// The context's end unblocks whatever waits on the connection; no
-	// goroutine waits for it meanwhile.
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(aLongTimeAgo) })
 	fail := func(err error) (*http.Response, error) {
 		stop()
 		c.Close()
@@ -169,9 +173,6 @@ func (t *relayTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, ctx.Err()
 		}
 		return nil, err
-	}
-	if err := writeRequest(c, req); err != nil {
-		return fail(fmt.Errorf("writing the request: %w", err))
 	}
 	// From here on the request is not referred to: a call waiting for its
 	// answer (a prefill) holds its connection, not the request's headers
@@ -201,6 +202,31 @@ func (t *relayTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	reuse := !resp.Close && !closeReq && resp.ProtoAtLeast(1, 1) && resp.StatusCode != http.StatusSwitchingProtocols
 	resp.Body = &relayBody{t: t, c: c, addr: addr, body: resp.Body, stop: stop, reuse: reuse}
 	return resp, nil
+}
+
+// send writes req on a connection to addr, idle or dialled, and returns
+// it with the stop of the watch that unblocks it when ctx ends; on an
+// error the connection is closed.
+func (t *relayTransport) send(ctx context.Context, addr string, req *http.Request) (*relayConn, func() bool, error) {
+	c, err := t.conn(ctx, addr)
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, nil, err
+	}
+	// The context's end unblocks whatever waits on the connection; no
+	// goroutine waits for it meanwhile.
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(aLongTimeAgo) })
+	if err := writeRequest(c, req); err != nil {
+		stop()
+		c.Close()
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, fmt.Errorf("writing the request: %w", err)
+	}
+	return c, stop, nil
 }
 
 // proxied reports whether the environment's proxy settings send req

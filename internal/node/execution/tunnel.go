@@ -17,6 +17,7 @@ import (
 
 	"github.com/iop-dev/iop/internal/pluginhost"
 	"github.com/iop-dev/iop/internal/pluginpb"
+	"github.com/iop-dev/iop/internal/shallow"
 	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -137,6 +138,40 @@ func (o *tunnelOut) claimed() *wirepb.TunnelTerminal {
 // again before the terminal is sent, so the status update with a model
 // pulled or deleted is on its way as the call ends, not an interval later.
 func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req *wirepb.TunnelRequest, st Stream) {
+	// The way to the call goes deep (the lease's opening, the guard's
+	// making), and this goroutine then waits for the provider's answer,
+	// through a prefill for minutes: that way runs on a goroutine of its
+	// own, so this one keeps only the stack of its own frames while it
+	// waits (P3, issue 25; package shallow).
+	var c *tunnelCall
+	shallow.Call(func() { c = h.admitTunnel(ctx, sess, req, st) })
+	if c != nil {
+		c.serve()
+	}
+}
+
+// tunnelCall is one tunnel admitted, as serveTunnel serves it.
+type tunnelCall struct {
+	h       *Handler
+	req     *wirepb.TunnelRequest
+	a       *admitted
+	g       *guard
+	out     *tunnelOut
+	body    *tunnelBody
+	log     *callLog
+	unwatch func() bool // the watch of the stream's write side
+	// relist is done once, before the terminal goes: the plugin's own, or
+	// the Node's (end). Bounded by the listing timeout; the connection's
+	// end does not stop it: a Node that reconnects registers this list.
+	relisted sync.Once
+	relistIn context.Context
+	start    time.Time
+	callErr  chan error // what the relay returned, once it has
+}
+
+// admitTunnel admits req and makes its call, or refuses it: the refusal's
+// terminal sent, it returns nil.
+func (h *Handler) admitTunnel(ctx context.Context, sess *transport.Session, req *wirepb.TunnelRequest, st Stream) *tunnelCall {
 	out := &tunnelOut{st: st, ended: func() error { return nil }}
 	log := h.callLog(slog.String("tunnel_id", req.GetTunnelId()), slog.String("provider", req.GetProvider()), slog.String("target", req.GetTarget()))
 
@@ -146,17 +181,16 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req 
 		h.ended(tunnelKind(req), nil, refusedOutcome(f))
 		log.Warn("tunnel refused: a model-management path without the management flag", "method", req.GetMethod(), "path", req.GetPath())
 		out.finish(refusedOutcome(f).TunnelTerminal())
-		return
+		return nil
 	}
 	a, refused := h.admit(sess, admission{kind: tunnelKind(req), stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(),
 		target: req.GetTarget(), capability: sdk.CapTunnel, noSlot: req.GetMetadata() || req.GetManagement(),
 		sealed: req.GetSealedLease(), binding: req.GetBinding()})
 	if refused != nil {
-		if h.refuseBusy(ctx, st, refused, req.GetProvider(), "", req.GetTarget()) {
-			return
+		if !h.refuseBusy(ctx, st, refused, req.GetProvider(), "", req.GetTarget()) {
+			out.finish(refusedOutcome(refused).TunnelTerminal())
 		}
-		out.finish(refusedOutcome(refused).TunnelTerminal())
-		return
+		return nil
 	}
 	req.SealedLease = nil // the adapter gets the credential, not the lease
 
@@ -169,68 +203,83 @@ func (h *Handler) serveTunnel(ctx context.Context, sess *transport.Session, req 
 		}
 		return nil
 	}
+	c := &tunnelCall{h: h, req: req, a: a, g: g, out: out, log: log, relistIn: ctx,
+		body: &tunnelBody{st: st, cancel: g.stop}, callErr: make(chan error, 1)}
 	// After the request body the Edge sends nothing more, so a cancel
 	// must be seen another way: the Edge's cancel also stops reading its
 	// side (STOP_SENDING), which ends the write side of st here, even
 	// while the provider is silent and nothing is being written.
 	if sctx := sendContext(st); sctx != nil {
-		defer context.AfterFunc(sctx, func() { g.stop(writeSideEnded(context.Cause(sctx))) })()
+		c.unwatch = context.AfterFunc(sctx, func() { g.stop(writeSideEnded(context.Cause(sctx))) })
 	}
-	body := &tunnelBody{st: st, cancel: g.stop}
-	// relist is done once, before the terminal goes: the plugin's own, or
-	// the Node's (finish). Bounded by the listing timeout; the connection's
-	// end does not stop it: a Node that reconnects registers this list.
-	var relisted sync.Once
-	relist := func() {
-		if req.GetManagement() {
-			relisted.Do(func() { a.prov.relistNow(context.WithoutCancel(ctx)) })
-		}
-	}
-	emit := func(f *wirepb.TunnelFrame) error {
-		if f.GetTerminal() != nil {
-			relist()
-		}
-		return g.wd.Emit(TunnelFrameIsProgress(f), func() error {
-			err := out.emit(f)
-			var sc *quicwire.StreamCancelledError
-			if errors.As(err, &sc) {
-				g.stop(errCancelled) // the Edge reset the stream: the provider's request is cancelled
-			}
-			return err
-		})
-	}
+	return c
+}
 
-	start := time.Now()
-	callErr := make(chan error, 1) // what the relay returned, once it has
-	g.serve(log, a.release, func() (Outcome, error) {
-		if a.route != nil {
-			// The Node moves the bytes itself: no plugin on the byte path.
-			err := sdk.RelayTunnelTransport(g.ctx, a.prov.relay.Transport, a.route, pluginhost.TunnelRequestFromWire(req, body, a.cred), &frameWriter{emit: emit})
-			callErr <- err
-			return Outcome{Cause: CauseCompleted}, err
+// serve runs the call under its guard, to its one terminal.
+func (c *tunnelCall) serve() {
+	if c.unwatch != nil {
+		defer c.unwatch()
+	}
+	c.start = time.Now()
+	c.g.serve(c.log, c.a.release, c.call, c.end)
+}
+
+// relist lists a management tunnel's provider again (see relisted).
+func (c *tunnelCall) relist() {
+	if c.req.GetManagement() {
+		c.relisted.Do(func() { c.a.prov.relistNow(context.WithoutCancel(c.relistIn)) })
+	}
+}
+
+// emit sends one frame of the answer under the watchdog.
+func (c *tunnelCall) emit(f *wirepb.TunnelFrame) error {
+	if f.GetTerminal() != nil {
+		c.relist()
+	}
+	return c.g.wd.Emit(TunnelFrameIsProgress(f), func() error {
+		err := c.out.emit(f)
+		var sc *quicwire.StreamCancelledError
+		if errors.As(err, &sc) {
+			c.g.stop(errCancelled) // the Edge reset the stream: the provider's request is cancelled
 		}
-		err := a.plugin.Tunnel(g.ctx, req, a.cred, body, emit)
-		callErr <- err
-		if t := out.claimed(); t != nil {
-			return outcomeOfTunnel(t), nil // the plugin's own, already sent
-		}
-		if err == nil {
-			err = errors.New("the plugin ended the tunnel without a terminal frame")
-		}
-		return Outcome{}, err
-	}, func(o Outcome) {
-		relist()
-		out.finish(o.TunnelTerminal())
-		term := out.claimed()
-		h.ended(tunnelKind(req), a.prov, outcomeOfTunnel(term))
-		attrs := []any{"outcome", outcomeOfTunnel(term).Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(start)}
-		select {
-		case err := <-callErr:
-			attrs = append(attrs, "err", err)
-		default: // a stalled call that has not returned
-		}
-		log.Info("tunnel ended", attrs...)
+		return err
 	})
+}
+
+// call is the provider call: the Node's relay for a route, the plugin's
+// Tunnel otherwise.
+func (c *tunnelCall) call() (Outcome, error) {
+	if c.a.route != nil {
+		// The Node moves the bytes itself: no plugin on the byte path.
+		err := sdk.RelayTunnelTransport(c.g.ctx, c.a.prov.relay.Transport, c.a.route, pluginhost.TunnelRequestFromWire(c.req, c.body, c.a.cred), &frameWriter{emit: c.emit})
+		c.callErr <- err
+		return Outcome{Cause: CauseCompleted}, err
+	}
+	err := c.a.plugin.Tunnel(c.g.ctx, c.req, c.a.cred, c.body, c.emit)
+	c.callErr <- err
+	if t := c.out.claimed(); t != nil {
+		return outcomeOfTunnel(t), nil // the plugin's own, already sent
+	}
+	if err == nil {
+		err = errors.New("the plugin ended the tunnel without a terminal frame")
+	}
+	return Outcome{}, err
+}
+
+// end sends the Node's terminal of outcome o, unless one was sent, and
+// records and logs the call's end.
+func (c *tunnelCall) end(o Outcome) {
+	c.relist()
+	c.out.finish(o.TunnelTerminal())
+	term := c.out.claimed()
+	c.h.ended(tunnelKind(c.req), c.a.prov, outcomeOfTunnel(term))
+	attrs := []any{"outcome", outcomeOfTunnel(term).Cause.String(), "failure", term.GetFailure().GetKind().String(), "took", time.Since(c.start)}
+	select {
+	case err := <-c.callErr:
+		attrs = append(attrs, "err", err)
+	default: // a stalled call that has not returned
+	}
+	c.log.Info("tunnel ended", attrs...)
 }
 
 // ErrManagementOnly refuses a tunnel to a path that changes what a model
