@@ -168,7 +168,7 @@ func (dt *Detached) ready(r netpeek.Readiness) {
 		}
 		r = netpeek.Ended
 	}
-	dt.unwatchLocked()
+	dt.unwatchLocked(true)
 	phase := dt.phase
 	if phase == answering {
 		dt.gone = r == netpeek.Ended
@@ -198,7 +198,7 @@ func (dt *Detached) expire() {
 	if dt.idle != nil {
 		dt.idle.Stop()
 	}
-	dt.unwatchLocked()
+	dt.unwatchLocked(false)
 	dt.mu.Unlock()
 	dt.next(false)
 }
@@ -483,16 +483,17 @@ func (dt *Detached) Abort() {
 	}
 	dt.mu.Lock()
 	dt.phase = done
-	dt.unwatchLocked()
+	dt.unwatchLocked(false)
 	dt.mu.Unlock()
 	_ = dt.tc.Close()
 }
 
-// unwatchLocked stops the watch, if it runs. dt.mu is held.
-func (dt *Detached) unwatchLocked() {
+// unwatchLocked stops the watch, if it runs; fired says its one-shot
+// event came, which disarmed it. dt.mu is held.
+func (dt *Detached) unwatchLocked(fired bool) {
 	if dt.watched {
 		dt.watched = false
-		dt.poller.remove(dt)
+		dt.poller.remove(dt, fired)
 	}
 }
 

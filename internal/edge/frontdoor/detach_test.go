@@ -25,7 +25,7 @@ type detachServer struct {
 	detached chan *Detached
 }
 
-func startDetachServer(t *testing.T, limits Limits) *detachServer {
+func startDetachServer(t testing.TB, limits Limits) *detachServer {
 	t.Helper()
 	s := &detachServer{door: New(limits, nil), detached: make(chan *Detached, 4)}
 	ln, err := s.door.Listen("127.0.0.1:0")

@@ -10,4 +10,4 @@ func newConnPoller() *connPoller { return nil }
 
 func (p *connPoller) add(*Detached) error   { panic("frontdoor: no poller") }
 func (p *connPoller) rearm(*Detached) error { panic("frontdoor: no poller") }
-func (p *connPoller) remove(*Detached)      {}
+func (p *connPoller) remove(*Detached, bool) {}
