@@ -8,6 +8,6 @@ type connPoller struct{}
 
 func newConnPoller() *connPoller { return nil }
 
-func (p *connPoller) add(*Detached) error   { panic("frontdoor: no poller") }
-func (p *connPoller) rearm(*Detached) error { panic("frontdoor: no poller") }
+func (p *connPoller) add(*Detached) error    { panic("frontdoor: no poller") }
+func (p *connPoller) rearm(*Detached) error  { panic("frontdoor: no poller") }
 func (p *connPoller) remove(*Detached, bool) {}
