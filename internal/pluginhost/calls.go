@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/internal/pluginpb"
+	"github.com/iop-dev/iop/internal/shallow"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -118,7 +120,15 @@ func (p *Plugin) Execute(ctx context.Context, req *wirepb.RunRequest, cred *sdk.
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream, whatever the reason we leave
-	stream, err := p.rpc.Execute(ctx, &pluginpb.ExecuteRequest{Run: withoutLease(req), Credential: credentialToWire(cred)})
+	// Opening the plugin's stream and sending the request go deep in
+	// gRPC, and this goroutine then waits for the events, through a
+	// prefill for minutes: they run on a goroutine of its own, so this one
+	// keeps a small stack while it waits (package shallow, issue 25).
+	var stream grpc.ServerStreamingClient[wirepb.RunEvent]
+	var err error
+	shallow.Call(func() {
+		stream, err = p.rpc.Execute(ctx, &pluginpb.ExecuteRequest{Run: withoutLease(req), Credential: credentialToWire(cred)})
+	})
 	if err != nil {
 		return nil, p.callErr(ctx, err)
 	}

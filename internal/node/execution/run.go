@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/iop-dev/iop/internal/node/nodemetrics"
+	"github.com/iop-dev/iop/internal/shallow"
 	"github.com/iop-dev/iop/internal/transport"
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
@@ -85,8 +86,17 @@ func (h *Handler) serveRun(ctx context.Context, sess *transport.Session, req *wi
 	case req.GetCompletion() != nil:
 		capability = sdk.CapComplete // never run as a chat: it has no messages
 	}
-	a, refused := h.admit(sess, admission{kind: nodemetrics.Run, stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(), adapter: req.GetAdapter(),
-		target: req.GetTarget(), capability: capability, sealed: req.GetSealedLease(), binding: req.GetBinding()})
+	// The admission goes deep (the lease's opening), and this goroutine
+	// then waits for the run's events, through a prefill for minutes: it
+	// runs on a goroutine of its own (package shallow, as serveTunnel's).
+	var (
+		a       *admitted
+		refused *wirepb.Failure
+	)
+	shallow.Call(func() {
+		a, refused = h.admit(sess, admission{kind: nodemetrics.Run, stallMs: req.GetResponseStallTimeoutMs(), provider: req.GetProvider(), adapter: req.GetAdapter(),
+			target: req.GetTarget(), capability: capability, sealed: req.GetSealedLease(), binding: req.GetBinding()})
+	})
 	if refused != nil {
 		if h.refuseBusy(ctx, st, refused, req.GetProvider(), req.GetAdapter(), req.GetTarget()) {
 			return
