@@ -200,7 +200,11 @@ func (t *relayTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Request = nil // never the shared headRequest
 	reuse := !resp.Close && !closeReq && resp.ProtoAtLeast(1, 1) && resp.StatusCode != http.StatusSwitchingProtocols
-	resp.Body = &relayBody{t: t, c: c, addr: addr, body: resp.Body, stop: stop, reuse: reuse}
+	hold := headHoldOf(ctx)
+	if hold != nil {
+		hold.enabled = true // the body says when a read would wait
+	}
+	resp.Body = &relayBody{t: t, c: c, addr: addr, body: resp.Body, stop: stop, reuse: reuse, hold: hold}
 	return resp, nil
 }
 
@@ -304,6 +308,10 @@ type relayBody struct {
 	body  io.ReadCloser // http.ReadResponse's
 	stop  func() bool   // the context's watch on the connection
 	reuse bool
+	// hold, until the first read that waits for the server, is told
+	// before it (see headHold): a head held for the body's first part
+	// goes then.
+	hold *headHold
 
 	mu   sync.Mutex
 	done bool
@@ -311,6 +319,10 @@ type relayBody struct {
 
 // Read implements io.Reader.
 func (b *relayBody) Read(p []byte) (int, error) {
+	if b.hold != nil && (b.c.br == nil || b.c.br.Buffered() == 0) {
+		b.hold.flush()
+		b.hold = nil
+	}
 	n, err := b.body.Read(p)
 	if err != nil {
 		b.finish(errors.Is(err, io.EOF) && b.reuse)

@@ -77,6 +77,80 @@ func TestRoutedTunnelIsRelayedByTheNode(t *testing.T) {
 	}
 }
 
+// Issue 25, the first byte never held: a head that came with the first
+// part of its body (as a streamed answer's first token comes, in one
+// segment) goes to the Edge with it in one write, so both cross in one
+// packet; a head whose body has not come goes at once, before the relay
+// waits for the body; a head without a body goes before the terminal.
+func TestARelayedHeadGoesWithTheBodyThatCameWithIt(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		switch r.URL.Path {
+		case "/together":
+			fmt.Fprintln(w, `{"n":0}`) // the head and this line leave in one flush
+			w.(http.Flusher).Flush()
+			fmt.Fprintln(w, `{"n":1}`)
+		case "/apart":
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush() // the head alone; the body waits
+			<-release
+			fmt.Fprintln(w, `{"n":0}`)
+		case "/empty":
+			w.WriteHeader(204)
+		}
+	}))
+	defer srv.Close()
+	_, h := onlineSet(t, 1, newRoutePlugin(srv.URL))
+	relay := func(path string) *fakeTunnelStream {
+		req := tunnelReq("t-" + path)
+		req.Path = path
+		st := newFakeTunnelStream(true)
+		serveTunnelOn(h, t.Context(), req, st)
+		return st
+	}
+
+	st := relay("/together")
+	sent, _ := st.frames()
+	if head, body, term := requireTunnelOrder(t, sent); head.GetStatus() != 200 || string(body) != "{\"n\":0}\n{\"n\":1}\n" || term.GetOutcome() != wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED {
+		t.Fatalf("together: head %v body %q terminal %v", head, body, term)
+	}
+	if w := st.writeSizes(); w[0] != 2 || sent[1].GetBody() == nil {
+		t.Errorf("together: writes of %v frames (%v); want the head and the first body frame in the first", w, sent)
+	}
+
+	req := tunnelReq("t-apart")
+	req.Path = "/apart"
+	st = newFakeTunnelStream(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		serveTunnelOn(h, t.Context(), req, st)
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if sent, _ := st.frames(); len(sent) == 1 && sent[0].GetHead().GetStatus() == 200 {
+			break // the head went while the body had not come
+		}
+		if time.Now().After(deadline) {
+			sent, _ := st.frames()
+			close(release)
+			t.Fatalf("apart: the head was not sent before the body came: %v", sent)
+		}
+	}
+	close(release)
+	<-done
+	sent, _ = st.frames()
+	if _, body, term := requireTunnelOrder(t, sent); string(body) != "{\"n\":0}\n" || term.GetOutcome() != wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED {
+		t.Errorf("apart: body %q terminal %v", body, term)
+	}
+
+	st = relay("/empty")
+	sent, _ = st.frames()
+	if head, body, term := requireTunnelOrder(t, sent); head.GetStatus() != 204 || len(body) != 0 || term.GetOutcome() != wirepb.TunnelOutcome_TUNNEL_OUTCOME_COMPLETED {
+		t.Errorf("empty: head %v body %q terminal %v", head, body, term)
+	}
+}
+
 // An unreachable server fails the tunnel as provider_unavailable and
 // retryable, before any head.
 func TestRoutedTunnelToAnUnreachableServer(t *testing.T) {

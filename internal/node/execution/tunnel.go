@@ -22,6 +22,7 @@ import (
 	"github.com/iop-dev/iop/quicwire"
 	"github.com/iop-dev/iop/quicwire/wirepb"
 	"github.com/iop-dev/iop/sdk"
+	"google.golang.org/protobuf/proto"
 )
 
 // The raw provider tunnel (R3), Node side. On a tunnel stream the Edge
@@ -62,12 +63,45 @@ type tunnelOut struct {
 	terminal *wirepb.TunnelTerminal
 }
 
-// emit sends one frame from the plugin. A terminal frame from the plugin
-// is claimed here (exactly one terminal: the first claim wins), even if
-// sending it then fails.
-func (o *tunnelOut) emit(f *wirepb.TunnelFrame) error {
+// emit sends frames from the plugin or the relay, in one write when
+// there are several (a response's head with the first part of its body).
+// A terminal frame from the plugin is claimed here (exactly one terminal:
+// the first claim wins), even if sending it then fails. A frame that
+// breaks the order fails them all, and none is sent.
+func (o *tunnelOut) emit(fs ...*wirepb.TunnelFrame) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	for _, f := range fs {
+		if err := o.admitLocked(f); err != nil {
+			return err
+		}
+	}
+	if len(fs) == 1 {
+		return o.st.Send(fs[0])
+	}
+	if b, ok := o.st.(frameBatcher); ok {
+		ms := make([]proto.Message, len(fs))
+		for i, f := range fs {
+			ms[i] = f
+		}
+		return b.SendFrames(ms...)
+	}
+	for _, f := range fs {
+		if err := o.st.Send(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// frameBatcher is a Stream that writes several frames in one write
+// (transport.Stream.SendFrames): they leave in one packet.
+type frameBatcher interface {
+	SendFrames(ms ...proto.Message) error
+}
+
+// admitLocked checks that f may go next, and records it. o.mu is held.
+func (o *tunnelOut) admitLocked(f *wirepb.TunnelFrame) error {
 	if o.terminal != nil {
 		return &tunnelViolation{fmt.Sprintf("frame after the terminal (%s)", o.terminal.GetOutcome())}
 	}
@@ -103,7 +137,7 @@ func (o *tunnelOut) emit(f *wirepb.TunnelFrame) error {
 	default:
 		return &tunnelViolation{"empty frame"}
 	}
-	return o.st.Send(f)
+	return nil
 }
 
 // finish claims the terminal for the Node and sends it; only the first
@@ -231,13 +265,17 @@ func (c *tunnelCall) relist() {
 	}
 }
 
-// emit sends one frame of the answer under the watchdog.
-func (c *tunnelCall) emit(f *wirepb.TunnelFrame) error {
-	if f.GetTerminal() != nil {
-		c.relist()
+// emit sends frames of the answer under the watchdog.
+func (c *tunnelCall) emit(fs ...*wirepb.TunnelFrame) error {
+	progress := false
+	for _, f := range fs {
+		if f.GetTerminal() != nil {
+			c.relist()
+		}
+		progress = progress || TunnelFrameIsProgress(f)
 	}
-	return c.g.wd.Emit(TunnelFrameIsProgress(f), func() error {
-		err := c.out.emit(f)
+	return c.g.wd.Emit(progress, func() error {
+		err := c.out.emit(fs...)
 		var sc *quicwire.StreamCancelledError
 		if errors.As(err, &sc) {
 			c.g.stop(errCancelled) // the Edge reset the stream: the provider's request is cancelled
@@ -246,16 +284,22 @@ func (c *tunnelCall) emit(f *wirepb.TunnelFrame) error {
 	})
 }
 
+// emitOne sends one frame of the plugin's (emit).
+func (c *tunnelCall) emitOne(f *wirepb.TunnelFrame) error { return c.emit(f) }
+
 // call is the provider call: the Node's relay for a route, the plugin's
 // Tunnel otherwise.
 func (c *tunnelCall) call() (Outcome, error) {
 	if c.a.route != nil {
 		// The Node moves the bytes itself: no plugin on the byte path.
-		err := sdk.RelayTunnelTransport(c.g.ctx, c.a.prov.relay.Transport, c.a.route, pluginhost.TunnelRequestFromWire(c.req, c.body, c.a.cred), &frameWriter{emit: c.emit})
+		w := &frameWriter{emit: c.emit}
+		w.hold = &headHold{flush: w.flushHead}
+		err := sdk.RelayTunnelTransport(withHeadHold(c.g.ctx, w.hold), c.a.prov.relay.Transport, c.a.route, pluginhost.TunnelRequestFromWire(c.req, c.body, c.a.cred), w)
+		w.flushHead() // a head without a body goes before the terminal
 		c.callErr <- err
 		return Outcome{Cause: CauseCompleted}, err
 	}
-	err := c.a.plugin.Tunnel(c.g.ctx, c.req, c.a.cred, c.body, c.emit)
+	err := c.a.plugin.Tunnel(c.g.ctx, c.req, c.a.cred, c.body, c.emitOne)
 	c.callErr <- err
 	if t := c.out.claimed(); t != nil {
 		return outcomeOfTunnel(t), nil // the plugin's own, already sent
@@ -319,22 +363,76 @@ func ManagementPath(p string) bool {
 // response head and each body read become frames, through emit (the
 // watchdog's fence and tunnelOut's order), exactly as a plugin's frames do.
 type frameWriter struct {
-	emit func(*wirepb.TunnelFrame) error
+	emit func(...*wirepb.TunnelFrame) error
+	hold *headHold // nil: the head goes at once
+	head *wirepb.TunnelFrame
 }
 
-// WriteHeader sends the response head.
+// WriteHeader sends the response head, or holds it (headHold) to go with
+// the first part of the body.
 func (w *frameWriter) WriteHeader(status int, header http.Header) error {
-	return w.emit(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Head{Head: &wirepb.TunnelResponseHead{
-		Status: int32(status), Headers: pluginpb.HeadersToWire(header)}}})
+	f := &wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Head{Head: &wirepb.TunnelResponseHead{
+		Status: int32(status), Headers: pluginpb.HeadersToWire(header)}}}
+	if w.hold != nil && w.hold.enabled {
+		w.head = f
+		return nil
+	}
+	return w.emit(f)
 }
 
 // Write sends p as one body frame (the stream copies it before Write
-// returns). RelayTunnel's reads are smaller than a frame's bound.
+// returns), with the head if it is held. RelayTunnel's reads are smaller
+// than a frame's bound.
 func (w *frameWriter) Write(p []byte) (int, error) {
-	if err := w.emit(&wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Body{Body: p}}); err != nil {
+	body := &wirepb.TunnelFrame{Frame: &wirepb.TunnelFrame_Body{Body: p}}
+	var err error
+	if head := w.head; head != nil {
+		w.head = nil
+		err = w.emit(head, body)
+	} else {
+		err = w.emit(body)
+	}
+	if err != nil {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// flushHead sends the head if it is held. An error is the next Write's
+// too, or the call's end says why the stream ended.
+func (w *frameWriter) flushHead() {
+	if head := w.head; head != nil {
+		w.head = nil
+		_ = w.emit(head)
+	}
+}
+
+// headHold lets the Node's relay send a response's head and the first
+// part of its body in one write, so they cross to the Edge in one packet
+// when the model server sent them together, as a streamed answer's first
+// token nearly always comes (issue 25: the first byte is never held; it
+// goes with the head, not behind it). It is on only where the relay's own
+// client reads the answer (relayTransport, which turns enabled on): that
+// client calls flush before a read of the body that would wait for the
+// server, so a head whose body is not there yet goes at once, never held
+// through a wait. The relay's reads and writes, and so the hold, are on
+// one goroutine.
+type headHold struct {
+	enabled bool
+	flush   func()
+}
+
+type headHoldKey struct{}
+
+// withHeadHold returns ctx carrying h, for the relay's request.
+func withHeadHold(ctx context.Context, h *headHold) context.Context {
+	return context.WithValue(ctx, headHoldKey{}, h)
+}
+
+// headHoldOf is the hold ctx carries, or nil.
+func headHoldOf(ctx context.Context) *headHold {
+	h, _ := ctx.Value(headHoldKey{}).(*headHold)
+	return h
 }
 
 // tunnelBody is the request body the plugin reads: the Edge's body frames,

@@ -32,6 +32,7 @@ type fakeTunnelStream struct {
 	mu      sync.Mutex
 	sent    []*wirepb.TunnelFrame
 	refused []*wirepb.TunnelFrame
+	writes  []int // frames sent in each write (Send: 1; SendFrames: all of them)
 }
 
 // newFakeTunnelStream returns a stream on which the Edge has sent body,
@@ -48,18 +49,32 @@ func newFakeTunnelStream(fin bool, body ...string) *fakeTunnelStream {
 	return f
 }
 
-func (f *fakeTunnelStream) Send(m proto.Message) error {
+func (f *fakeTunnelStream) Send(m proto.Message) error { return f.SendFrames(m) }
+
+// SendFrames records ms as one write, as transport.Stream's.
+func (f *fakeTunnelStream) SendFrames(ms ...proto.Message) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fr := proto.Clone(m).(*wirepb.TunnelFrame)
+	frs := make([]*wirepb.TunnelFrame, len(ms))
+	for i, m := range ms {
+		frs[i] = proto.Clone(m).(*wirepb.TunnelFrame)
+	}
 	select {
 	case <-f.cancelled:
-		f.refused = append(f.refused, fr)
+		f.refused = append(f.refused, frs...)
 		return &quicwire.StreamCancelledError{Code: quicwire.StreamCancelled, Remote: true}
 	default:
 	}
-	f.sent = append(f.sent, fr)
+	f.sent = append(f.sent, frs...)
+	f.writes = append(f.writes, len(frs))
 	return nil
+}
+
+// writeSizes is how many frames each write carried, in order.
+func (f *fakeTunnelStream) writeSizes() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.writes)
 }
 
 func (f *fakeTunnelStream) Recv(m proto.Message) error {
