@@ -171,7 +171,7 @@ func judge(a answer, stallRetried bool) verdict {
 // such stacks). So the way to an attempt's wait, which goes deep (the
 // scheduler, the lease's seal, a QUIC stream opened and the request
 // marshalled into it), runs on a goroutine of its own (shallow.Call,
-// begin), and what happens after an attempt is a function of its own:
+// begun.run), and what happens after an attempt is a function of its own:
 // this frame holds little more than the loop's state.
 func (d *Dispatcher) dispatch(ctx context.Context, id string, plan *Plan, deadline time.Time, watch *Watch, w attempt) error {
 	l := d.newLoop(plan)
@@ -198,9 +198,11 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string, plan *Plan, deadli
 }
 
 // begun is the n-th attempt of the loop on its way to its wait: a slot
-// acquired, a lease sealed, the work sent (run). It ends with a slot and
-// the attempt's answer, when the work went or failed on its way; with err
-// when the work ends without one (the slot then released).
+// acquired, a lease sealed, the work sent. A request queued for a slot
+// waits in run, on the helper's goroutine, with the request's own waiting
+// for it. It ends with a slot and the attempt's answer, when the work went
+// or failed on its way; with err when the work ends without one (the slot
+// then released).
 type begun struct {
 	d        *Dispatcher
 	ctx      context.Context
