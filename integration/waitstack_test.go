@@ -87,11 +87,12 @@ func TestAWaitingTunnelCostsEachSideOneSmallStack(t *testing.T) {
 			t.Errorf("%s, each request holds %.1f KiB of the %s's stacks; want at most %.0f", when, per/1024, side, most/1024)
 		}
 	}
-	// Waiting: a 4 KiB stack on each side and the runtime's rounding (its
-	// stacks come in spans shared by several); 8 KiB, had the way to the
-	// wait grown the waiting goroutine, fails.
-	check("Edge", "waiting for their first byte", edgeBefore, goStacks(t, s.base), 6<<10)
-	check("Node", "waiting for their first byte", nodeBefore, goStacks(t, s.health), 6<<10)
+	// Waiting: a 4 KiB stack on each side (4.1 and 4.7 KiB measured: the
+	// runtime starts a goroutine at the average stack in use at the last
+	// collection, so a few of the first ones start at 8); 8 KiB or more,
+	// had the way to the wait grown the waiting goroutine, fails.
+	check("Edge", "waiting for their first byte", edgeBefore, goStacks(t, s.base), 7<<10)
+	check("Node", "waiting for their first byte", nodeBefore, goStacks(t, s.health), 7<<10)
 	for range n {
 		<-first
 	}
