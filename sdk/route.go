@@ -314,7 +314,13 @@ func relayBody(req *TunnelRequest) (io.Reader, int64, error) {
 		if n == 0 {
 			return http.NoBody, 0, nil
 		}
-		return &relayBodyReader{r: req.Body}, n, nil
+		// The body is its Content-Length: the request is written whole
+		// once that much has been read, without waiting for the body's
+		// end to prove nothing follows (the Node's body ends with the
+		// stream's FIN, which may cross in a packet of its own). A shorter
+		// body still fails the request; a longer one is cut where its
+		// length says, as an HTTP intermediary forwards it.
+		return &relayBodyReader{r: io.LimitReader(req.Body, n)}, n, nil
 	}
 	br := bufio.NewReader(req.Body)
 	if _, err := br.Peek(1); err != nil {

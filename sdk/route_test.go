@@ -1,15 +1,18 @@
 package sdk
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A relayed path stays on the server: it is joined under the base URL's
@@ -154,3 +157,45 @@ func TestRelayTunnelReadsGrowWhenMoreIsReady(t *testing.T) {
 		t.Errorf("the large answer's writes %v: the largest %d, want above the first buffer (%d) and at most %d", whole.writes, most, tunnelReadFirst, tunnelRead)
 	}
 }
+
+// A body with a Content-Length is sent once that much has been read: the
+// relay does not wait for its end (the Node's body ends with a FIN that
+// may come in a packet of its own). The round tripper here writes the
+// whole request before it reads the answer, as the Node's relay does
+// (net/http's Transport reads the answer while it writes, which would hide
+// a wait); the body's reader never ends, until the test gives up on it.
+func TestRelayTunnelSendsABodyOfItsLengthWithoutWaitingForItsEnd(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "got %s", b)
+	}))
+	defer srv.Close()
+	pr, pw := io.Pipe()
+	go func() { _, _ = io.WriteString(pw, `{"a":1}`) }() // and never the end
+	giveUp := time.AfterFunc(10*time.Second, func() { pw.CloseWithError(errors.New("the relay waited for the body's end")) })
+	defer giveUp.Stop()
+	writeThenRead := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { c.Close() })
+		if err := r.Write(c); err != nil {
+			return nil, err
+		}
+		return http.ReadResponse(bufio.NewReader(c), r)
+	})
+	req := &TunnelRequest{Method: http.MethodPost, Path: "/api/chat", Body: pr,
+		Header: http.Header{"Content-Length": {"7"}}}
+	var resp recordedResponse
+	if err := RelayTunnelTransport(t.Context(), writeThenRead, &TunnelRoute{BaseURL: srv.URL}, req, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.status != 200 || resp.body.String() != `got {"a":1}` {
+		t.Fatalf("answer %d %q", resp.status, resp.body.String())
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
