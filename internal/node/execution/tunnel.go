@@ -63,35 +63,37 @@ type tunnelOut struct {
 	terminal *wirepb.TunnelTerminal
 }
 
-// emit sends frames from the plugin or the relay, in one write when
-// there are several (a response's head with the first part of its body).
-// A terminal frame from the plugin is claimed here (exactly one terminal:
-// the first claim wins), even if sending it then fails. A frame that
-// breaks the order fails them all, and none is sent.
-func (o *tunnelOut) emit(fs ...*wirepb.TunnelFrame) error {
+// emit sends one frame from the plugin or the relay. A terminal frame from
+// the plugin is claimed here (exactly one terminal: the first claim wins),
+// even if sending it then fails.
+func (o *tunnelOut) emit(f *wirepb.TunnelFrame) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, f := range fs {
-		if err := o.admitLocked(f); err != nil {
-			return err
-		}
+	if err := o.admitLocked(f); err != nil {
+		return err
 	}
-	if len(fs) == 1 {
-		return o.st.Send(fs[0])
+	return o.st.Send(f)
+}
+
+// emitPair sends a response's head and the first part of its body in one
+// write, so that they leave in one packet (headHold). If either breaks the
+// order, neither is sent.
+func (o *tunnelOut) emitPair(head, body *wirepb.TunnelFrame) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.admitLocked(head); err != nil {
+		return err
+	}
+	if err := o.admitLocked(body); err != nil {
+		return err
 	}
 	if b, ok := o.st.(frameBatcher); ok {
-		ms := make([]proto.Message, len(fs))
-		for i, f := range fs {
-			ms[i] = f
-		}
-		return b.SendFrames(ms...)
+		return b.SendFrames(head, body)
 	}
-	for _, f := range fs {
-		if err := o.st.Send(f); err != nil {
-			return err
-		}
+	if err := o.st.Send(head); err != nil {
+		return err
 	}
-	return nil
+	return o.st.Send(body)
 }
 
 // frameBatcher is a Stream that writes several frames in one write
@@ -265,41 +267,42 @@ func (c *tunnelCall) relist() {
 	}
 }
 
-// emit sends frames of the answer under the watchdog.
-func (c *tunnelCall) emit(fs ...*wirepb.TunnelFrame) error {
-	progress := false
-	for _, f := range fs {
-		if f.GetTerminal() != nil {
-			c.relist()
-		}
-		progress = progress || TunnelFrameIsProgress(f)
+// emit sends a frame of the answer under the watchdog.
+func (c *tunnelCall) emit(f *wirepb.TunnelFrame) error {
+	if f.GetTerminal() != nil {
+		c.relist()
 	}
-	return c.g.wd.Emit(progress, func() error {
-		err := c.out.emit(fs...)
-		var sc *quicwire.StreamCancelledError
-		if errors.As(err, &sc) {
-			c.g.stop(errCancelled) // the Edge reset the stream: the provider's request is cancelled
-		}
-		return err
-	})
+	return c.g.wd.Emit(TunnelFrameIsProgress(f), func() error { return c.sent(c.out.emit(f)) })
 }
 
-// emitOne sends one frame of the plugin's (emit).
-func (c *tunnelCall) emitOne(f *wirepb.TunnelFrame) error { return c.emit(f) }
+// emitPair sends the relay's head and first body part together (headHold).
+func (c *tunnelCall) emitPair(head, body *wirepb.TunnelFrame) error {
+	return c.g.wd.Emit(true, func() error { return c.sent(c.out.emitPair(head, body)) })
+}
+
+// sent passes on a send's error; the Edge's reset of the stream cancels
+// the provider's request.
+func (c *tunnelCall) sent(err error) error {
+	var sc *quicwire.StreamCancelledError
+	if errors.As(err, &sc) {
+		c.g.stop(errCancelled)
+	}
+	return err
+}
 
 // call is the provider call: the Node's relay for a route, the plugin's
 // Tunnel otherwise.
 func (c *tunnelCall) call() (Outcome, error) {
 	if c.a.route != nil {
 		// The Node moves the bytes itself: no plugin on the byte path.
-		w := &frameWriter{emit: c.emit}
+		w := &frameWriter{emit: c.emit, emitPair: c.emitPair}
 		w.hold = &headHold{flush: w.flushHead}
 		err := sdk.RelayTunnelTransport(withHeadHold(c.g.ctx, w.hold), c.a.prov.relay.Transport, c.a.route, pluginhost.TunnelRequestFromWire(c.req, c.body, c.a.cred), w)
 		w.flushHead() // a head without a body goes before the terminal
 		c.callErr <- err
 		return Outcome{Cause: CauseCompleted}, err
 	}
-	err := c.a.plugin.Tunnel(c.g.ctx, c.req, c.a.cred, c.body, c.emitOne)
+	err := c.a.plugin.Tunnel(c.g.ctx, c.req, c.a.cred, c.body, c.emit)
 	c.callErr <- err
 	if t := c.out.claimed(); t != nil {
 		return outcomeOfTunnel(t), nil // the plugin's own, already sent
@@ -363,9 +366,10 @@ func ManagementPath(p string) bool {
 // response head and each body read become frames, through emit (the
 // watchdog's fence and tunnelOut's order), exactly as a plugin's frames do.
 type frameWriter struct {
-	emit func(...*wirepb.TunnelFrame) error
-	hold *headHold // nil: the head goes at once
-	head *wirepb.TunnelFrame
+	emit     func(*wirepb.TunnelFrame) error
+	emitPair func(head, body *wirepb.TunnelFrame) error
+	hold     *headHold // nil: the head goes at once
+	head     *wirepb.TunnelFrame
 }
 
 // WriteHeader sends the response head, or holds it (headHold) to go with
@@ -388,7 +392,7 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 	var err error
 	if head := w.head; head != nil {
 		w.head = nil
-		err = w.emit(head, body)
+		err = w.emitPair(head, body)
 	} else {
 		err = w.emit(body)
 	}
