@@ -327,10 +327,31 @@ func (dt *Detached) FlushError() error {
 	if !dt.sent {
 		dt.sendHeader(-1)
 	}
-	if dt.err == nil {
+	if dt.err == nil && dt.bw != nil {
 		dt.err = dt.bw.Flush()
 	}
+	dt.putWriter()
 	return dt.err
+}
+
+// writer is the answer's write buffer, taken from the pool when a write
+// needs one: it is held from a write to the flush that follows, not
+// between flushes, so a stream waiting for its next token holds none.
+func (dt *Detached) writer() *bufio.Writer {
+	if dt.bw == nil {
+		dt.bw = writers.Get().(*bufio.Writer)
+		dt.bw.Reset(dt.tc.Conn)
+	}
+	return dt.bw
+}
+
+// putWriter gives the write buffer back, flushed (or failed).
+func (dt *Detached) putWriter() {
+	if dt.bw != nil {
+		dt.bw.Reset(nil)
+		writers.Put(dt.bw)
+		dt.bw = nil
+	}
 }
 
 // SetWriteDeadline sets the deadline of writes to the client
@@ -341,8 +362,7 @@ func (dt *Detached) SetWriteDeadline(t time.Time) error { return dt.tc.Conn.SetW
 // length is the whole body's, when it is known (Finish), or -1.
 func (dt *Detached) sendHeader(length int) {
 	dt.sent = true
-	dt.bw = writers.Get().(*bufio.Writer)
-	dt.bw.Reset(dt.tc.Conn)
+	bw := dt.writer()
 	h := dt.header
 	if h.Get("Date") == "" {
 		h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
@@ -373,12 +393,12 @@ func (dt *Detached) sendHeader(length int) {
 		b = strconv.AppendInt(b, int64(dt.status), 10)
 	}
 	b = append(b, "\r\n"...)
-	_, _ = dt.bw.Write(b)
-	if err := h.Write(dt.bw); err != nil {
+	_, _ = bw.Write(b)
+	if err := h.Write(bw); err != nil {
 		dt.err = err
 		return
 	}
-	_, _ = dt.bw.WriteString("\r\n")
+	_, _ = bw.WriteString("\r\n")
 	pending := dt.pending
 	dt.pending = nil
 	if allowed && len(pending) > 0 {
@@ -391,15 +411,16 @@ func (dt *Detached) writeBody(p []byte) {
 	if dt.err != nil || len(p) == 0 {
 		return
 	}
+	bw := dt.writer()
 	if dt.chunked {
 		var size [18]byte
 		b := strconv.AppendUint(size[:0], uint64(len(p)), 16)
 		b = append(b, '\r', '\n')
-		_, _ = dt.bw.Write(b)
+		_, _ = bw.Write(b)
 	}
-	_, dt.err = dt.bw.Write(p)
+	_, dt.err = bw.Write(p)
 	if dt.chunked && dt.err == nil {
-		_, dt.err = dt.bw.WriteString("\r\n")
+		_, dt.err = bw.WriteString("\r\n")
 	}
 }
 
@@ -436,14 +457,13 @@ func (dt *Detached) Finish() {
 	if !dt.sent {
 		dt.sendHeader(len(dt.pending))
 	} else if dt.chunked && dt.err == nil {
-		_, dt.err = dt.bw.WriteString("0\r\n\r\n")
+		_, dt.err = dt.writer().WriteString("0\r\n\r\n")
 	}
-	if dt.err == nil {
+	if dt.err == nil && dt.bw != nil {
 		dt.err = dt.bw.Flush()
 	}
-	dt.bw.Reset(nil)
-	writers.Put(dt.bw)
-	dt.bw, dt.req, dt.header, dt.pending = nil, nil, nil, nil // the idle wait holds none of the request
+	dt.putWriter()
+	dt.req, dt.header, dt.pending = nil, nil, nil // the idle wait holds none of the request
 
 	keep := dt.keep && dt.err == nil && (!dt.sized || dt.left == 0)
 	if keep {
@@ -509,8 +529,9 @@ func (d *Door) park(dt *Detached) {
 	}
 }
 
-// writers are the buffers of detached answers, taken when an answer's
-// header goes and given back when it ends: a waiting request holds none.
+// writers are the buffers of detached answers, taken for a write and
+// given back at the flush that follows: a waiting request, and a stream
+// between two tokens, holds none.
 var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
 
 // giveBack hands c, whose detached answer ended, to the server again

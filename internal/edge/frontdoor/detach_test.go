@@ -114,7 +114,8 @@ const plainReq = "GET /plain HTTP/1.1\r\nHost: edge\r\n\r\n"
 
 // P3: a detached answer streams as HTTP/1.1 chunks, with the headers set
 // before Detach, and its connection then serves the client's next request
-// (net/http's again), counted by the door all along.
+// (net/http's again), counted by the door all along, and can be detached
+// again (its watch, disarmed in the poller's set, armed again).
 func TestADetachedAnswerStreamsAndKeepsItsConnection(t *testing.T) {
 	s := startDetachServer(t, Limits{})
 	c := s.dial(t)
@@ -128,6 +129,15 @@ func TestADetachedAnswerStreamsAndKeepsItsConnection(t *testing.T) {
 	_, _ = io.WriteString(dt, "{\"n\":1}\n")
 	if err := http.NewResponseController(dt).Flush(); err != nil {
 		t.Fatal(err)
+	}
+	// Between two events the answer holds no write buffer (issue 25: a
+	// stream waiting for its next token costs no 4 KiB), and a flush with
+	// nothing written is nothing.
+	if dt.bw != nil {
+		t.Error("the answer holds its write buffer after a flush")
+	}
+	if err := http.NewResponseController(dt).Flush(); err != nil {
+		t.Fatalf("a second flush: %v", err)
 	}
 	// The first event is on the wire before the answer ends.
 	resp, err := http.ReadResponse(c.br, nil)
