@@ -76,11 +76,11 @@ func (b *bench) single(ctx context.Context) error {
 	for _, a := range b.apis {
 		f := &pair[streamsFigures]{}
 		var err error
-		if f.Direct, err = streams(ctx, b.c, b.s.fake, b.direct, modelStream, 1, b.cfg.singleReps, 0); err != nil {
+		if f.Direct, err = streams(ctx, b.c, b.s.fake, b.direct, modelStream, 1, b.cfg.singleReps, 0, b.cfg.singleGap); err != nil {
 			return err
 		}
 		if err := b.onIOP(a, 1, func() (int, error) {
-			f.IOP, err = streams(ctx, b.c, b.s.fake, a.side, modelStream, 1, b.cfg.singleReps, 0)
+			f.IOP, err = streams(ctx, b.c, b.s.fake, a.side, modelStream, 1, b.cfg.singleReps, 0, b.cfg.singleGap)
 			return f.IOP.Tokens, err
 		}); err != nil {
 			return err
@@ -98,7 +98,7 @@ func (b *bench) concurrent(ctx context.Context) error {
 	for _, a := range b.apis {
 		f := &pair[streamsFigures]{}
 		var err error
-		if f.Direct, err = streams(ctx, b.c, b.s.fake, b.direct, modelStream, b.cfg.streams, b.cfg.streamReps, spread); err != nil {
+		if f.Direct, err = streams(ctx, b.c, b.s.fake, b.direct, modelStream, b.cfg.streams, b.cfg.streamReps, spread, 0); err != nil {
 			return err
 		}
 		procs := b.s.iopProcs()
@@ -112,7 +112,7 @@ func (b *bench) concurrent(ctx context.Context) error {
 			prof = startPerf(ctx, b.cfg.profile, a.side.api.Key, procs, profileWindow, b.res)
 		}
 		err = b.onIOP(a, 2, func() (int, error) {
-			f.IOP, err = streams(ctx, b.c, b.s.fake, a.side, modelStream, b.cfg.streams, b.cfg.streamReps, spread)
+			f.IOP, err = streams(ctx, b.c, b.s.fake, a.side, modelStream, b.cfg.streams, b.cfg.streamReps, spread, 0)
 			return f.IOP.Tokens, err
 		})
 		if prof != nil {

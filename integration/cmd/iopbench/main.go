@@ -132,6 +132,7 @@ type config struct {
 	tokens     int           // per answer, workloads 1 and 2
 	tokenDelay time.Duration // between two tokens, workloads 1, 2, 4 and 7
 	singleReps int           // answers in workload 1
+	singleGap  time.Duration // workload 1: from one answer's end to the next request
 	streams    int           // concurrent streams in workload 2
 	streamReps int           // answers per stream in workload 2
 	longTokens int           // tokens of the long stream, workload 3
@@ -183,6 +184,7 @@ func main() {
 	scaleGap := flag.Duration("scale-gap", 0, "workload 9: between two tokens (default 100ms)")
 	tokenDelay := flag.Duration("token-delay", -1, "workloads 1 and 2: between two tokens of an answer (default 5ms); 0 answers in a burst, back to back (issue 25)")
 	singleReps := flag.Int("single-reps", 0, "workload 1: answers, one at a time (default 50)")
+	singleGap := flag.Duration("single-gap", 0, "workload 1: from one answer's end to the next request, as an agent's session runs a tool between two (default 0: at once)")
 	flag.Parse()
 	cfg := fullConfig
 	if *quick {
@@ -204,6 +206,7 @@ func main() {
 	setIf(&cfg.scaleDuration, *scaleDuration)
 	setIf(&cfg.scaleGap, *scaleGap)
 	setIf(&cfg.singleReps, *singleReps)
+	setIf(&cfg.singleGap, *singleGap)
 	if *tokenDelay >= 0 {
 		cfg.tokenDelay = *tokenDelay
 	}
@@ -304,7 +307,7 @@ func runMain(ctx context.Context, cfg config, dir string, bins binaries, res *re
 		run     func(context.Context) error
 	}{
 		{"warm-up", "warm-up", b.warm},
-		{"1", fmt.Sprintf("1: one stream, %d answers of %d tokens %v apart", cfg.singleReps, cfg.tokens, cfg.tokenDelay), b.single},
+		{"1", fmt.Sprintf("1: one stream, %d answers of %d tokens %v apart%s", cfg.singleReps, cfg.tokens, cfg.tokenDelay, gapNote(cfg.singleGap)), b.single},
 		{"2", fmt.Sprintf("2: %d concurrent streams, %d answers each", cfg.streams, cfg.streamReps), b.concurrent},
 		{"3", fmt.Sprintf("3: one long stream of %d tokens, no delay, %d times", cfg.longTokens, cfg.longReps), b.long},
 		{"4", fmt.Sprintf("4: a %v prefill", cfg.prefill), b.prefill},
@@ -340,4 +343,13 @@ func runMain(ctx context.Context, cfg config, dir string, bins binaries, res *re
 	}
 	b.memory()
 	return nil
+}
+
+// gapNote says how long workload 1's client waits between two answers,
+// when it does.
+func gapNote(gap time.Duration) string {
+	if gap <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %v between an answer and the next request", gap)
 }

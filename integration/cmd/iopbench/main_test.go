@@ -20,7 +20,7 @@ func TestBenchRunsEveryWorkloadThroughBothAPIs(t *testing.T) {
 		t.Skip("builds edged and noded and runs them: not with -short")
 	}
 	cfg := config{quick: true, apis: allAPIs, capacity: 8, tokens: 20, tokenDelay: 2 * time.Millisecond,
-		singleReps: 3, streams: 4, streamReps: 2, longTokens: 500, longReps: 1,
+		singleReps: 3, singleGap: 100 * time.Millisecond, streams: 4, streamReps: 2, longTokens: 500, longReps: 1,
 		prefill: 300 * time.Millisecond, goneTries: 2,
 		scaleRuns: 40, scalePrefill: time.Second, scaleStreams: 20, scaleDuration: time.Second, scaleGap: 100 * time.Millisecond}
 	var log bytes.Buffer
@@ -43,6 +43,13 @@ func TestBenchRunsEveryWorkloadThroughBothAPIs(t *testing.T) {
 					t.Errorf("%s %s: %+v", a.API, name, s)
 				}
 			}
+		}
+		// The single stream's client waits its gap between two answers:
+		// the answers' own token delays and the gaps are the least it
+		// can take (without the gaps, about 200 ms less).
+		least := time.Duration(cfg.singleReps*cfg.tokens)*cfg.tokenDelay + time.Duration(cfg.singleReps-1)*cfg.singleGap
+		if a.Single.IOP.Wall < least || a.Single.Direct.Wall < least {
+			t.Errorf("%s: one stream's answers took %v and %v, less than their token delays and gaps, %v", a.API, a.Single.Direct.Wall, a.Single.IOP.Wall, least)
 		}
 		if a.Concurrent.IOP.Answers != cfg.streams*cfg.streamReps {
 			t.Errorf("%s: %d concurrent answers, want %d", a.API, a.Concurrent.IOP.Answers, cfg.streams*cfg.streamReps)

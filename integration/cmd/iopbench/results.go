@@ -84,6 +84,7 @@ type configJSON struct {
 	Tokens        int           `json:"tokens"`
 	TokenDelay    time.Duration `json:"token_delay_ns"`
 	SingleReps    int           `json:"single_reps"`
+	SingleGap     time.Duration `json:"single_gap_ns,omitempty"`
 	Streams       int           `json:"streams"`
 	StreamReps    int           `json:"stream_reps"`
 	LongTokens    int           `json:"long_tokens"`
@@ -103,7 +104,7 @@ func (c config) export() configJSON {
 	for _, a := range c.apis {
 		apis = append(apis, a.Key)
 	}
-	return configJSON{apis, c.capacity, c.tokens, c.tokenDelay, c.singleReps, c.streams, c.streamReps,
+	return configJSON{apis, c.capacity, c.tokens, c.tokenDelay, c.singleReps, c.singleGap, c.streams, c.streamReps,
 		c.longTokens, c.longReps, c.prefill, c.goneTries,
 		c.scaleRuns, c.scalePrefill, c.scaleStreams, c.scaleDuration, c.scaleGap, c.only}
 }

@@ -64,7 +64,7 @@ type sent struct {
 // the first, so that the streams are spread in time as in a steady state
 // rather than all starting (and ending) in the same millisecond. A stream
 // that fails is counted, not fatal: a refusal below capacity is a finding.
-func streams(ctx context.Context, c *http.Client, fake *fakeollama.Server, s side, model string, workers, reps int, spread time.Duration) (streamsFigures, error) {
+func streams(ctx context.Context, c *http.Client, fake *fakeollama.Server, s side, model string, workers, reps int, spread, gap time.Duration) (streamsFigures, error) {
 	fake.Reset() // the records of this half alone, for providerView
 	f := streamsFigures{Streams: workers}
 	var (
@@ -82,6 +82,12 @@ func streams(ctx context.Context, c *http.Client, fake *fakeollama.Server, s sid
 				return
 			}
 			for i := range reps {
+				if i > 0 && gap > 0 {
+					select { // the client's own time between two answers
+					case <-time.After(gap):
+					case <-ctx.Done():
+					}
+				}
 				if ctx.Err() != nil {
 					return
 				}
