@@ -369,7 +369,7 @@ func (f *faultFleet) waitSuspect(id string, since time.Time, fault string) (faul
 	if v.State != "ready" {
 		f.t.Errorf("node %s suspect in state %s, want ready (suspect is not a fence)", id, v.State)
 	}
-	if !f.edgeLogged("node suspect", id) {
+	if !f.edgeLoggedSoon("node suspect", id) {
 		f.t.Errorf(`the Edge did not log "node suspect" for %s`, id)
 	}
 	return v, true
@@ -427,6 +427,21 @@ func sinceAt(since time.Time, edgeAt *time.Time, seen time.Time) float64 {
 func (f *faultFleet) timing(format string, args ...any) {
 	f.t.Helper()
 	f.t.Logf("fault timing: "+format, args...)
+}
+
+// edgeLoggedSoon is edgeLogged for a line the Edge prints as a state the
+// test has seen changes: it waits for it a moment, as the status page can
+// show the change before the line has come through the daemon's output
+// pipe.
+func (f *faultFleet) edgeLoggedSoon(msg, node string) bool {
+	deadline := time.Now().Add(2 * time.Second)
+	for !f.edgeLogged(msg, node) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
 
 // edgeLogged reports whether the Edge printed a line with msg about node.
