@@ -434,14 +434,7 @@ func (f *faultFleet) timing(format string, args ...any) {
 // show the change before the line has come through the daemon's output
 // pipe.
 func (f *faultFleet) edgeLoggedSoon(msg, node string) bool {
-	deadline := time.Now().Add(2 * time.Second)
-	for !f.edgeLogged(msg, node) {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
+	return waitCond(2*time.Second, func() bool { return f.edgeLogged(msg, node) })
 }
 
 // edgeLogged reports whether the Edge printed a line with msg about node.
