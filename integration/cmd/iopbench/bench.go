@@ -14,6 +14,7 @@ import (
 type bench struct {
 	cfg    config
 	s      *stack
+	floor  *floor // nil unless the floor is measured
 	c      *http.Client
 	direct side
 	apis   []apiRun
@@ -31,22 +32,37 @@ type apiRun struct {
 	r    *apiResults
 }
 
-func newBench(cfg config, s *stack, c *http.Client, res *results, log io.Writer) *bench {
-	b := &bench{cfg: cfg, s: s, c: c, res: res, log: log, peaks: map[string]int64{},
+// newBench prepares the runs of cfg.apis: the Edge's APIs on s, the floor
+// on fl (nil when cfg.apis has no floor).
+func newBench(cfg config, s *stack, fl *floor, c *http.Client, res *results, log io.Writer) *bench {
+	b := &bench{cfg: cfg, s: s, floor: fl, c: c, res: res, log: log, peaks: map[string]int64{},
 		direct: side{name: "direct", api: apiOllama, base: s.fakeURL}}
 	for _, a := range cfg.apis {
 		r := &apiResults{API: a.Key, Label: a.Label, Path: a.Path, Way: a.Way}
 		res.APIs = append(res.APIs, r)
-		b.apis = append(b.apis, apiRun{side: side{name: a.Label, api: a, base: s.base}, r: r})
+		base := s.base
+		if a.Floor {
+			base = fl.base
+		}
+		b.apis = append(b.apis, apiRun{side: side{name: a.Label, api: a, base: base}, r: r})
 	}
 	return b
 }
 
+// procs are the processes a's iop half runs through: IOP's, or the
+// floor's.
+func (b *bench) procs(a apiRun) []proc {
+	if a.side.api.Floor {
+		return b.floor.procs()
+	}
+	return b.s.iopProcs()
+}
+
 // onIOP runs fn (the iop half of a workload), and charges the CPU the IOP
-// processes used meanwhile to workload w (1–3) of a with the tokens fn
-// relayed.
+// processes (the floor's, for the floor) used meanwhile to workload w
+// (1–3) of a with the tokens fn relayed.
 func (b *bench) onIOP(a apiRun, w int, fn func() (tokens int, err error)) error {
-	procs := b.s.iopProcs()
+	procs := b.procs(a)
 	before := sampleCPU(procs)
 	tokens, err := fn()
 	used := cpuSince(before, procs)
@@ -101,8 +117,10 @@ func (b *bench) concurrent(ctx context.Context) error {
 		if f.Direct, err = streams(ctx, b.c, b.s.fake, b.direct, modelStream, b.cfg.streams, b.cfg.streamReps, spread, 0); err != nil {
 			return err
 		}
-		procs := b.s.iopProcs()
-		b.foldPeaks(procs)
+		procs := b.procs(a)
+		if !a.side.api.Floor { // the whole run's peaks are the main stack's
+			b.foldPeaks(procs)
+		}
 		resetErr := resetPeaks(procs)
 		if resetErr != nil {
 			b.res.note("could not reset the peak resident set before workload 2 (%s): %v; its peak RSS is since each process started", a.side.name, resetErr)
@@ -124,7 +142,9 @@ func (b *bench) concurrent(ctx context.Context) error {
 		rss := readPeaks(procs)
 		rss.Reset = resetErr == nil
 		a.r.Concurrent, a.r.ConcurrentRSS = f, &rss
-		b.foldPeaks(procs)
+		if !a.side.api.Floor {
+			b.foldPeaks(procs)
+		}
 	}
 	return nil
 }

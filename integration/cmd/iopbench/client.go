@@ -18,6 +18,8 @@ type apiSpec struct {
 	Path  string // the streaming chat endpoint
 	Way   string // how the Edge serves it, for the report
 	SSE   bool   // server-sent events (OpenAI) rather than NDJSON lines (Ollama)
+	// Floor: not an Edge API but quicfloor, the transport's floor (floor.go).
+	Floor bool
 }
 
 var (
@@ -31,7 +33,13 @@ var (
 	// /api/chat call, and whose events the Edge writes as SSE chunks.
 	apiOpenAI = apiSpec{Key: "openai", Label: "openai (normalized)", Path: "/v1/chat/completions", SSE: true,
 		Way: `"stream": true, a normalized run: Edge → QUIC → Node → ollama plugin → fake's /api/chat`}
-	allAPIs = []apiSpec{apiOllama, apiOpenAI}
+	// apiFloor is not IOP: the fake's /api/chat through quicfloor, a bare
+	// TCP-over-QUIC relay of two processes with IOP's QUIC configuration
+	// and no IOP code (issue 25). What it adds is what quic-go itself costs
+	// here, beside which the tunnel's figures show IOP's own part.
+	apiFloor = apiSpec{Key: "floor", Label: "floor (bare quic-go relay)", Path: "/api/chat", Floor: true,
+		Way: "TCP bytes over one quic-go connection between two processes (quicfloor), no IOP code: the transport's floor"}
+	allAPIs = []apiSpec{apiOllama, apiOpenAI, apiFloor}
 )
 
 // apiByKey returns the API named key.

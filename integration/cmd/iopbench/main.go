@@ -29,7 +29,15 @@
 // before each API's iop half, so that the two see the machine alike. Each
 // API's workloads run together, the tunnel's first: a normalized run starts
 // the provider's plugin, which stays up for its idle_stop, and the
-// tunnel's figures are those of a Node that only relays. The workloads:
+// tunnel's figures are those of a Node that only relays.
+//
+// Then the floor (-apis floor, on by default): workloads 1 and 2 through
+// quicfloor (integration/cmd/quicfloor), a bare TCP-over-QUIC relay of two
+// processes over quic-go with IOP's QUIC configuration and no IOP code,
+// with a direct half of its own just before. What it adds is what the
+// transport costs on this machine; the report sets the tunnel's figures
+// beside it, so a run tells IOP's own part of a figure from the part no
+// relay over quic-go avoids (issue 25). The workloads:
 //
 //  1. one stream at a time, 200 tokens 5 ms apart, 50 times: time to first
 //     byte (request sent → first token; p50, p99) and streamed tokens per
@@ -175,7 +183,7 @@ func main() {
 	quick := flag.Bool("quick", false, "a CI-sized run: fewer repetitions, a 3 s prefill, scale workloads at 1,000 runs and 200 streams")
 	out := flag.String("out", "", "also write the results as JSON to this file")
 	only := flag.String("only", "", "run only these workloads, e.g. 2 or 1,3 or 8,9 (the warm-up always runs); for profiling one load")
-	apis := flag.String("apis", "ollama,openai", "the Edge's APIs to measure, in order: ollama (the raw tunnel), openai (normalized runs)")
+	apis := flag.String("apis", "ollama,openai,floor", "what to measure, in order: ollama (the Edge's raw tunnel), openai (normalized runs), floor (a bare quic-go relay, workloads 1 and 2)")
 	profile := flag.String("profile", "", "record perf profiles of edged, noded and each plugin during workload 2's iop halves into this directory")
 	scaleRuns := flag.Int("scale-runs", 0, "workload 8: runs at once (default 10000; 1000 with -quick)")
 	scalePrefill := flag.Duration("scale-prefill", 0, "workload 8: the provider's silent prefill, longer than the ramp (default 30s; 5s with -quick)")
@@ -195,7 +203,7 @@ func main() {
 	for key := range strings.SplitSeq(*apis, ",") {
 		a, ok := apiByKey(strings.TrimSpace(key))
 		if !ok {
-			fmt.Fprintf(os.Stderr, "iopbench: -apis: no API %q (ollama, openai)\n", key)
+			fmt.Fprintf(os.Stderr, "iopbench: -apis: no API %q (ollama, openai, floor)\n", key)
 			os.Exit(2)
 		}
 		cfg.apis = append(cfg.apis, a)
@@ -263,7 +271,8 @@ func run(ctx context.Context, cfg config, log io.Writer) (*results, error) {
 	}
 	fmt.Fprintln(log, "building edged and noded…")
 	scale := cfg.runs("8") || cfg.runs("9")
-	bins, err := buildBinaries(ctx, dir, scale, cfg.profile != "")
+	bins, err := buildBinaries(ctx, dir, buildOptions{fake: scale, symbols: cfg.profile != "",
+		floor: slices.ContainsFunc(cfg.apis, func(a apiSpec) bool { return a.Floor })})
 	if err != nil {
 		return nil, err
 	}
@@ -297,11 +306,19 @@ func runMain(ctx context.Context, cfg config, dir string, bins binaries, res *re
 			err = fmt.Errorf("%w\nedged log ends:\n%s\nnoded log ends:\n%s", err, s.edge.tail(), s.node.tail())
 		}
 	}()
+	var fl *floor
+	if bins.floor != "" {
+		fmt.Fprintln(log, "starting quicfloor…")
+		if fl, err = startFloor(ctx, dir, bins.floor, s.fakeURL); err != nil {
+			return err
+		}
+		defer fl.close()
+	}
 	c := &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: 2 * cfg.capacity, DisableCompression: true,
 	}}
 	defer c.CloseIdleConnections()
-	b := newBench(cfg, s, c, res, log)
+	b := newBench(cfg, s, fl, c, res, log)
 	workloads := []struct {
 		n, name string
 		run     func(context.Context) error
@@ -321,12 +338,14 @@ func runMain(ctx context.Context, cfg config, dir string, bins binaries, res *re
 	// 25).
 	all := b.apis
 	for _, a := range all {
-		if err := s.probe(ctx, c, modelProbe, []apiSpec{a.side.api}); err != nil {
-			return err
+		if !a.side.api.Floor { // the floor's start waited for its connection
+			if err := s.probe(ctx, c, modelProbe, []apiSpec{a.side.api}); err != nil {
+				return err
+			}
 		}
 		b.apis = []apiRun{a}
 		for _, w := range workloads {
-			if !cfg.runs(w.n) {
+			if !cfg.runs(w.n) || a.side.api.Floor && !floorWorkloads[w.n] {
 				continue
 			}
 			fmt.Fprintf(log, "workload %s (%s)\n", w.name, a.side.name)
@@ -336,6 +355,11 @@ func runMain(ctx context.Context, cfg config, dir string, bins binaries, res *re
 			}
 			if err := s.checkAlive(); err != nil {
 				return err
+			}
+			if fl != nil {
+				if err := fl.checkAlive(); err != nil {
+					return err
+				}
 			}
 			s.fake.Reset() // the fake keeps every request; free them
 			fmt.Fprintf(log, "  done in %v\n", time.Since(start).Round(time.Millisecond))

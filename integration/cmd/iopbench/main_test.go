@@ -12,7 +12,8 @@ import (
 )
 
 // The command end to end with tiny workloads: it builds and starts the
-// real daemons, measures every workload on both sides through both APIs,
+// real daemons, measures every workload on both sides through both APIs
+// (and workloads 1 and 2 through the floor, quicfloor's two processes),
 // runs the scale workloads on their own stack, fills every figure and
 // prints the tables, and leaves no process behind.
 func TestBenchRunsEveryWorkloadThroughBothAPIs(t *testing.T) {
@@ -32,10 +33,11 @@ func TestBenchRunsEveryWorkloadThroughBothAPIs(t *testing.T) {
 		t.Errorf("processes left running: %v", kids)
 	}
 
-	if len(res.APIs) != 2 {
-		t.Fatalf("%d APIs measured, want 2", len(res.APIs))
+	if len(res.APIs) != 3 {
+		t.Fatalf("%d APIs measured, want 3 (ollama, openai, floor)", len(res.APIs))
 	}
 	for _, a := range res.APIs {
+		floor := a.API == apiFloor.Key
 		for name, f := range map[string]*pair[streamsFigures]{"single": a.Single, "concurrent": a.Concurrent} {
 			for _, s := range []streamsFigures{f.Direct, f.IOP} {
 				if s.Failed != 0 || s.Tokens != s.Answers*cfg.tokens || s.TTFBP50 <= 0 || s.TokensPerSec <= 0 ||
@@ -53,6 +55,16 @@ func TestBenchRunsEveryWorkloadThroughBothAPIs(t *testing.T) {
 		}
 		if a.Concurrent.IOP.Answers != cfg.streams*cfg.streamReps {
 			t.Errorf("%s: %d concurrent answers, want %d", a.API, a.Concurrent.IOP.Answers, cfg.streams*cfg.streamReps)
+		}
+		if floor { // workloads 1 and 2 only, through its two processes
+			if a.Long != nil || a.Prefill != nil || a.ClientGone != nil || len(a.CPU) != 2 || a.cpu(2).perToken() <= 0 {
+				t.Errorf("floor: %+v", a)
+			}
+			if m := a.ConcurrentRSS; m == nil || !m.Reset || len(m.Processes) != 2 || m.Total <= 0 ||
+				!strings.HasPrefix(m.Processes[0].Process, "quicfloor") {
+				t.Errorf("floor peak RSS at workload 2: %+v", m)
+			}
+			continue
 		}
 		for _, l := range []longFigures{a.Long.Direct, a.Long.IOP} {
 			if l.Tokens != cfg.longTokens || l.TokensPerSec <= 0 || l.MaxGap <= 0 {
@@ -120,7 +132,8 @@ func TestBenchRunsEveryWorkloadThroughBothAPIs(t *testing.T) {
 	var out bytes.Buffer
 	res.print(&out)
 	for _, want := range []string{"1 stream: TTFB p50", "CPU per relayed token", "Targets (issue 14)", "Targets (issue 25", "Peak RSS at 4 streams",
-		"openai (normalized): POST /v1/chat/completions", "ollama (tunnel): POST /api/chat", "8: 40 runs at once", "9: 20 streams at once"} {
+		"openai (normalized): POST /v1/chat/completions", "ollama (tunnel): POST /api/chat", "8: 40 runs at once", "9: 20 streams at once",
+		"floor (bare quic-go relay): POST /api/chat through quicfloor", "The tunnel beside the transport's floor", "quicfloor summed"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report lacks %q:\n%s", want, out.String())
 		}

@@ -22,12 +22,17 @@ func (r *results) print(w io.Writer) {
 	fmt.Fprintf(w, "direct: POST /api/chat to the fake Ollama, measured just before each API's iop half\n")
 	n := r.Config.Streams
 	for _, a := range r.APIs {
-		fmt.Fprintf(w, "\n%s: POST %s on the Edge, %s\n", a.Label, a.Path, a.Way)
+		where := "on the Edge"
+		if a.API == apiFloor.Key {
+			where = "through quicfloor"
+		}
+		fmt.Fprintf(w, "\n%s: POST %s %s, %s\n", a.Label, a.Path, where, a.Way)
 		r.printAPI(w, a, n)
 	}
 
 	printTargets(w, "Targets (issue 14):", r.Targets)
 	printTargets(w, "Targets (issue 25, where they differ; the 10,000-run figure is issue 14's above):", r.Targets25)
+	r.printFloor(w, n)
 
 	r.printCPU(w, n)
 	r.printMemory(w, n)
@@ -69,6 +74,10 @@ func (r *results) printAPI(w io.Writer, a *apiResults, n int) {
 		fmt.Fprintf(t, "%s\t%.0f\t%.0f\t%+.0f\t%.3f\t\n", name, d, i, i-d, ratio(i, d))
 	}
 	iopRow := func(name, v string) { fmt.Fprintf(t, "%s\t\t%s\t\t\t\n", name, v) }
+	summed := "IOP summed"
+	if a.API == apiFloor.Key {
+		summed = "quicfloor summed"
+	}
 	if s := a.Single; s != nil {
 		durRow("1 stream: TTFB p50", s.Direct.TTFBP50, s.IOP.TTFBP50)
 		durRow("1 stream: TTFB p99", s.Direct.TTFBP99, s.IOP.TTFBP99)
@@ -84,10 +93,10 @@ func (r *results) printAPI(w io.Writer, a *apiResults, n int) {
 		durRow(fmt.Sprintf("%d streams: provider's answer time, p50", n), c.Direct.ProviderAnswerP50, c.IOP.ProviderAnswerP50)
 		fmt.Fprintf(t, "%d streams: failed answers\t%d/%d\t%d/%d\t\t\t\n", n, c.Direct.Failed, c.Direct.Answers, c.IOP.Failed, c.IOP.Answers)
 		if cw := a.cpu(2); cw != nil {
-			iopRow(fmt.Sprintf("%d streams: CPU per relayed token, IOP summed", n), us(cw.perToken()))
+			iopRow(fmt.Sprintf("%d streams: CPU per relayed token, %s", n, summed), us(cw.perToken()))
 		}
 		if m := a.ConcurrentRSS; m != nil {
-			iopRow(fmt.Sprintf("%d streams: peak RSS, IOP summed", n), mib(m.Total))
+			iopRow(fmt.Sprintf("%d streams: peak RSS, %s", n, summed), mib(m.Total))
 		}
 	}
 	if l := a.Long; l != nil {
@@ -101,6 +110,41 @@ func (r *results) printAPI(w io.Writer, a *apiResults, n int) {
 	if g := a.ClientGone; g != nil {
 		durRow("client gone → provider sees it, p50", g.Direct.P50, g.IOP.P50)
 		durRow("client gone → provider sees it, max", g.Direct.Max, g.IOP.Max)
+	}
+	t.Flush()
+}
+
+// printFloor sets the tunnel's figures of issue 25 beside the floor's of
+// the same run: what IOP adds over a bare relay on quic-go, and what the
+// transport alone costs. Nothing when either was not measured.
+func (r *results) printFloor(w io.Writer, n int) {
+	var tunnel, fl *apiResults
+	for _, a := range r.APIs {
+		switch a.API {
+		case apiOllama.Key:
+			tunnel = a
+		case apiFloor.Key:
+			fl = a
+		}
+	}
+	if tunnel == nil || fl == nil {
+		return
+	}
+	fmt.Fprintln(w, "\nThe tunnel beside the transport's floor (quicfloor, a bare relay over quic-go, this run):")
+	t := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(t, "\tollama\tfloor\tIOP's own\t\n")
+	if a, f := tunnel.Single, fl.Single; a != nil && f != nil {
+		added := func(p *pair[streamsFigures]) time.Duration { return p.IOP.TTFBP50 - p.Direct.TTFBP50 }
+		fmt.Fprintf(t, "1 stream: TTFB added, p50\t%s\t%s\t%s\t\n", signed(added(a)), signed(added(f)), signed(added(a)-added(f)))
+		leg := func(p *pair[streamsFigures]) time.Duration { return p.IOP.RequestLegP50 - p.Direct.RequestLegP50 }
+		fmt.Fprintf(t, "1 stream: request leg added, p50\t%s\t%s\t%s\t\n", signed(leg(a)), signed(leg(f)), signed(leg(a)-leg(f)))
+	}
+	if a, f := tunnel.cpu(2), fl.cpu(2); a != nil && f != nil {
+		fmt.Fprintf(t, "%d streams: CPU per relayed token\t%s\t%s\t%+.1f µs\t\n", n, us(a.perToken()), us(f.perToken()),
+			float64(a.perToken()-f.perToken())/1e3)
+	}
+	if a, f := tunnel.ConcurrentRSS, fl.ConcurrentRSS; a != nil && f != nil {
+		fmt.Fprintf(t, "%d streams: peak RSS, summed\t%s\t%s\t%+.1f MiB\t\n", n, mib(a.Total), mib(f.Total), float64(a.Total-f.Total)/(1<<20))
 	}
 	t.Flush()
 }
@@ -125,7 +169,11 @@ func (r *results) printCPU(w io.Writer, n int) {
 		for _, cw := range a.CPU {
 			fmt.Fprintf(t, "%s\t%s\t%d\t", a.API, labels[cw.Workload], cw.Tokens)
 			for _, name := range names {
-				fmt.Fprintf(t, "%.1f\t", perToken(cw.ByProcess[name], cw.Tokens))
+				if d, ok := cw.ByProcess[name]; ok {
+					fmt.Fprintf(t, "%.1f\t", perToken(d, cw.Tokens))
+				} else {
+					fmt.Fprint(t, "–\t") // not a process of this row's
+				}
 			}
 			fmt.Fprintf(t, "%.1f\t\n", perToken(cw.Total, cw.Tokens))
 		}
@@ -154,7 +202,11 @@ func (r *results) printMemory(w io.Writer, n int) {
 		for _, a := range rows {
 			fmt.Fprintf(t, "%s\t", a.API)
 			for _, c := range cols {
-				fmt.Fprintf(t, "%.1f\t", float64(rssOf(a.ConcurrentRSS.Processes, c))/(1<<20))
+				if b, ok := rssOf(a.ConcurrentRSS.Processes, c); ok {
+					fmt.Fprintf(t, "%.1f\t", float64(b)/(1<<20))
+				} else {
+					fmt.Fprint(t, "–\t")
+				}
 			}
 			fmt.Fprintf(t, "%.1f\t\n", float64(a.ConcurrentRSS.Total)/(1<<20))
 		}
@@ -170,13 +222,14 @@ func (r *results) printMemory(w io.Writer, n int) {
 	}
 }
 
-func rssOf(ms []memFigure, name string) int64 {
+// rssOf is the peak of the process named name, if ms has it.
+func rssOf(ms []memFigure, name string) (int64, bool) {
 	for _, m := range ms {
 		if m.Process == name {
-			return m.PeakRSS
+			return m.PeakRSS, true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // print writes workloads 8 and 9: one column per API.

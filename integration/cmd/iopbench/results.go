@@ -234,6 +234,9 @@ func (r *results) evaluate() {
 	add := func(v verdict) { r.Targets = append(r.Targets, v) }
 	n := fmt.Sprintf("%d streams", r.Config.Streams)
 	for _, a := range r.APIs {
+		if a.API == apiFloor.Key { // not IOP: its figures stand beside the targets
+			continue
+		}
 		ttfb, cpu := targetTTFBNormalized, targetCPUNormalized
 		if a.API == apiOllama.Key {
 			ttfb, cpu = targetTTFBTunnel, targetCPUTunnel

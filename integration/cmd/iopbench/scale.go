@@ -515,12 +515,12 @@ func scaleOnce(ctx context.Context, cfg config, w string, a apiSpec, dir string,
 
 // normalizedFirst orders apis for the scale workloads: the runs of issue
 // 14's scale targets are normalized runs (the OpenAI API), then the raw
-// tunnel.
+// tunnel. The floor runs no scale workload.
 func normalizedFirst(apis []apiSpec) []apiSpec {
 	var out []apiSpec
 	for _, sse := range []bool{true, false} {
 		for _, a := range apis {
-			if a.SSE == sse {
+			if a.SSE == sse && !a.Floor {
 				out = append(out, a)
 			}
 		}

@@ -47,6 +47,7 @@ type stack struct {
 type binaries struct {
 	edged, noded string
 	fake         string // the fake Ollama as its own program; "" when not built
+	floor        string // quicfloor; "" when not built
 }
 
 // stackOptions shape a stack's configs.
@@ -78,14 +79,22 @@ type daemon struct {
 	err  error // set before done is closed
 }
 
+// buildOptions say what buildBinaries builds besides edged and noded.
+type buildOptions struct {
+	fake    bool // the fake's own program
+	floor   bool // quicfloor, built as the daemons are
+	symbols bool // keep the symbol tables (-profile)
+}
+
 // buildBinaries builds edged and noded as the image ships them (static,
-// without cgo, symbols stripped: the Dockerfile's build), and the fake's
-// own program when withFake, into dir. The current directory must be
-// inside the module. A cgo build maps the C library too, about 1.3 MiB
-// more of each daemon's resident set than what ships (issue 25).
-// With symbols the daemons keep their symbol tables, so that perf can
-// name their functions (-profile); their text is laid out as shipped.
-func buildBinaries(ctx context.Context, dir string, withFake, symbols bool) (binaries, error) {
+// without cgo, symbols stripped: the Dockerfile's build), the fake's own
+// program when o.fake, and quicfloor as the daemons when o.floor, into
+// dir. The current directory must be inside the module. A cgo build maps
+// the C library too, about 1.3 MiB more of each daemon's resident set
+// than what ships (issue 25). With o.symbols the daemons keep their symbol
+// tables, so that perf can name their functions (-profile); their text is
+// laid out as shipped.
+func buildBinaries(ctx context.Context, dir string, o buildOptions) (binaries, error) {
 	bins := binaries{edged: filepath.Join(dir, "edged"), noded: filepath.Join(dir, "noded")}
 	type build struct {
 		out, pkg string
@@ -94,15 +103,19 @@ func buildBinaries(ctx context.Context, dir string, withFake, symbols bool) (bin
 	builds := []build{
 		{bins.edged, "github.com/iop-dev/iop/edged", true}, {bins.noded, "github.com/iop-dev/iop/noded", true},
 	}
-	if withFake {
+	if o.fake {
 		bins.fake = filepath.Join(dir, "fakeollama")
 		builds = append(builds, build{bins.fake, "github.com/iop-dev/iop/internal/fakes/fakeollama/cmd/fakeollama", false})
+	}
+	if o.floor {
+		bins.floor = filepath.Join(dir, "quicfloor")
+		builds = append(builds, build{bins.floor, "github.com/iop-dev/iop/integration/cmd/quicfloor", true})
 	}
 	for _, b := range builds {
 		args := []string{"build", "-o", b.out}
 		if b.shipped {
 			args = append(args, "-trimpath")
-			if !symbols {
+			if !o.symbols {
 				args = append(args, "-ldflags=-s -w")
 			}
 		}
@@ -210,22 +223,28 @@ func (s *stack) startFakeProcess(ctx context.Context, bin string) error {
 	if s.fakeProc, err = startDaemon(s.dir, "fakeollama", bin, "-addr", "127.0.0.1:0", "-models", models); err != nil {
 		return err
 	}
+	s.fakeURL, err = s.fakeProc.waitLine(ctx, "listening on ")
+	return err
+}
+
+// waitLine waits up to 30 s for d to log a line that starts with prefix,
+// and returns the rest of that line.
+func (d *daemon) waitLine(ctx context.Context, prefix string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		out, _ := os.ReadFile(s.fakeProc.log)
+		out, _ := os.ReadFile(d.log)
 		for line := range strings.SplitSeq(string(out), "\n") {
-			if u, ok := strings.CutPrefix(line, "listening on "); ok {
-				s.fakeURL = strings.TrimSpace(u)
-				return nil
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
+				return strings.TrimSpace(rest), nil
 			}
 		}
-		if s.fakeProc.exited() {
-			return fmt.Errorf("fakeollama exited (%v): %s", s.fakeProc.err, out)
+		if d.exited() {
+			return "", fmt.Errorf("%s exited (%v): %s", d.name, d.err, out)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for fakeollama to listen: %w", ctx.Err())
+			return "", fmt.Errorf("waiting for %s to log %q: %w", d.name, prefix, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
