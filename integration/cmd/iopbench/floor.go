@@ -47,7 +47,7 @@ func startFloor(ctx context.Context, dir, bin, target string) (_ *floor, err err
 		"-target", strings.TrimPrefix(target, "http://")); err != nil {
 		return nil, err
 	}
-	if f.base, err = f.edge.waitLine(ctx, "listening on "); err != nil {
+	if f.base, err = f.edge.waitLine(ctx, "listening on ", f.node); err != nil {
 		return nil, err
 	}
 	return f, nil

@@ -228,8 +228,9 @@ func (s *stack) startFakeProcess(ctx context.Context, bin string) error {
 }
 
 // waitLine waits up to 30 s for d to log a line that starts with prefix,
-// and returns the rest of that line.
-func (d *daemon) waitLine(ctx context.Context, prefix string) (string, error) {
+// and returns the rest of that line. It gives up at once when d exits, or
+// one of also, the processes d's line waits on.
+func (d *daemon) waitLine(ctx context.Context, prefix string, also ...*daemon) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
@@ -241,6 +242,11 @@ func (d *daemon) waitLine(ctx context.Context, prefix string) (string, error) {
 		}
 		if d.exited() {
 			return "", fmt.Errorf("%s exited (%v): %s", d.name, d.err, out)
+		}
+		for _, o := range also {
+			if o.exited() {
+				return "", fmt.Errorf("%s exited (%v) while %s waited for it; its log ends:\n%s", o.name, o.err, d.name, o.tail())
+			}
 		}
 		select {
 		case <-ctx.Done():

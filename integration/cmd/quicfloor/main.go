@@ -110,7 +110,10 @@ func runEdge(httpAddr, quicAddr, certPath string) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			return fmt.Errorf("edge: the node's connection ended: %w", context.Cause(qc.Context()))
+			if cause := context.Cause(qc.Context()); cause != nil {
+				return fmt.Errorf("edge: the node's connection ended: %w", cause)
+			}
+			return fmt.Errorf("edge: %w", err)
 		}
 		go func() {
 			defer c.Close()
