@@ -372,14 +372,15 @@ func TestAnIdleKeepAliveFloodLeavesRoomForNewClients(t *testing.T) {
 		}
 		if c := keptAlive(t, host); c != nil {
 			flood = append(flood, c)
-		}
-		if len(flood) == 2 {
-			// The door orders connections by when net/http reports them
-			// idle, which its goroutine does after the client has read
-			// the answer: on a loaded machine the next connection can be
-			// idle first. A pause makes the first two the quiet longest
-			// by far, whatever the scheduler does.
-			time.Sleep(time.Second)
+			if len(flood) == 2 {
+				// The door orders connections by when net/http reports
+				// them idle, which its goroutine does after the client
+				// has read the answer: on a loaded machine the next
+				// connection can be idle first. A pause makes the first
+				// two the quiet longest by far, whatever the scheduler
+				// does.
+				time.Sleep(time.Second)
+			}
 		}
 	}
 	// A new client, which keeps its connection: refused while every
