@@ -118,7 +118,8 @@ func (b *bench) concurrent(ctx context.Context) error {
 			return err
 		}
 		procs := b.procs(a)
-		if !a.side.api.Floor { // the whole run's peaks are the main stack's
+		mainStack := !a.side.api.Floor // the whole run's peaks are the main stack's
+		if mainStack {
 			b.foldPeaks(procs)
 		}
 		resetErr := resetPeaks(procs)
@@ -142,7 +143,7 @@ func (b *bench) concurrent(ctx context.Context) error {
 		rss := readPeaks(procs)
 		rss.Reset = resetErr == nil
 		a.r.Concurrent, a.r.ConcurrentRSS = f, &rss
-		if !a.side.api.Floor {
+		if mainStack {
 			b.foldPeaks(procs)
 		}
 	}

@@ -59,14 +59,7 @@ func (f *floor) procs() []proc {
 }
 
 // checkAlive reports a half that exited.
-func (f *floor) checkAlive() error {
-	for _, d := range []*daemon{f.edge, f.node} {
-		if d.exited() {
-			return fmt.Errorf("%s exited (%v); its log ends:\n%s", d.name, d.err, d.tail())
-		}
-	}
-	return nil
-}
+func (f *floor) checkAlive() error { return checkAlive(f.edge, f.node) }
 
 // close stops both halves; a nil floor or half is a no-op.
 func (f *floor) close() {

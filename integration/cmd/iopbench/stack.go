@@ -371,8 +371,12 @@ func (s *stack) close() {
 }
 
 // checkAlive reports a daemon that exited: the run is broken.
-func (s *stack) checkAlive() error {
-	for _, d := range []*daemon{s.edge, s.node, s.fakeProc} {
+func (s *stack) checkAlive() error { return checkAlive(s.edge, s.node, s.fakeProc) }
+
+// checkAlive reports the first of ds that exited, with its log's end; a
+// nil daemon (one not started) is skipped.
+func checkAlive(ds ...*daemon) error {
+	for _, d := range ds {
 		if d != nil && d.exited() {
 			return fmt.Errorf("%s exited (%v); its log ends:\n%s", d.name, d.err, d.tail())
 		}
